@@ -1,0 +1,452 @@
+//! Coordinator tests with a fake clock: time is a plain number of ns.
+
+use super::*;
+use cosched_proto::{caps, DenyReason, Frame};
+
+const MS: u64 = NS_PER_MS;
+const VM: VmId = VmId(1);
+
+struct Sim {
+    c: Coordinator,
+    now: u64,
+    seq: u32,
+    /// Everything the coordinator asked for, in order.
+    log: Vec<Action>,
+}
+
+impl Sim {
+    fn new(policy: Policy) -> Sim {
+        let mut c = Coordinator::new(policy);
+        let s = c.default_settings();
+        c.vm_connected(VM, "vm1", s, 0);
+        Sim { c, now: 0, seq: 0, log: Vec::new() }
+    }
+
+    /// Sends a frame from the guest and returns what it caused.
+    fn send(&mut self, kind: Kind, value: u64) -> Vec<Action> {
+        self.seq += 1;
+        let mut out = Vec::new();
+        self.c.frame(VM, Frame::new(kind, self.seq, value), self.now, &mut out);
+        self.log.extend(out.clone());
+        out
+    }
+
+    /// The single reply to the last frame.
+    fn reply(&mut self, kind: Kind, value: u64) -> Frame {
+        let seq = self.seq + 1;
+        let out = self.send(kind, value);
+        let replies: Vec<Frame> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send { frame, .. } if frame.seq == seq => Some(*frame),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(replies.len(), 1, "exactly one reply to seq {seq}: {out:?}");
+        replies[0]
+    }
+
+    fn register(&mut self) {
+        assert_eq!(self.reply(Kind::Register, caps::CPU), Frame::ack(self.seq, caps::CPU));
+    }
+
+    /// Advances the clock to `to`, running every tick the coordinator asks for on the way.
+    fn advance(&mut self, to: u64) -> Vec<Action> {
+        let mut out = Vec::new();
+        while let Some(d) = self.c.next_deadline(self.now) {
+            if d > to {
+                break;
+            }
+            self.now = d.max(self.now);
+            self.c.tick(self.now, &mut out);
+        }
+        self.now = to;
+        self.c.tick(self.now, &mut out);
+        self.log.extend(out.clone());
+        out
+    }
+
+    fn level(&self) -> Level {
+        self.c.vm(VM).unwrap().level
+    }
+}
+
+fn set_cpu(level: Level, priority: u8) -> Action {
+    Action::SetCpu { vm: VM, level, priority }
+}
+
+fn sends(actions: &[Action]) -> Vec<Frame> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send { frame, .. } => Some(*frame),
+            _ => None,
+        })
+        .collect()
+}
+
+fn no_budget_no_guard() -> Policy {
+    Policy {
+        max_continuous_boost_ms: 0,
+        max_boost_share_permille: 1000,
+        rt_guard_max_share_permille: 0,
+        ..Policy::default()
+    }
+}
+
+#[test]
+fn register_boost_deboost() {
+    let mut s = Sim::new(no_budget_no_guard());
+    s.register();
+    let out = s.send(Kind::Cpu, 1);
+    assert_eq!(out, vec![set_cpu(Level::Boosted, 1), Action::Send { vm: VM, frame: Frame::ack(2, 0) }]);
+    // A second CPU 1 while boosted changes nothing but is acknowledged.
+    assert_eq!(s.send(Kind::Cpu, 1), vec![Action::Send { vm: VM, frame: Frame::ack(3, 0) }]);
+    s.now = 7 * MS;
+    let out = s.send(Kind::Cpu, 0);
+    assert_eq!(out, vec![set_cpu(Level::Normal, 1), Action::Send { vm: VM, frame: Frame::ack(4, 0) }]);
+    let vm = s.c.vm(VM).unwrap();
+    assert_eq!((vm.counters.boosts, vm.counters.deboosts, vm.counters.boosted_ns), (1, 1, 7 * MS));
+    // Deboosting when not boosted: acknowledged, nothing to undo.
+    assert_eq!(s.send(Kind::Cpu, 0), vec![Action::Send { vm: VM, frame: Frame::ack(5, 0) }]);
+}
+
+#[test]
+fn unregistered_and_unsupported_are_denied() {
+    let mut s = Sim::new(no_budget_no_guard());
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(1, DenyReason::NotRegistered));
+    assert_eq!(s.reply(Kind::Register, caps::IO), Frame::deny(2, DenyReason::Unsupported));
+    assert_eq!(s.c.vm(VM).unwrap().registered, None);
+    // Offering more than the host supports grants the intersection.
+    assert_eq!(s.reply(Kind::Register, caps::CPU | caps::IO | 0x40), Frame::ack(3, caps::CPU));
+    assert_eq!(s.reply(Kind::Io, 1), Frame::deny(4, DenyReason::Unsupported));
+    assert_eq!(s.reply(Kind::Membw, 100), Frame::deny(5, DenyReason::Unsupported));
+    assert_eq!(s.level(), Level::Normal);
+    let vm = s.c.vm(VM).unwrap();
+    assert_eq!(vm.counters.denied.get("unsupported"), Some(&3));
+    assert_eq!(vm.counters.denied.get("not_registered"), Some(&1));
+}
+
+#[test]
+fn deregister_deboosts_and_forgets_registration() {
+    let mut s = Sim::new(no_budget_no_guard());
+    s.register();
+    s.send(Kind::Cpu, 1);
+    let out = s.send(Kind::Deregister, 0);
+    assert_eq!(out[0], set_cpu(Level::Normal, 1));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(4, DenyReason::NotRegistered));
+}
+
+#[test]
+fn reregistering_agent_is_deboosted() {
+    let mut s = Sim::new(no_budget_no_guard());
+    s.register();
+    s.send(Kind::Cpu, 1);
+    let out = s.send(Kind::Register, caps::CPU);
+    assert_eq!(out, vec![set_cpu(Level::Normal, 1), Action::Send { vm: VM, frame: Frame::ack(3, caps::CPU) }]);
+}
+
+#[test]
+fn disabled_vm_registration_is_denied_and_enable_is_announced() {
+    let mut s = Sim::new(no_budget_no_guard());
+    let mut out = Vec::new();
+    assert!(s.c.set_vm_enabled(VM, false, 0, &mut out));
+    assert!(out.is_empty(), "an unregistered VM is not told anything: {out:?}");
+    assert_eq!(s.reply(Kind::Register, caps::CPU), Frame::deny(1, DenyReason::Disabled));
+    s.c.set_vm_enabled(VM, true, 0, &mut out);
+    assert_eq!(out, vec![Action::Send { vm: VM, frame: Frame::enable(caps::CPU) }]);
+    s.register();
+}
+
+#[test]
+fn disabling_at_run_time_deboosts_and_tells_disable() {
+    for global in [false, true] {
+        let mut s = Sim::new(no_budget_no_guard());
+        s.register();
+        s.send(Kind::Cpu, 1);
+        let mut out = Vec::new();
+        if global {
+            s.c.set_cpu_enabled(false, 0, &mut out);
+        } else {
+            s.c.set_vm_enabled(VM, false, 0, &mut out);
+        }
+        assert_eq!(
+            out,
+            vec![set_cpu(Level::Normal, 1), Action::Send { vm: VM, frame: Frame::disable(caps::CPU) }],
+            "global={global}"
+        );
+        assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(3, DenyReason::Disabled));
+        assert_eq!(s.level(), Level::Normal);
+        // Disabling twice says DISABLE once.
+        out.clear();
+        if global {
+            s.c.set_cpu_enabled(false, 0, &mut out);
+        } else {
+            s.c.set_vm_enabled(VM, false, 0, &mut out);
+        }
+        assert!(out.is_empty());
+        if global {
+            s.c.set_cpu_enabled(true, 0, &mut out);
+        } else {
+            s.c.set_vm_enabled(VM, true, 0, &mut out);
+        }
+        assert_eq!(out, vec![Action::Send { vm: VM, frame: Frame::enable(caps::CPU) }]);
+        assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(4, 0));
+    }
+}
+
+#[test]
+fn global_and_vm_switches_combine() {
+    let mut s = Sim::new(no_budget_no_guard());
+    s.register();
+    let mut out = Vec::new();
+    s.c.set_vm_enabled(VM, false, 0, &mut out);
+    s.c.set_cpu_enabled(false, 0, &mut out);
+    out.clear();
+    s.c.set_cpu_enabled(true, 0, &mut out);
+    assert!(out.is_empty(), "still disabled per VM: no ENABLE yet");
+    s.c.set_vm_enabled(VM, true, 0, &mut out);
+    assert_eq!(sends(&out), vec![Frame::enable(caps::CPU)]);
+}
+
+#[test]
+fn continuous_boost_budget_deboosts_denies_and_cools_down() {
+    let mut s = Sim::new(Policy {
+        max_continuous_boost_ms: 200,
+        budget_cooldown_ms: 100,
+        ..no_budget_no_guard()
+    });
+    s.register();
+    s.send(Kind::Cpu, 1);
+    assert_eq!(s.c.next_deadline(0), Some(200 * MS));
+    assert!(s.advance(199 * MS).is_empty());
+    let out = s.advance(200 * MS);
+    assert_eq!(out, vec![set_cpu(Level::Normal, 1), Action::Send { vm: VM, frame: Frame::deny(0, DenyReason::Budget) }]);
+    assert_eq!(s.c.vm(VM).unwrap().counters.budget_exhausted, 1);
+    s.now = 299 * MS;
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(3, DenyReason::Budget));
+    assert_eq!(s.level(), Level::Normal);
+    s.now = 300 * MS;
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(4, 0));
+    assert_eq!(s.level(), Level::Boosted);
+}
+
+#[test]
+fn share_budget_counts_boosted_time_in_the_window() {
+    // 30% of 1 s: 300 ms boosted per second at most.
+    let mut s = Sim::new(Policy {
+        max_boost_share_permille: 300,
+        budget_window_ms: 1000,
+        budget_cooldown_ms: 0,
+        ..no_budget_no_guard()
+    });
+    s.register();
+    // Boost 100 ms out of every 200 ms: the third boost runs out 100 ms in.
+    let mut denied_at = None;
+    for i in 0..3 {
+        s.now = i * 200 * MS;
+        s.send(Kind::Cpu, 1);
+        let out = s.advance(i * 200 * MS + 100 * MS);
+        if sends(&out).contains(&Frame::deny(0, DenyReason::Budget)) {
+            denied_at = Some(s.now);
+            break;
+        }
+        s.send(Kind::Cpu, 0);
+    }
+    assert_eq!(denied_at, Some(500 * MS), "300 ms used by t=500 ms");
+    s.now = 600 * MS;
+    let seq = s.seq + 1;
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(seq, DenyReason::Budget), "window still full");
+    // At t=1100 ms the first boost (0-100 ms) has left the window.
+    s.now = 1100 * MS;
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(seq + 1, 0));
+}
+
+#[test]
+fn rt_guard_keeps_real_time_share_below_the_kernel_throttle() {
+    let mut s = Sim::new(Policy {
+        rt_guard_max_share_permille: 900,
+        rt_guard_window_ms: 1000,
+        rt_guard_hysteresis_ms: 50,
+        ..no_budget_no_guard()
+    });
+    s.register();
+    s.send(Kind::Cpu, 1);
+    // The guest stays boosted for 5 s; sample the level every ms.
+    let mut rt_ms = vec![false; 5000];
+    let mut switches = 0;
+    for (t, rt) in rt_ms.iter_mut().enumerate() {
+        let out = s.advance(t as u64 * MS);
+        switches += out.len();
+        assert!(s.level().is_boosted(), "the guard never deboosts: {out:?}");
+        *rt = s.level() == Level::Boosted;
+    }
+    // Every 1 s window holds at most 900 ms at the real-time class (the kernel's is 950 ms)...
+    for start in 0..=(5000 - 1000) {
+        let used = rt_ms[start..start + 1000].iter().filter(|b| **b).count();
+        assert!(used <= 901, "window at {start} ms has {used} ms real time");
+    }
+    // ...but not much less, and without flapping.
+    let total = rt_ms.iter().filter(|b| **b).count();
+    assert!(total >= 4300, "real-time share too low: {total} ms of 5000");
+    assert!(switches <= 5 * 2 * 10, "{switches} level changes in 5 s");
+    assert!(s.c.vm(VM).unwrap().counters.guard_demotions >= 4);
+    // Guarded means: vCPUs at the guard class, reported as a SetCpu.
+    assert!(s.log.contains(&set_cpu(Level::Guarded, 1)));
+}
+
+#[test]
+fn rt_guard_remembers_across_boosts() {
+    let mut s = Sim::new(Policy { rt_guard_hysteresis_ms: 50, ..no_budget_no_guard() }.with_guard());
+    s.register();
+    s.send(Kind::Cpu, 1);
+    s.advance(950 * MS);
+    assert_eq!(s.level(), Level::Guarded);
+    s.send(Kind::Cpu, 0);
+    s.now = 960 * MS;
+    // A new boost right away starts guarded: the window still holds 900 ms of real time.
+    let out = s.send(Kind::Cpu, 1);
+    assert_eq!(out[0], set_cpu(Level::Guarded, 1));
+}
+
+impl Policy {
+    fn with_guard(self) -> Policy {
+        Policy { rt_guard_max_share_permille: 900, rt_guard_window_ms: 1000, ..self }
+    }
+}
+
+#[test]
+fn rate_limit_refuses_boosts_but_always_honours_deboosts() {
+    let mut s = Sim::new(Policy { frame_rate: 10, frame_burst: 4, ..no_budget_no_guard() });
+    s.register(); // 1 token used
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(2, 0));
+    assert_eq!(s.reply(Kind::Cpu, 0), Frame::ack(3, 0));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(4, 0));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(5, DenyReason::RateLimited));
+    // Out of tokens, a deboost still works.
+    let out = s.send(Kind::Cpu, 0);
+    assert_eq!(out[0], set_cpu(Level::Normal, 1));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(7, DenyReason::RateLimited));
+    s.now = 100 * MS;
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(8, 0), "one token back after 100 ms");
+    assert_eq!(s.c.vm(VM).unwrap().counters.denied.get("rate_limited"), Some(&2));
+}
+
+#[test]
+fn malformed_frames_are_counted_refused_and_a_flood_deregisters() {
+    let mut s = Sim::new(Policy { malformed_rate: 3, ..no_budget_no_guard() });
+    s.register();
+    s.send(Kind::Cpu, 1);
+    let mut out = Vec::new();
+    s.c.malformed(VM, Some(42), 0, 0, &mut out);
+    s.c.malformed(VM, None, 61, 0, &mut out);
+    assert_eq!(sends(&out), vec![Frame::deny(42, DenyReason::Malformed), Frame::deny(0, DenyReason::Malformed)]);
+    assert_eq!(s.level(), Level::Boosted, "a few bad frames are tolerated");
+    out.clear();
+    s.c.malformed(VM, None, 5, 0, &mut out);
+    s.c.malformed(VM, None, 5, 0, &mut out);
+    assert!(out.contains(&set_cpu(Level::Normal, 1)), "flood deregisters and deboosts: {out:?}");
+    let vm = s.c.vm(VM).unwrap();
+    assert_eq!((vm.counters.malformed, vm.counters.garbage_bytes), (4, 71));
+    assert_eq!(vm.counters.malformed_deregistrations, 1);
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(3, DenyReason::NotRegistered));
+    // A guest sending host-to-guest frames is malformed too.
+    assert_eq!(s.reply(Kind::Ack, 0), Frame::deny(4, DenyReason::Malformed));
+}
+
+#[test]
+fn vm_gone_while_boosted_is_deboosted_and_forgotten() {
+    let mut s = Sim::new(no_budget_no_guard());
+    s.register();
+    s.send(Kind::Cpu, 1);
+    let mut out = Vec::new();
+    s.c.vm_gone(VM, 5 * MS, &mut out);
+    assert_eq!(out, vec![set_cpu(Level::Normal, 1)]);
+    assert!(s.c.vm(VM).is_none());
+    assert_eq!(s.c.next_deadline(5 * MS), None);
+    // Frames for a VM that is gone are ignored.
+    s.c.frame(VM, Frame::cpu(9, true), 6 * MS, &mut out);
+    assert_eq!(out.len(), 1);
+}
+
+#[test]
+fn priority_change_reapplies_while_boosted() {
+    let mut s = Sim::new(no_budget_no_guard());
+    s.register();
+    let mut out = Vec::new();
+    s.c.set_vm_priority(VM, 5, &mut out).unwrap();
+    assert!(out.is_empty());
+    assert_eq!(s.send(Kind::Cpu, 1)[0], set_cpu(Level::Boosted, 5));
+    s.c.set_vm_priority(VM, 7, &mut out).unwrap();
+    assert_eq!(out, vec![set_cpu(Level::Boosted, 7)]);
+    assert!(s.c.set_vm_priority(VM, 99, &mut out).is_err());
+    assert!(s.c.set_vm_priority(VM, 0, &mut out).is_err());
+}
+
+/// Every guest frame gets exactly one reply echoing its seq, whatever the sequence of frames,
+/// operator commands and ticks; and the VM is never left boosted when it is not registered.
+#[test]
+fn every_guest_frame_gets_exactly_one_reply() {
+    let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut s = Sim::new(Policy {
+        max_continuous_boost_ms: 50,
+        budget_cooldown_ms: 10,
+        max_boost_share_permille: 500,
+        budget_window_ms: 200,
+        frame_rate: 2000,
+        frame_burst: 20,
+        malformed_rate: 5,
+        ..Policy::default()
+    });
+    let kinds = [Kind::Register, Kind::Cpu, Kind::Cpu, Kind::Cpu, Kind::Cpu, Kind::Cpu, Kind::Cpu, Kind::Io];
+    for _ in 0..20_000 {
+        let r = next();
+        match r % 10 {
+            0 => {
+                let mut out = Vec::new();
+                s.c.set_vm_enabled(VM, r & 0x100 != 0, s.now, &mut out);
+                s.c.set_cpu_enabled(r & 0x200 != 0 || r & 0x400 != 0, s.now, &mut out);
+                assert!(sends(&out).iter().all(|f| f.seq == 0), "unsolicited frames carry seq 0");
+            }
+            1 => {
+                s.advance(s.now + (r >> 20) % (30 * MS));
+            }
+            _ => {
+                let kind = if r % 97 == 2 { Kind::Deregister } else { kinds[(r >> 8) as usize % kinds.len()] };
+                let value = match kind {
+                    Kind::Register => (r >> 16) & 7,
+                    Kind::Deregister => 0,
+                    // Mostly boosts, so that budgets run out.
+                    _ => ((r >> 16) & 7 != 0) as u64,
+                };
+                s.reply(kind, value);
+            }
+        }
+        let vm = s.c.vm(VM).unwrap();
+        if vm.level.is_boosted() {
+            assert!(vm.registered.is_some() && vm.wants_boost, "boosted without a live request");
+            assert!(s.c.cpu_enabled() && vm.settings.enabled, "boosted while disabled");
+        }
+    }
+    let vm = s.c.vm(VM).unwrap();
+    assert!(vm.counters.boosts > 100 && vm.counters.budget_exhausted > 10, "{:?}", vm.counters);
+}
+
+#[test]
+fn policy_defaults_validate_and_parse_from_toml() {
+    let p = Policy::default();
+    p.validate().unwrap();
+    let parsed: Policy = toml::from_str("max_continuous_boost_ms = 300\n").unwrap();
+    assert_eq!(parsed, Policy { max_continuous_boost_ms: 300, ..Policy::default() });
+    assert!(toml::from_str::<Policy>("max_continous_boost_ms = 300\n").is_err(), "typos are errors");
+    let bad = Policy { default_priority: 99, ..Policy::default() };
+    assert!(bad.validate().unwrap_err().contains("default_priority"));
+    let bad = Policy { rt_guard_hysteresis_ms: 900, ..Policy::default() };
+    assert!(bad.validate().is_err());
+}

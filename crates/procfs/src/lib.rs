@@ -1,0 +1,391 @@
+//! Readers of `/proc` for cosched.
+//!
+//! Everything takes the proc root as a path ([`ProcFs::new`]), so tests run on fake trees made of
+//! plain files in a temp dir. Only what the host daemon needs is read: a process's identity
+//! (start time, executable, command name) and its threads (`task/*`: name, start time).
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: cannot parse {what}: {content:?}")]
+    Parse { path: PathBuf, what: &'static str, content: String },
+}
+
+impl Error {
+    /// True when the process or thread does not exist (any more).
+    pub fn is_gone(&self) -> bool {
+        matches!(self, Error::Io { source, .. }
+            if source.kind() == io::ErrorKind::NotFound || source.raw_os_error() == Some(libc_esrch()))
+    }
+}
+
+/// ESRCH: reading a file of a task that exited between `readdir` and `open`.
+const fn libc_esrch() -> i32 {
+    3
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// A task (process or thread) as identified across time: Linux reuses ids, so an id alone
+/// names a different task after the first one exits. `start_time` is field 22 of `stat`
+/// (clock ticks since boot) and is what makes the pair unique.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
+pub struct TaskId {
+    pub id: i32,
+    pub start_time: u64,
+}
+
+/// What a QEMU thread does, from its name (QEMU names its threads when started with
+/// `-name ...,debug-threads=on`, which libvirt always sets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThreadRole {
+    /// `CPU <n>/KVM`, `CPU <n>/TCG`, `ALL CPUs/TCG`: runs guest code.
+    Vcpu,
+    /// The thread-group leader: QEMU's main loop (device emulation, timers under TCG, chardevs).
+    Main,
+    /// `IO <id>`: an `-object iothread`.
+    Io,
+    /// `worker`: thread-pool threads doing blocking I/O for the block layer; exit after 10 s idle.
+    Worker,
+    /// Anything else (`call_rcu`, `vnc_worker`, `qemu-system-x86` without debug-threads, ...).
+    Other,
+}
+
+impl ThreadRole {
+    /// Classifies a thread of process `pid` from its `comm`.
+    pub fn classify(pid: i32, tid: i32, comm: &str) -> ThreadRole {
+        if comm.starts_with("CPU ") && (comm.ends_with("/KVM") || comm.ends_with("/TCG"))
+            || comm == "ALL CPUs/TCG"
+        {
+            ThreadRole::Vcpu
+        } else if tid == pid {
+            ThreadRole::Main
+        } else if comm.starts_with("IO ") {
+            ThreadRole::Io
+        } else if comm == "worker" {
+            ThreadRole::Worker
+        } else {
+            ThreadRole::Other
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ThreadRole::Vcpu => "vcpu",
+            ThreadRole::Main => "main",
+            ThreadRole::Io => "io",
+            ThreadRole::Worker => "worker",
+            ThreadRole::Other => "other",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ThreadInfo {
+    pub task: TaskId,
+    pub comm: String,
+    pub role: ThreadRole,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcessInfo {
+    pub task: TaskId,
+    pub comm: String,
+    /// Target of `exe` (empty if unreadable, e.g. a kernel thread).
+    pub exe: String,
+    /// Real uid, from `status`.
+    pub uid: u32,
+}
+
+impl ProcessInfo {
+    /// A QEMU system emulator: `qemu-system-<arch>` or `qemu-kvm` (RHEL's name), judged by the
+    /// executable's file name (a deleted-and-upgraded binary reads `... (deleted)`), or by the
+    /// command name when `exe` is unreadable.
+    pub fn is_qemu(&self) -> bool {
+        let exe_name = self
+            .exe
+            .trim_end_matches(" (deleted)")
+            .rsplit('/')
+            .next()
+            .unwrap_or_default();
+        let name = if exe_name.is_empty() { self.comm.as_str() } else { exe_name };
+        name.starts_with("qemu-system-") || name == "qemu-kvm"
+            // comm is truncated to 15 bytes: "qemu-system-x86"
+            || (exe_name.is_empty() && name.starts_with("qemu-system"))
+    }
+}
+
+/// `/proc`, or a fake tree shaped like it.
+#[derive(Debug, Clone)]
+pub struct ProcFs {
+    root: PathBuf,
+}
+
+impl Default for ProcFs {
+    fn default() -> Self {
+        ProcFs::new("/proc")
+    }
+}
+
+fn read(path: &Path) -> Result<String> {
+    fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })
+}
+
+/// Parses `stat` (`pid (comm) state ...`): returns (comm, start_time). The command name may hold
+/// spaces and parentheses, so the fixed fields are read after the last `)`.
+fn parse_stat(path: &Path, content: &str) -> Result<(String, u64)> {
+    let bad = |what| Error::Parse { path: path.to_path_buf(), what, content: content.into() };
+    let open = content.find('(').ok_or_else(|| bad("comm"))?;
+    let close = content.rfind(')').ok_or_else(|| bad("comm"))?;
+    if close < open {
+        return Err(bad("comm"));
+    }
+    let comm = content[open + 1..close].to_string();
+    // Fields after ')' start at field 3 (state); start_time is field 22.
+    let start_time = content[close + 1..]
+        .split_whitespace()
+        .nth(22 - 3)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("start_time"))?;
+    Ok((comm, start_time))
+}
+
+impl ProcFs {
+    pub fn new(root: impl Into<PathBuf>) -> ProcFs {
+        ProcFs { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn task_dir(&self, pid: i32, tid: i32) -> PathBuf {
+        self.root.join(pid.to_string()).join("task").join(tid.to_string())
+    }
+
+    /// Identity of task `tid` of process `pid` (`tid == pid` for the process itself).
+    pub fn task_id(&self, pid: i32, tid: i32) -> Result<TaskId> {
+        let path = self.task_dir(pid, tid).join("stat");
+        let (_, start_time) = parse_stat(&path, &read(&path)?)?;
+        Ok(TaskId { id: tid, start_time })
+    }
+
+    pub fn process(&self, pid: i32) -> Result<ProcessInfo> {
+        let dir = self.root.join(pid.to_string());
+        let stat = dir.join("stat");
+        let (comm, start_time) = parse_stat(&stat, &read(&stat)?)?;
+        let exe = fs::read_link(dir.join("exe"))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let status_path = dir.join("status");
+        let status = read(&status_path)?;
+        let uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| Error::Parse { path: status_path, what: "Uid", content: status.clone() })?;
+        Ok(ProcessInfo { task: TaskId { id: pid, start_time }, comm, exe, uid })
+    }
+
+    /// Every thread of `pid`, sorted by tid. Threads that exit while we read are skipped; the
+    /// process itself being gone is an error.
+    pub fn threads(&self, pid: i32) -> Result<Vec<ThreadInfo>> {
+        let dir = self.root.join(pid.to_string()).join("task");
+        let entries = fs::read_dir(&dir).map_err(|source| Error::Io { path: dir.clone(), source })?;
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| Error::Io { path: dir.clone(), source })?;
+            let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let stat = entry.path().join("stat");
+            let content = match read(&stat) {
+                Ok(c) => c,
+                Err(e) if e.is_gone() => continue,
+                Err(e) => return Err(e),
+            };
+            let (comm, start_time) = parse_stat(&stat, &content)?;
+            let role = ThreadRole::classify(pid, tid, &comm);
+            out.push(ThreadInfo { task: TaskId { id: tid, start_time }, comm, role });
+        }
+        out.sort_by_key(|t| t.task.id);
+        Ok(out)
+    }
+
+    /// Cumulative on-CPU time of a thread in ns (first field of `schedstat`).
+    pub fn thread_runtime_ns(&self, pid: i32, tid: i32) -> Result<u64> {
+        let path = self.task_dir(pid, tid).join("schedstat");
+        let content = read(&path)?;
+        content
+            .split_whitespace()
+            .next()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| Error::Parse { path, what: "schedstat", content })
+    }
+
+    /// True if `task` (a thread id with its start time) still names the same live thread of `pid`.
+    pub fn is_same_task(&self, pid: i32, task: TaskId) -> bool {
+        matches!(self.task_id(pid, task.id), Ok(t) if t == task)
+    }
+}
+
+/// Builds fake `/proc` trees for tests (here and in other crates).
+pub mod fake {
+    use super::*;
+
+    /// A `stat` line as the kernel writes it, with the given comm and start time.
+    pub fn stat_line(id: i32, comm: &str, start_time: u64) -> String {
+        // Fields 3..=21 are filler; field 22 is start_time.
+        let filler: Vec<String> = (4..=21).map(|i| i.to_string()).collect();
+        format!("{id} ({comm}) S {} {start_time} 23 24\n", filler.join(" "))
+    }
+
+    /// Adds process `pid` with exe `exe` and the given threads `(tid, comm)`; thread start times
+    /// are `1000 + tid` and the process's is `1000 + pid`.
+    pub fn add_process(root: &Path, pid: i32, exe: &str, uid: u32, threads: &[(i32, &str)]) {
+        let dir = root.join(pid.to_string());
+        fs::create_dir_all(dir.join("task")).unwrap();
+        let main_comm = threads.iter().find(|(t, _)| *t == pid).map(|t| t.1).unwrap_or("main");
+        fs::write(dir.join("stat"), stat_line(pid, main_comm, 1000 + pid as u64)).unwrap();
+        fs::write(dir.join("status"), format!("Name:\t{main_comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"))
+            .unwrap();
+        if !exe.is_empty() {
+            std::os::unix::fs::symlink(exe, dir.join("exe")).unwrap();
+        }
+        for (tid, comm) in threads {
+            add_thread(root, pid, *tid, comm);
+        }
+    }
+
+    pub fn add_thread(root: &Path, pid: i32, tid: i32, comm: &str) {
+        let t = root.join(pid.to_string()).join("task").join(tid.to_string());
+        fs::create_dir_all(&t).unwrap();
+        fs::write(t.join("stat"), stat_line(tid, comm, 1000 + tid as u64)).unwrap();
+        fs::write(t.join("schedstat"), format!("{} 0 0\n", 5_000 + tid)).unwrap();
+    }
+
+    pub fn remove_thread(root: &Path, pid: i32, tid: i32) {
+        fs::remove_dir_all(root.join(pid.to_string()).join("task").join(tid.to_string())).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fake::*;
+    use super::*;
+
+    fn qemu_tree() -> (tempfile::TempDir, ProcFs) {
+        let dir = tempfile::tempdir().unwrap();
+        add_process(
+            dir.path(),
+            4242,
+            "/usr/bin/qemu-system-x86_64",
+            0,
+            &[
+                (4242, "qemu-system-x86"),
+                (4243, "call_rcu"),
+                (4244, "IO mon_iothread"),
+                (4245, "CPU 0/TCG"),
+                (4246, "CPU 1/KVM"),
+                (4250, "worker"),
+                (4251, "IO iothread0"),
+            ],
+        );
+        let fs = ProcFs::new(dir.path());
+        (dir, fs)
+    }
+
+    #[test]
+    fn classifies_qemu_threads() {
+        let (_d, fs) = qemu_tree();
+        let roles: Vec<(i32, ThreadRole)> =
+            fs.threads(4242).unwrap().iter().map(|t| (t.task.id, t.role)).collect();
+        assert_eq!(
+            roles,
+            vec![
+                (4242, ThreadRole::Main),
+                (4243, ThreadRole::Other),
+                (4244, ThreadRole::Io),
+                (4245, ThreadRole::Vcpu),
+                (4246, ThreadRole::Vcpu),
+                (4250, ThreadRole::Worker),
+                (4251, ThreadRole::Io),
+            ]
+        );
+    }
+
+    #[test]
+    fn single_threaded_tcg_name_is_a_vcpu() {
+        assert_eq!(ThreadRole::classify(1, 2, "ALL CPUs/TCG"), ThreadRole::Vcpu);
+        assert_eq!(ThreadRole::classify(1, 1, "qemu-system-x86"), ThreadRole::Main);
+        assert_eq!(ThreadRole::classify(1, 3, "CPU 0/KVMX"), ThreadRole::Other);
+    }
+
+    #[test]
+    fn process_identity_and_qemu_check() {
+        let (d, fs) = qemu_tree();
+        let p = fs.process(4242).unwrap();
+        assert_eq!(p.task, TaskId { id: 4242, start_time: 5242 });
+        assert!(p.is_qemu());
+        add_process(d.path(), 77, "/usr/bin/python3.11", 1000, &[(77, "python3")]);
+        let p = fs.process(77).unwrap();
+        assert!(!p.is_qemu(), "python is not QEMU");
+        assert_eq!(p.uid, 1000);
+        add_process(d.path(), 78, "/usr/libexec/qemu-kvm (deleted)", 0, &[(78, "qemu-kvm")]);
+        assert!(fs.process(78).unwrap().is_qemu());
+        add_process(d.path(), 79, "/tmp/qemu-system-evil/sh", 0, &[(79, "sh")]);
+        assert!(!fs.process(79).unwrap().is_qemu(), "only the file name counts");
+    }
+
+    #[test]
+    fn comm_with_spaces_and_parens() {
+        let p = Path::new("x");
+        let (comm, st) = parse_stat(p, &stat_line(5, "a) (b c)", 99)).unwrap();
+        assert_eq!((comm.as_str(), st), ("a) (b c)", 99));
+        assert!(parse_stat(p, "5 (x) S 1 2").is_err());
+    }
+
+    #[test]
+    fn vanished_threads_are_skipped_and_reuse_is_detected() {
+        let (d, fs) = qemu_tree();
+        let before = fs.threads(4242).unwrap();
+        let worker = before.iter().find(|t| t.comm == "worker").unwrap().task;
+        assert!(fs.is_same_task(4242, worker));
+        remove_thread(d.path(), 4242, 4250);
+        assert_eq!(fs.threads(4242).unwrap().len(), before.len() - 1);
+        assert!(!fs.is_same_task(4242, worker));
+        // Same tid comes back with another start time: a different thread.
+        let t = d.path().join("4242/task/4250");
+        fs::create_dir_all(&t).unwrap();
+        fs::write(t.join("stat"), stat_line(4250, "worker", 777_777)).unwrap();
+        assert!(!fs.is_same_task(4242, worker));
+        let err = fs.threads(9999).unwrap_err();
+        assert!(err.is_gone(), "{err}");
+    }
+
+    #[test]
+    fn runtime_from_schedstat() {
+        let (_d, fs) = qemu_tree();
+        assert_eq!(fs.thread_runtime_ns(4242, 4245).unwrap(), 5_000 + 4245);
+    }
+
+    #[test]
+    fn reads_the_real_proc_of_this_process() {
+        let fs = ProcFs::default();
+        let me = std::process::id() as i32;
+        let p = fs.process(me).unwrap();
+        assert!(!p.is_qemu());
+        let threads = fs.threads(me).unwrap();
+        assert!(threads.iter().any(|t| t.task.id == me && t.role == ThreadRole::Main));
+        assert!(fs.thread_runtime_ns(me, me).unwrap() > 0);
+    }
+}

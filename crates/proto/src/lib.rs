@@ -1,0 +1,433 @@
+//! cosched wire protocol, version 1 (see DESIGN.md, "Wire protocol").
+//!
+//! Fixed 16-byte little-endian frames in both directions:
+//!
+//! | bytes | field   | meaning                                   |
+//! |-------|---------|-------------------------------------------|
+//! | 0-1   | magic   | `0x43 0x53` ("CS")                        |
+//! | 2     | version | 1                                         |
+//! | 3     | type    | [`Kind`]                                  |
+//! | 4-7   | seq     | sender's sequence number; replies echo it |
+//! | 8-15  | value   | type-specific u64                         |
+//!
+//! This crate does no I/O: [`Frame::encode`] / [`Frame::decode`] work on one frame,
+//! [`StreamDecoder`] turns an arbitrary byte stream (the virtio-serial channel) into frames and
+//! resynchronises after garbage. The byte-exact test vectors every implementation reads are in
+//! `testdata/wire-v1.json` at the repository root.
+
+use std::fmt;
+
+/// Length of every frame.
+pub const FRAME_LEN: usize = 16;
+/// Bytes 0-1 of every frame ("CS").
+pub const MAGIC: [u8; 2] = [0x43, 0x53];
+/// Byte 2 of every frame.
+pub const VERSION: u8 = 1;
+/// What a frame starts with; the stream decoder resynchronises on it.
+pub const HEADER: [u8; 3] = [MAGIC[0], MAGIC[1], VERSION];
+
+/// Capability bits (value of `REGISTER`, `ACK` to a `REGISTER`, `DISABLE`, `ENABLE`).
+pub mod caps {
+    pub const CPU: u64 = 1;
+    pub const IO: u64 = 2;
+    pub const MEMBW: u64 = 4;
+    /// Every capability this version of the protocol knows.
+    pub const ALL: u64 = CPU | IO | MEMBW;
+
+    /// Human-readable list, e.g. `cpu,io`; `none` for 0.
+    pub fn names(bits: u64) -> String {
+        let mut out = Vec::new();
+        for (bit, name) in [(CPU, "cpu"), (IO, "io"), (MEMBW, "membw")] {
+            if bits & bit != 0 {
+                out.push(name.to_string());
+            }
+        }
+        let unknown = bits & !ALL;
+        if unknown != 0 {
+            out.push(format!("{unknown:#x}"));
+        }
+        if out.is_empty() {
+            "none".into()
+        } else {
+            out.join(",")
+        }
+    }
+}
+
+/// The type byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Kind {
+    Register = 1,
+    Deregister = 2,
+    Cpu = 3,
+    Io = 4,
+    Membw = 5,
+    Ack = 0x80,
+    Deny = 0x81,
+    Disable = 0x82,
+    Enable = 0x83,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 9] = [
+        Kind::Register,
+        Kind::Deregister,
+        Kind::Cpu,
+        Kind::Io,
+        Kind::Membw,
+        Kind::Ack,
+        Kind::Deny,
+        Kind::Disable,
+        Kind::Enable,
+    ];
+
+    pub fn from_u8(b: u8) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| *k as u8 == b)
+    }
+
+    /// Upper-case protocol name, as in DESIGN.md and the test vectors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Register => "REGISTER",
+            Kind::Deregister => "DEREGISTER",
+            Kind::Cpu => "CPU",
+            Kind::Io => "IO",
+            Kind::Membw => "MEMBW",
+            Kind::Ack => "ACK",
+            Kind::Deny => "DENY",
+            Kind::Disable => "DISABLE",
+            Kind::Enable => "ENABLE",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// Frames a guest sends (the host replies to each with exactly one ACK or DENY).
+    pub fn is_guest_to_host(self) -> bool {
+        (self as u8) < 0x80
+    }
+}
+
+/// Value of a `DENY` frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u64)]
+pub enum DenyReason {
+    /// Coordination is disabled by the operator (globally or for this VM).
+    Disabled = 1,
+    /// The host does not support this capability.
+    Unsupported = 2,
+    /// A boost budget (continuous time or share of a window) is exhausted.
+    Budget = 3,
+    /// The frame could not be decoded.
+    Malformed = 4,
+    /// The guest sends frames faster than the host accepts them.
+    RateLimited = 5,
+    /// The guest has not registered (or was deregistered).
+    NotRegistered = 6,
+}
+
+impl DenyReason {
+    pub const ALL: [DenyReason; 6] = [
+        DenyReason::Disabled,
+        DenyReason::Unsupported,
+        DenyReason::Budget,
+        DenyReason::Malformed,
+        DenyReason::RateLimited,
+        DenyReason::NotRegistered,
+    ];
+
+    pub fn from_u64(v: u64) -> Option<DenyReason> {
+        DenyReason::ALL.into_iter().find(|r| *r as u64 == v)
+    }
+
+    /// Snake-case name used in status output and metrics labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            DenyReason::Disabled => "disabled",
+            DenyReason::Unsupported => "unsupported",
+            DenyReason::Budget => "budget",
+            DenyReason::Malformed => "malformed",
+            DenyReason::RateLimited => "rate_limited",
+            DenyReason::NotRegistered => "not_registered",
+        }
+    }
+}
+
+impl fmt::Display for DenyReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One decoded frame. `value` is type-specific; the typed accessors below check it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub kind: Kind,
+    pub seq: u32,
+    pub value: u64,
+}
+
+/// Why 16 bytes are not a valid frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// bad magic {0:#04x} {1:#04x} (expected 0x43 0x53)
+    #[error("bad magic {0:#04x} {1:#04x} (expected 0x43 0x53)")]
+    BadMagic(u8, u8),
+    #[error("unsupported protocol version {0} (this side speaks 1)")]
+    BadVersion(u8),
+    #[error("unknown frame type {kind:#04x} (seq {seq})")]
+    UnknownType { kind: u8, seq: u32 },
+    #[error("invalid value {value} for {kind} (seq {seq})")]
+    InvalidValue { kind: &'static str, seq: u32, value: u64 },
+}
+
+impl DecodeError {
+    /// The sequence number to echo in the `DENY(malformed)` reply, when the header was readable.
+    pub fn seq(&self) -> Option<u32> {
+        match *self {
+            DecodeError::UnknownType { seq, .. } | DecodeError::InvalidValue { seq, .. } => {
+                Some(seq)
+            }
+            _ => None,
+        }
+    }
+
+    /// Short stable name (test vectors, logs).
+    pub fn name(&self) -> &'static str {
+        match self {
+            DecodeError::BadMagic(..) => "bad_magic",
+            DecodeError::BadVersion(_) => "bad_version",
+            DecodeError::UnknownType { .. } => "unknown_type",
+            DecodeError::InvalidValue { .. } => "invalid_value",
+        }
+    }
+}
+
+impl Frame {
+    pub fn new(kind: Kind, seq: u32, value: u64) -> Frame {
+        Frame { kind, seq, value }
+    }
+
+    pub fn register(seq: u32, caps: u64) -> Frame {
+        Frame::new(Kind::Register, seq, caps)
+    }
+    pub fn deregister(seq: u32) -> Frame {
+        Frame::new(Kind::Deregister, seq, 0)
+    }
+    pub fn cpu(seq: u32, boost: bool) -> Frame {
+        Frame::new(Kind::Cpu, seq, boost as u64)
+    }
+    pub fn ack(seq: u32, value: u64) -> Frame {
+        Frame::new(Kind::Ack, seq, value)
+    }
+    pub fn deny(seq: u32, reason: DenyReason) -> Frame {
+        Frame::new(Kind::Deny, seq, reason as u64)
+    }
+    /// Unsolicited: the operator turned these capabilities off.
+    pub fn disable(caps: u64) -> Frame {
+        Frame::new(Kind::Disable, 0, caps)
+    }
+    /// Unsolicited: the operator turned these capabilities back on.
+    pub fn enable(caps: u64) -> Frame {
+        Frame::new(Kind::Enable, 0, caps)
+    }
+
+    pub fn encode(&self) -> [u8; FRAME_LEN] {
+        let mut b = [0u8; FRAME_LEN];
+        b[..3].copy_from_slice(&HEADER);
+        b[3] = self.kind as u8;
+        b[4..8].copy_from_slice(&self.seq.to_le_bytes());
+        b[8..16].copy_from_slice(&self.value.to_le_bytes());
+        b
+    }
+
+    /// Decodes one frame and checks that its value is valid for its type:
+    /// `CPU`/`IO` take 0 or 1, `MEMBW` at most 1000 permille, `DEREGISTER` 0, `DENY` a known reason.
+    /// Unknown capability bits are not an error (a newer guest may offer more than we grant).
+    pub fn decode(b: &[u8; FRAME_LEN]) -> Result<Frame, DecodeError> {
+        if b[..2] != MAGIC {
+            return Err(DecodeError::BadMagic(b[0], b[1]));
+        }
+        if b[2] != VERSION {
+            return Err(DecodeError::BadVersion(b[2]));
+        }
+        let seq = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&b[8..16]);
+        let value = u64::from_le_bytes(v);
+        let kind = Kind::from_u8(b[3]).ok_or(DecodeError::UnknownType { kind: b[3], seq })?;
+        let valid = match kind {
+            Kind::Cpu | Kind::Io => value <= 1,
+            Kind::Membw => value <= 1000,
+            Kind::Deregister => value == 0,
+            Kind::Deny => DenyReason::from_u64(value).is_some(),
+            Kind::Register | Kind::Ack | Kind::Disable | Kind::Enable => true,
+        };
+        if !valid {
+            return Err(DecodeError::InvalidValue { kind: kind.name(), seq, value });
+        }
+        Ok(Frame { kind, seq, value })
+    }
+
+    /// For a `DENY` frame, its reason.
+    pub fn deny_reason(&self) -> Option<DenyReason> {
+        (self.kind == Kind::Deny).then(|| DenyReason::from_u64(self.value)).flatten()
+    }
+}
+
+impl fmt::Display for Frame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.deny_reason() {
+            Some(r) => write!(f, "DENY({r}) seq={}", self.seq),
+            None => write!(f, "{}({}) seq={}", self.kind.name(), self.value, self.seq),
+        }
+    }
+}
+
+/// What the stream decoder yields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    Frame(Frame),
+    /// A 16-byte frame with a valid header but an unknown type or invalid value; it was consumed.
+    Malformed(DecodeError),
+    /// `skipped` bytes that do not start a frame were dropped while resynchronising on the next
+    /// `43 53 01`.
+    Garbage { skipped: usize },
+}
+
+/// Turns a byte stream into frames.
+///
+/// The channel is a byte stream with no framing of its own, so after bad bytes the decoder skips
+/// to the next `43 53 01` and reads frames from there. Skipped bytes are reported as one
+/// [`Event::Garbage`] per contiguous run within what has been pushed so far, so a guest that keeps
+/// writing garbage produces an event per read and trips the host's malformed-frame rate limit.
+#[derive(Debug, Default)]
+pub struct StreamDecoder {
+    buf: Vec<u8>,
+}
+
+/// The decoder never buffers more than this: a partial frame plus whatever one read brings.
+const MAX_BUFFERED: usize = 64 * 1024;
+
+impl StreamDecoder {
+    pub fn new() -> StreamDecoder {
+        StreamDecoder::default()
+    }
+
+    /// Appends bytes read from the channel. Call [`StreamDecoder::next_event`] until it returns
+    /// `None` afterwards; `push` more than 64 KiB without draining and the oldest bytes are lost.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() > MAX_BUFFERED {
+            let drop = self.buf.len() - MAX_BUFFERED;
+            self.buf.drain(..drop);
+        }
+    }
+
+    /// Bytes buffered but not yet decoded (a partial frame).
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn next_event(&mut self) -> Option<Event> {
+        if self.buf.len() >= HEADER.len() && self.buf[..3] == HEADER {
+            if self.buf.len() < FRAME_LEN {
+                return None;
+            }
+            let mut b = [0u8; FRAME_LEN];
+            b.copy_from_slice(&self.buf[..FRAME_LEN]);
+            self.buf.drain(..FRAME_LEN);
+            return Some(match Frame::decode(&b) {
+                Ok(f) => Event::Frame(f),
+                Err(e) => Event::Malformed(e),
+            });
+        }
+        // Not at a header: skip to the next one, or to a header prefix at the end of the buffer.
+        let skipped = find_header_or_prefix(&self.buf);
+        if skipped == 0 {
+            return None; // the buffer is a proper prefix of a header: wait for more bytes
+        }
+        self.buf.drain(..skipped);
+        Some(Event::Garbage { skipped })
+    }
+}
+
+/// Offset of the first position in `buf[1..]` (or 0 if `buf` itself is a header prefix) where a
+/// header starts, or where a proper prefix of a header runs to the end of `buf`; `buf.len()` if
+/// neither.
+fn find_header_or_prefix(buf: &[u8]) -> usize {
+    let is_start = |i: usize| {
+        let tail = &buf[i..];
+        let n = tail.len().min(HEADER.len());
+        tail[..n] == HEADER[..n]
+    };
+    if buf.len() < HEADER.len() && is_start(0) {
+        return 0;
+    }
+    (1..buf.len()).find(|&i| is_start(i)).unwrap_or(buf.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_every_kind() {
+        for kind in Kind::ALL {
+            let value = match kind {
+                Kind::Deny => DenyReason::Budget as u64,
+                Kind::Deregister => 0,
+                _ => 1,
+            };
+            let f = Frame::new(kind, 0xdead_beef, value);
+            assert_eq!(Frame::decode(&f.encode()), Ok(f));
+        }
+    }
+
+    #[test]
+    fn garbage_is_reported_per_read() {
+        let mut d = StreamDecoder::new();
+        d.push(b"hello ");
+        assert_eq!(d.next_event(), Some(Event::Garbage { skipped: 6 }));
+        assert_eq!(d.next_event(), None);
+        d.push(b"world");
+        assert_eq!(d.next_event(), Some(Event::Garbage { skipped: 5 }));
+        d.push(&Frame::cpu(3, true).encode());
+        assert_eq!(d.next_event(), Some(Event::Frame(Frame::cpu(3, true))));
+        assert_eq!(d.next_event(), None);
+    }
+
+    #[test]
+    fn frame_split_across_reads() {
+        let bytes = Frame::register(1, caps::CPU).encode();
+        let mut d = StreamDecoder::new();
+        for b in &bytes[..15] {
+            d.push(std::slice::from_ref(b));
+            assert_eq!(d.next_event(), None);
+        }
+        d.push(&bytes[15..]);
+        assert_eq!(d.next_event(), Some(Event::Frame(Frame::register(1, caps::CPU))));
+        assert_eq!(d.buffered(), 0);
+    }
+
+    #[test]
+    fn header_prefix_at_end_of_garbage_is_kept() {
+        let mut d = StreamDecoder::new();
+        d.push(&[0xff, 0x43]);
+        assert_eq!(d.next_event(), Some(Event::Garbage { skipped: 1 }));
+        assert_eq!(d.next_event(), None);
+        let f = Frame::cpu(9, false).encode();
+        d.push(&f[1..]);
+        assert_eq!(d.next_event(), Some(Event::Frame(Frame::cpu(9, false))));
+    }
+
+    #[test]
+    fn caps_names() {
+        assert_eq!(caps::names(0), "none");
+        assert_eq!(caps::names(caps::CPU | caps::IO), "cpu,io");
+        assert_eq!(caps::names(0x11), "cpu,0x10");
+    }
+}

@@ -232,6 +232,12 @@ impl ProcFs {
             .ok_or_else(|| Error::Parse { path, what: "schedstat", content })
     }
 
+    /// True if `tid` is a thread of process `pid` right now (one `stat` call: cheap enough to do
+    /// before every change to a thread).
+    pub fn has_task(&self, pid: i32, tid: i32) -> bool {
+        self.task_dir(pid, tid).exists()
+    }
+
     /// True if `task` (a thread id with its start time) still names the same live thread of `pid`.
     pub fn is_same_task(&self, pid: i32, task: TaskId) -> bool {
         matches!(self.task_id(pid, task.id), Ok(t) if t == task)

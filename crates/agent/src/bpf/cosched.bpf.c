@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * cosched guest detector: decides, at every context switch of the guest, whether the guest
+ * needs its host's help, and reports per-CPU transitions (boost / deboost) to the agent.
+ *
+ * This is the paravirtual schedule() of seed 000, sec. VII, Fig. 6, with need_to_be_boosted():
+ *   - a task with prio < 100 (RT or DL) needs a boost;
+ *   - a new task (sched_wakeup_new) enters a watch list with a counter of watch_count; each
+ *     switch-in of a watched task uses one unit and needs a boost, each wake-up from a sleep
+ *     gives one back (up to watch_count); at 0 the task leaves the list.
+ * State machine, per CPU: on need -> remember the time, send boost if not boosted; otherwise, if
+ * boosted and now >= last_need + hold -> send deboost. hold is MIN_BOOST_TIME (min_boost_ns), or,
+ * when needs recur with a period below hold_periodic_max_ns, 1.5 periods: a periodic RT task then
+ * keeps its VM boosted across the stray switches (kworkers) between two activations. A timer
+ * deboosts a CPU that stays on a task that needs no boost without switching (a lone CPU hog).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "intf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define MAX_CPUS 1024
+#define CLOCK_MONOTONIC 1
+#define MAX_RT_PRIO 100
+
+/* Knobs, set by the agent before load. */
+const volatile u64 min_boost_ns = 500000;
+const volatile u64 idle_deboost_ns = 20000000;
+const volatile u64 hold_periodic_max_ns = 10000000;
+const volatile u32 watch_count = 8;
+const volatile u32 agent_tgid = 0;
+
+struct cpu_state {
+	u64 last_need_ns;	/* last switch to a task that needs a boost */
+	u64 last_switch_ns;
+	u64 episode_start_ns;	/* start of the current run of needing switches */
+	u64 period_ns;		/* smoothed time between episode starts */
+	u32 boosted;
+	u32 cur_needs;		/* the task switched in last needs a boost */
+	u32 timer_armed;
+	u32 timer_ready;
+	struct bpf_timer timer;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_CPUS);
+	__type(key, u32);
+	__type(value, struct cpu_state);
+} cpu_states SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, u32);	/* pid (thread id) */
+	__type(value, u32);	/* remaining boosted switch-ins */
+} watch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct cosched_stats);
+} stats SEC(".maps");
+
+static __always_inline struct cosched_stats *stats_get(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&stats, &zero);
+}
+
+static __always_inline u64 hold_ns(struct cpu_state *st)
+{
+	u64 hold = min_boost_ns;
+
+	if (hold_periodic_max_ns && st->period_ns && st->period_ns <= hold_periodic_max_ns) {
+		u64 h = st->period_ns + st->period_ns / 2;
+
+		if (h > hold)
+			hold = h;
+	}
+	return hold;
+}
+
+/* Returns 1 if the agent will see the event (the ring buffer had room). */
+static __always_inline int emit(u32 cpu, u32 want, u32 reason, u32 pid, u64 now)
+{
+	struct cosched_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	struct cosched_stats *s;
+
+	if (!e) {
+		s = stats_get();
+		if (s)
+			s->events_dropped++;
+		return 0;
+	}
+	e->ts_ns = now;
+	e->cpu = cpu;
+	e->want = want;
+	e->reason = reason;
+	e->pid = pid;
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	return 1;
+}
+
+static int idle_timer_cb(void *map, u32 *key, struct cpu_state *st)
+{
+	u64 now = bpf_ktime_get_ns();
+	u64 since = now - st->last_switch_ns;
+	u64 until_hold = st->last_need_ns + hold_ns(st);
+	struct cosched_stats *s;
+
+	st->timer_armed = 0;
+	if (!st->boosted || st->cur_needs)
+		return 0;
+	if (since >= idle_deboost_ns && now >= until_hold) {
+		if (emit(*key, 0, COSCHED_REASON_TIMER, 0, now)) {
+			st->boosted = 0;
+			s = stats_get();
+			if (s)
+				s->timer_deboosts++;
+		}
+		return 0;
+	}
+	/* A switch happened since the timer was armed: wait for the rest. */
+	bpf_timer_start(&st->timer, since < idle_deboost_ns ? idle_deboost_ns - since : until_hold - now, 0);
+	st->timer_armed = 1;
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	u32 cpu = bpf_get_smp_processor_id();
+	struct cpu_state *st = bpf_map_lookup_elem(&cpu_states, &cpu);
+	struct cosched_stats *s = stats_get();
+	u32 reason = COSCHED_REASON_NONE;
+	u32 pid = next->pid;
+	u64 now;
+	u32 *cnt;
+
+	if (!st || !s)
+		return 0;
+	now = bpf_ktime_get_ns();
+	s->switches++;
+	st->last_switch_ns = now;
+	/* The agent's own wake-ups say nothing about the guest's needs. */
+	if (agent_tgid && next->tgid == agent_tgid)
+		return 0;
+
+	if (next->prio < MAX_RT_PRIO) {
+		reason = COSCHED_REASON_RT;
+		s->need_rt++;
+	} else {
+		cnt = bpf_map_lookup_elem(&watch, &pid);
+		if (cnt) {
+			if (*cnt > 0) {
+				reason = COSCHED_REASON_WATCHED;
+				s->need_watched++;
+				__sync_fetch_and_add(cnt, -1); /* BPF has no atomic sub */
+			}
+			if (*cnt == 0)
+				bpf_map_delete_elem(&watch, &pid);
+		}
+	}
+
+	if (reason != COSCHED_REASON_NONE) {
+		if (!st->cur_needs) {
+			/* A new episode: track the period of recurring needs. */
+			if (st->episode_start_ns) {
+				u64 d = now - st->episode_start_ns;
+
+				if (d > hold_periodic_max_ns || !st->period_ns)
+					st->period_ns = d;
+				else
+					st->period_ns = (3 * st->period_ns + d) / 4;
+			}
+			st->episode_start_ns = now;
+		}
+		st->cur_needs = 1;
+		st->last_need_ns = now;
+		if (!st->boosted && emit(cpu, 1, reason, pid, now)) {
+			st->boosted = 1;
+			s->boosts++;
+		}
+		return 0;
+	}
+
+	st->cur_needs = 0;
+	if (!st->boosted)
+		return 0;
+	if (now >= st->last_need_ns + hold_ns(st)) {
+		if (emit(cpu, 0, COSCHED_REASON_NONE, pid, now)) {
+			st->boosted = 0;
+			s->deboosts++;
+		}
+		return 0;
+	}
+	/* Still within hold: if no switch comes, the timer deboosts. */
+	if (!st->timer_ready) {
+		/* -EBUSY if a racing path initialised it first: fine either way. */
+		bpf_timer_init(&st->timer, &cpu_states, CLOCK_MONOTONIC);
+		bpf_timer_set_callback(&st->timer, idle_timer_cb);
+		st->timer_ready = 1;
+	}
+	if (!st->timer_armed) {
+		st->timer_armed = 1;
+		bpf_timer_start(&st->timer, idle_deboost_ns, 0);
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(on_wakeup_new, struct task_struct *p)
+{
+	u32 pid = p->pid;
+	u32 n = watch_count;
+	struct cosched_stats *s;
+
+	if (!n || (agent_tgid && p->tgid == agent_tgid))
+		return 0;
+	bpf_map_update_elem(&watch, &pid, &n, BPF_ANY);
+	s = stats_get();
+	if (s)
+		s->watch_added++;
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(on_wakeup, struct task_struct *p)
+{
+	u32 pid = p->pid;
+	u32 *cnt = bpf_map_lookup_elem(&watch, &pid);
+
+	/* A wake-up ends a sleep the task chose (I/O, timer): it stays interactive. */
+	if (cnt && *cnt < watch_count)
+		__sync_fetch_and_add(cnt, 1);
+	return 0;
+}

@@ -1,0 +1,256 @@
+//! `cosched`: one binary for the host daemon, the guest agent and the operator commands.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use cosched_host::config::{HostConfig, DEFAULT_CONTROL_SOCKET, DEFAULT_STATE_DIR};
+use cosched_host::control::{request, Request};
+use serde_json::Value;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cosched",
+    version,
+    about = "Coordinated host/guest scheduling for QEMU/KVM virtual machines",
+    long_about = "Coordinated host/guest scheduling for QEMU/KVM virtual machines.\n\n\
+        In the guest, `cosched guest` detects with eBPF when the guest runs work that must not \
+        wait (real-time tasks, newly started tasks) and tells the host over the virtio-serial \
+        port org.cosched.0. On the host, `cosched host` (root) connects to each VM's chardev \
+        socket, boosts that VM's QEMU threads (SCHED_RR) for just as long, within budgets, and \
+        puts back exactly what it changed.\n\n\
+        QEMU needs: -name <vm>,debug-threads=on -device virtio-serial \
+        -chardev socket,path=/run/cosched/vms/<vm>.sock,server=on,wait=off,id=cosched0 \
+        -device virtserialport,chardev=cosched0,name=org.cosched.0"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run the host daemon (root): watch the socket directory, coordinate every VM found there
+    Host(HostArgs),
+    /// Run the guest agent (root, inside the VM)
+    Guest(cosched_agent::Options),
+    /// Show VMs, their threads, boost state and counters
+    Status {
+        /// Machine-readable output
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value = DEFAULT_CONTROL_SOCKET)]
+        control_socket: PathBuf,
+    },
+    /// Turn CPU coordination on for the whole host (VMs told DISABLE get ENABLE)
+    Enable {
+        #[arg(long, default_value = DEFAULT_CONTROL_SOCKET)]
+        control_socket: PathBuf,
+    },
+    /// Turn CPU coordination off for the whole host: every VM is deboosted and told DISABLE
+    Disable {
+        #[arg(long, default_value = DEFAULT_CONTROL_SOCKET)]
+        control_socket: PathBuf,
+    },
+    /// Per-VM operator settings
+    Vm {
+        #[command(subcommand)]
+        cmd: VmCmd,
+        #[arg(long, default_value = DEFAULT_CONTROL_SOCKET, global = true)]
+        control_socket: PathBuf,
+    },
+    /// Print the daemon's metrics in the Prometheus text format
+    Metrics {
+        #[arg(long, default_value = DEFAULT_CONTROL_SOCKET)]
+        control_socket: PathBuf,
+    },
+    /// Put back the original scheduling of every thread a dead daemon left changed
+    /// (a starting daemon does this too). Refuses while a daemon runs.
+    Restore {
+        #[arg(long, default_value = DEFAULT_STATE_DIR)]
+        state_dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum VmCmd {
+    /// Coordinate this VM again (name = socket file name without .sock, or QEMU pid)
+    Enable { vm: String },
+    /// Stop coordinating this VM: it is deboosted and told DISABLE; its registration is denied
+    Disable { vm: String },
+    /// Real-time priority of this VM's threads when boosted (1..=98; ranks VMs against each other)
+    Priority { vm: String, priority: u8 },
+}
+
+#[derive(clap::Args, Debug)]
+struct HostArgs {
+    /// TOML configuration [default: /etc/cosched/host.toml if it exists]
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Directory of QEMU chardev sockets, one per VM [default: /run/cosched/vms]
+    #[arg(long)]
+    socket_dir: Option<PathBuf>,
+    /// Where original thread attributes are kept until restored [default: /run/cosched/state]
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Root-only control socket [default: /run/cosched/control.sock]
+    #[arg(long)]
+    control_socket: Option<PathBuf>,
+    /// Serve Prometheus metrics over HTTP at this address, e.g. 127.0.0.1:9477
+    #[arg(long)]
+    metrics_listen: Option<String>,
+    /// Start with coordination disabled (enable later with `cosched enable`)
+    #[arg(long)]
+    disabled: bool,
+    /// Log every frame and boost (-v), or warnings only (-q)
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[arg(short, long, conflicts_with = "verbose")]
+    quiet: bool,
+}
+
+fn run_host(a: HostArgs) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        anyhow::bail!("`cosched host` must run as root (it changes the scheduling of QEMU threads)");
+    }
+    let mut cfg = HostConfig::load(a.config.as_deref())?;
+    if let Some(d) = a.socket_dir {
+        cfg.socket_dir = d;
+    }
+    if let Some(d) = a.state_dir {
+        cfg.state_dir = d;
+    }
+    if let Some(s) = a.control_socket {
+        cfg.control_socket = s;
+    }
+    if a.metrics_listen.is_some() {
+        cfg.metrics_listen = a.metrics_listen;
+    }
+    if a.disabled {
+        cfg.enabled = false;
+    }
+    cosched_host::log::set_verbosity(if a.quiet { 0 } else { 1 + a.verbose });
+    cosched_host::daemon::Daemon::new(cfg)?.run()
+}
+
+fn fmt_ms(ns_ms: f64) -> String {
+    if ns_ms >= 1000.0 {
+        format!("{:.1} s", ns_ms / 1000.0)
+    } else {
+        format!("{ns_ms:.1} ms")
+    }
+}
+
+fn print_status(s: &Value) {
+    let p = &s["policy"];
+    println!(
+        "CPU coordination: {}   (budgets: boost <= {} ms at a time, <= {}‰ of {} ms; real-time guard {}‰ of {} ms)",
+        if s["cpu_enabled"].as_bool() == Some(true) { "enabled" } else { "DISABLED" },
+        p["max_continuous_boost_ms"],
+        p["max_boost_share_permille"],
+        p["budget_window_ms"],
+        p["rt_guard_max_share_permille"],
+        p["rt_guard_window_ms"],
+    );
+    let l = &s["latency"];
+    println!(
+        "hint-to-applied latency: {} boosts/deboosts, p50 {} µs, p99 {} µs, max {} µs",
+        l["count"], l["p50_us"], l["p99_us"], l["max_us"]
+    );
+    let vms = s["vms"].as_array().cloned().unwrap_or_default();
+    if vms.is_empty() {
+        println!("no VMs connected (socket directory {})", s["daemon"]["socket_dir"].as_str().unwrap_or("?"));
+    } else {
+        println!(
+            "\n{:<16} {:>7} {:>4} {:>3} {:>4} {:<8} {:>7} {:>9} {:>7} {:>9}  denied",
+            "VM", "PID", "REG", "ON", "PRIO", "LEVEL", "BOOSTS", "BOOSTED", "BUDGET", "MALFORMED"
+        );
+    }
+    for vm in &vms {
+        let c = &vm["counters"];
+        let yes = |v: &Value| if v.as_bool() == Some(true) { "yes" } else { "no" };
+        let denied: Vec<String> = c["denied"]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect())
+            .unwrap_or_default();
+        let boosted_ms = c["boosted_ns"].as_f64().unwrap_or(0.0) / 1e6 + vm["boosted_for_ms"].as_f64().unwrap_or(0.0);
+        println!(
+            "{:<16} {:>7} {:>4} {:>3} {:>4} {:<8} {:>7} {:>9} {:>7} {:>9}  {}",
+            vm["name"].as_str().unwrap_or("?"),
+            vm["pid"],
+            yes(&vm["registered"]),
+            yes(&vm["enabled"]),
+            vm["priority"],
+            vm["level"].as_str().unwrap_or("?"),
+            c["boosts"],
+            fmt_ms(boosted_ms),
+            c["budget_exhausted"],
+            c["malformed"],
+            if denied.is_empty() { "-".into() } else { denied.join(" ") }
+        );
+        for t in vm["threads"].as_array().cloned().unwrap_or_default() {
+            println!(
+                "    {:>7} {:<7} {:<18} {}",
+                t["tid"],
+                t["role"].as_str().unwrap_or("?"),
+                t["comm"].as_str().unwrap_or("?"),
+                t["sched"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    if let Some(p) = s["unconnected_sockets"].as_array().filter(|a| !a.is_empty()) {
+        println!("\nsockets not connected (see the daemon's log): {}", p.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", "));
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result: anyhow::Result<()> = (|| match cli.cmd {
+        Cmd::Host(a) => run_host(a),
+        Cmd::Guest(opts) => cosched_agent::run(opts),
+        Cmd::Status { json, control_socket } => {
+            let s = request(&control_socket, &Request::Status)?.context("empty status")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                print_status(&s);
+            }
+            Ok(())
+        }
+        Cmd::Enable { control_socket } => request(&control_socket, &Request::Enable { vm: None }).map(drop),
+        Cmd::Disable { control_socket } => request(&control_socket, &Request::Disable { vm: None }).map(drop),
+        Cmd::Vm { cmd, control_socket } => {
+            let req = match cmd {
+                VmCmd::Enable { vm } => Request::Enable { vm: Some(vm) },
+                VmCmd::Disable { vm } => Request::Disable { vm: Some(vm) },
+                VmCmd::Priority { vm, priority } => Request::Priority { vm, priority },
+            };
+            request(&control_socket, &req).map(drop)
+        }
+        Cmd::Metrics { control_socket } => {
+            let m = request(&control_socket, &Request::Metrics)?.context("empty reply")?;
+            print!("{}", m["text"].as_str().unwrap_or_default());
+            Ok(())
+        }
+        Cmd::Restore { state_dir } => {
+            let r = cosched_host::daemon::restore_command(&state_dir)?;
+            println!(
+                "restored {} thread(s); {} gone; {} left as they were (changed by someone else or never changed)",
+                r.restored, r.gone, r.untouched
+            );
+            for e in &r.errors {
+                eprintln!("error: {e}");
+            }
+            if r.errors.is_empty() {
+                Ok(())
+            } else {
+                anyhow::bail!("{} thread(s) could not be restored; their records are kept in {}", r.errors.len(), state_dir.display())
+            }
+        }
+    })();
+    if let Err(e) = result {
+        eprintln!("cosched: error: {e:#}");
+        std::process::exit(1);
+    }
+}

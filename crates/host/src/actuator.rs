@@ -1,0 +1,345 @@
+//! The CPU actuator: puts a VM's threads at a [`Level`] and back, remembering what it changed.
+//!
+//! Invariants:
+//! - a thread's original attributes are on disk ([`StateDir`]) before its first change;
+//! - only threads listed under `/proc/<qemu pid>/task/` are touched, checked right before each
+//!   change, so a thread id can never lead outside the VM's own process;
+//! - going back to [`Level::Normal`] restores a thread only if it still has what we set; if
+//!   someone else changed it meanwhile, their change stays;
+//! - a thread that already runs at a real-time class is never touched (a boost never lowers).
+
+use std::collections::BTreeMap;
+use std::io;
+
+use cosched_core::Level;
+use cosched_procfs::{ProcFs, TaskId, ThreadRole};
+use serde::{Deserialize, Serialize};
+
+use crate::sched::{self, SchedAttr, SCHED_FLAG_RESET_ON_FORK, SCHED_FIFO, SCHED_RR};
+use crate::store::{looks_applied_by_us, StateDir, ThreadRecord, VmRecord};
+
+/// Access to the scheduler: the real syscalls, or a fake in tests.
+pub trait SchedOps {
+    fn get(&mut self, tid: i32) -> io::Result<SchedAttr>;
+    fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()>;
+}
+
+/// `sched_getattr` / `sched_setattr` on the running kernel.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealSched;
+
+impl SchedOps for RealSched {
+    fn get(&mut self, tid: i32) -> io::Result<SchedAttr> {
+        sched::get(tid)
+    }
+    fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()> {
+        sched::set(tid, attr)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RtPolicy {
+    Rr,
+    Fifo,
+}
+
+/// How a boosted VM's threads are scheduled (config section `[boost]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BoostClass {
+    /// Real-time policy of boosted threads (seed 000 uses `SCHED_RR` priority 1).
+    pub policy: RtPolicy,
+    /// Non-vCPU threads (main loop, I/O threads, workers) run this many priority levels above
+    /// the vCPUs. Under TCG the main loop delivers the guest's timer interrupts (seed 002 puts
+    /// the I/O thread above the vCPU).
+    pub other_threads_priority_offset: u8,
+    /// Nice value of the vCPU threads while the real-time guard holds them off the real-time
+    /// class ([`Level::Guarded`]).
+    pub guard_nice: i32,
+}
+
+impl Default for BoostClass {
+    fn default() -> Self {
+        BoostClass { policy: RtPolicy::Rr, other_threads_priority_offset: 0, guard_nice: -20 }
+    }
+}
+
+impl BoostClass {
+    pub fn validate(&self) -> Result<(), String> {
+        if !(-20..=19).contains(&self.guard_nice) {
+            return Err(format!("guard_nice = {} out of range -20..=19", self.guard_nice));
+        }
+        if self.other_threads_priority_offset > 10 {
+            return Err("other_threads_priority_offset must be 0..=10".into());
+        }
+        Ok(())
+    }
+
+    /// Target attributes of a thread, or `None` for its original ones. `vcpus_known` is false
+    /// when QEMU runs without `debug-threads=on`: then every thread but the main one is treated
+    /// as a vCPU by the guard.
+    pub fn target(&self, level: Level, role: ThreadRole, vcpus_known: bool, priority: u8) -> Option<SchedAttr> {
+        let is_vcpu = role == ThreadRole::Vcpu || (!vcpus_known && role != ThreadRole::Main);
+        let policy = match self.policy {
+            RtPolicy::Rr => SCHED_RR,
+            RtPolicy::Fifo => SCHED_FIFO,
+        };
+        let rt = |offset: u8| {
+            let prio = (priority as u32 + offset as u32).min(98);
+            SchedAttr::rt(policy, prio, SCHED_FLAG_RESET_ON_FORK)
+        };
+        let offset = if is_vcpu { 0 } else { self.other_threads_priority_offset };
+        match level {
+            Level::Normal => None,
+            Level::Boosted => Some(rt(offset)),
+            Level::Guarded if is_vcpu => Some(SchedAttr::other(self.guard_nice, SCHED_FLAG_RESET_ON_FORK)),
+            Level::Guarded => Some(rt(offset)),
+        }
+    }
+}
+
+/// Everything the actuator needs from the outside world.
+pub struct Env<'a> {
+    pub procfs: &'a ProcFs,
+    pub sched: &'a mut dyn SchedOps,
+    pub store: &'a StateDir,
+    pub class: &'a BoostClass,
+}
+
+#[derive(Debug, Clone)]
+struct Tracked {
+    task: TaskId,
+    comm: String,
+    role: ThreadRole,
+    original: SchedAttr,
+    /// What we set and the thread still has, as far as we know.
+    applied: Option<SchedAttr>,
+}
+
+/// What one call changed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub changed: u32,
+    /// Threads found gone while applying.
+    pub gone: u32,
+    /// Threads left alone because someone else changed them after us.
+    pub foreign: u32,
+    pub errors: Vec<String>,
+}
+
+/// A thread as shown by `cosched status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadView {
+    pub tid: i32,
+    pub comm: String,
+    pub role: ThreadRole,
+    pub sched: String,
+    pub boosted: bool,
+}
+
+/// The threads of one VM and what we did to them.
+#[derive(Debug)]
+pub struct VmCpu {
+    pub name: String,
+    pub process: TaskId,
+    threads: BTreeMap<i32, Tracked>,
+    level: Level,
+    priority: u8,
+    /// The originals of every tracked thread are on disk.
+    persisted: bool,
+}
+
+impl VmCpu {
+    /// Tracks the threads of QEMU process `process` (nothing is changed).
+    pub fn new(name: &str, process: TaskId, env: &mut Env) -> io::Result<VmCpu> {
+        let mut vm = VmCpu {
+            name: name.to_string(),
+            process,
+            threads: BTreeMap::new(),
+            level: Level::Normal,
+            priority: 1,
+            persisted: false,
+        };
+        vm.rescan(env)?;
+        Ok(vm)
+    }
+
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
+    pub fn thread_count(&self) -> usize {
+        self.threads.len()
+    }
+
+    pub fn threads(&self) -> Vec<ThreadView> {
+        self.threads
+            .iter()
+            .map(|(tid, t)| ThreadView {
+                tid: *tid,
+                comm: t.comm.clone(),
+                role: t.role,
+                sched: t.applied.unwrap_or(t.original).to_string(),
+                boosted: t.applied.is_some(),
+            })
+            .collect()
+    }
+
+    fn vcpus_known(&self) -> bool {
+        self.threads.values().any(|t| t.role == ThreadRole::Vcpu)
+    }
+
+    /// Re-reads the thread list: new threads are tracked (their attributes read as original),
+    /// exited ones dropped. Does not change anything.
+    fn rescan(&mut self, env: &mut Env) -> io::Result<()> {
+        let list = env.procfs.threads(self.process.id).map_err(io::Error::other)?;
+        let live: BTreeMap<i32, _> = list.into_iter().map(|t| (t.task.id, t)).collect();
+        self.threads.retain(|tid, t| live.get(tid).is_some_and(|l| l.task == t.task));
+        for (tid, info) in live {
+            if let Some(t) = self.threads.get_mut(&tid) {
+                // QEMU names a thread from inside it, after creation: the role may change.
+                t.comm = info.comm;
+                t.role = info.role;
+                continue;
+            }
+            let Ok(original) = env.sched.get(tid) else { continue }; // exited meanwhile
+            self.threads.insert(
+                tid,
+                Tracked { task: info.task, comm: info.comm, role: info.role, original, applied: None },
+            );
+            self.persisted = false;
+        }
+        Ok(())
+    }
+
+    fn record(&self) -> VmRecord {
+        VmRecord {
+            vm: self.name.clone(),
+            process: self.process,
+            threads: self
+                .threads
+                .values()
+                .map(|t| ThreadRecord { task: t.task, original: t.original })
+                .collect(),
+        }
+    }
+
+    /// Puts every known thread at `level`. With `rescan`, the thread list is re-read first so
+    /// that threads that appeared since are included.
+    pub fn set_level(&mut self, env: &mut Env, level: Level, priority: u8, rescan: bool) -> Outcome {
+        let mut out = Outcome::default();
+        if rescan {
+            if let Err(e) = self.rescan(env) {
+                out.errors.push(format!("{}: reading threads: {e}", self.name));
+            }
+        }
+        self.level = level;
+        self.priority = priority;
+        let vcpus_known = self.vcpus_known();
+        let pid = self.process.id;
+        let targets: Vec<(i32, Option<SchedAttr>)> = self
+            .threads
+            .iter()
+            .map(|(tid, t)| {
+                let target = if t.original.is_realtime() {
+                    None // never lower a thread that is already real-time
+                } else {
+                    env.class.target(level, t.role, vcpus_known, priority)
+                };
+                (*tid, target)
+            })
+            .collect();
+
+        // Refresh the originals of threads about to leave their own attributes: the operator
+        // may have changed them since we last looked. Then persist before changing anything.
+        for (tid, target) in &targets {
+            let t = self.threads.get_mut(tid).expect("tracked");
+            if target.is_some() && t.applied.is_none() {
+                match env.sched.get(*tid) {
+                    Ok(cur) if !cur.same_as(&t.original) => {
+                        t.original = cur;
+                        self.persisted = false;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if targets.iter().any(|(_, target)| target.is_some()) && !self.persisted {
+            if let Err(e) = env.store.save(&self.record()) {
+                out.errors.push(format!(
+                    "{}: not boosting: cannot save original attributes in {}: {e}",
+                    self.name,
+                    env.store.path().display()
+                ));
+                self.level = Level::Normal;
+                return out;
+            }
+            self.persisted = true;
+        }
+
+        let mut gone = Vec::new();
+        for (tid, target) in targets {
+            let t = self.threads.get_mut(&tid).expect("tracked");
+            if target == t.applied {
+                continue;
+            }
+            // The id must still name a thread of this QEMU process.
+            if !env.procfs.has_task(pid, tid) {
+                gone.push(tid);
+                continue;
+            }
+            let result = match target {
+                Some(attr) => env.sched.set(tid, &attr).map(|()| Some(attr)),
+                None => {
+                    let applied = t.applied.expect("target != applied");
+                    match env.sched.get(tid) {
+                        Ok(cur) if cur.same_as(&applied) && looks_applied_by_us(&cur, &t.original) => {
+                            env.sched.set(tid, &t.original).map(|()| None)
+                        }
+                        Ok(_) => {
+                            out.foreign += 1;
+                            Ok(None)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            match result {
+                Ok(applied) => {
+                    if applied != t.applied {
+                        out.changed += 1;
+                    }
+                    t.applied = applied;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => gone.push(tid),
+                Err(e) => out.errors.push(sched::explain_set_error(tid, &target.unwrap_or(t.original), &e)),
+            }
+        }
+        out.gone = gone.len() as u32;
+        for tid in gone {
+            self.threads.remove(&tid);
+        }
+        out
+    }
+
+    /// Re-reads the thread list and brings threads that appeared since to the current level.
+    pub fn refresh(&mut self, env: &mut Env) -> Outcome {
+        self.set_level(env, self.level, self.priority, true)
+    }
+
+    /// Puts everything back and removes the record from disk.
+    pub fn restore(&mut self, env: &mut Env) -> Outcome {
+        let mut out = self.set_level(env, Level::Normal, self.priority, false);
+        if out.errors.is_empty() {
+            if let Err(e) = env.store.remove(self.process) {
+                out.errors.push(format!("{}: removing state record: {e}", self.name));
+            }
+            self.persisted = false;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,272 @@
+//! Actuator and restore logic on a fake `/proc` tree and a fake scheduler.
+
+use std::collections::HashMap;
+
+use cosched_procfs::fake;
+
+use super::*;
+use crate::sched::SCHED_OTHER;
+use crate::store::restore_all;
+
+/// A scheduler that keeps attributes in a map; threads not in the map do not exist.
+#[derive(Default)]
+struct FakeSched {
+    attrs: HashMap<i32, SchedAttr>,
+    sets: Vec<(i32, SchedAttr)>,
+    fail_with: Option<i32>,
+}
+
+impl SchedOps for FakeSched {
+    fn get(&mut self, tid: i32) -> io::Result<SchedAttr> {
+        self.attrs.get(&tid).copied().ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
+    }
+    fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()> {
+        if let Some(errno) = self.fail_with {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        let slot = self.attrs.get_mut(&tid).ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+        *slot = *attr;
+        self.sets.push((tid, *attr));
+        Ok(())
+    }
+}
+
+struct World {
+    proc_dir: tempfile::TempDir,
+    state_dir: tempfile::TempDir,
+    procfs: ProcFs,
+    store: StateDir,
+    sched: FakeSched,
+    class: BoostClass,
+}
+
+const PID: i32 = 500;
+
+impl World {
+    fn new() -> World {
+        let proc_dir = tempfile::tempdir().unwrap();
+        let state_dir = tempfile::tempdir().unwrap();
+        fake::add_process(
+            proc_dir.path(),
+            PID,
+            "/usr/bin/qemu-system-x86_64",
+            0,
+            &[(PID, "qemu-system-x86"), (501, "call_rcu"), (502, "CPU 0/TCG"), (503, "worker")],
+        );
+        // Another process: must never be touched.
+        fake::add_process(proc_dir.path(), 900, "/usr/bin/bash", 0, &[(900, "bash")]);
+        let mut sched = FakeSched::default();
+        for tid in [500, 501, 502, 503, 900] {
+            sched.attrs.insert(tid, SchedAttr::other(0, 0));
+        }
+        sched.attrs.insert(501, SchedAttr::other(5, 0)); // a niced thread
+        let procfs = ProcFs::new(proc_dir.path());
+        let store = StateDir::open(state_dir.path().join("state")).unwrap();
+        World { proc_dir, state_dir, procfs, store, sched, class: BoostClass::default() }
+    }
+
+    fn env(&mut self) -> Env<'_> {
+        Env { procfs: &self.procfs, sched: &mut self.sched, store: &self.store, class: &self.class }
+    }
+
+    fn vm(&mut self) -> VmCpu {
+        let process = self.procfs.process(PID).unwrap().task;
+        VmCpu::new("vm1", process, &mut self.env()).unwrap()
+    }
+
+    fn attr(&self, tid: i32) -> SchedAttr {
+        self.sched.attrs[&tid]
+    }
+}
+
+fn rr(prio: u32) -> SchedAttr {
+    SchedAttr::rt(SCHED_RR, prio, SCHED_FLAG_RESET_ON_FORK)
+}
+
+#[test]
+fn boost_sets_every_thread_and_deboost_restores_exactly() {
+    let mut w = World::new();
+    let mut vm = w.vm();
+    let out = vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    assert_eq!(out, Outcome { changed: 4, ..Default::default() });
+    for tid in 500..=503 {
+        assert_eq!(w.attr(tid), rr(1), "tid {tid}");
+    }
+    assert_eq!(w.attr(900), SchedAttr::other(0, 0), "outside the VM");
+    let out = vm.set_level(&mut w.env(), Level::Normal, 1, false);
+    assert_eq!(out.changed, 4);
+    assert_eq!(w.attr(501), SchedAttr::other(5, 0), "nice 5 comes back");
+    assert_eq!(w.attr(502), SchedAttr::other(0, 0));
+    assert!(w.sched.sets.iter().all(|(tid, _)| (500..=503).contains(tid)));
+}
+
+#[test]
+fn originals_are_on_disk_before_the_first_change() {
+    let mut w = World::new();
+    let mut vm = w.vm();
+    assert!(w.store.load_all().unwrap().is_empty(), "tracking alone writes nothing");
+    // Make every set fail: the record must be on disk anyway, written before.
+    w.sched.fail_with = Some(libc::EPERM);
+    let out = vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    assert_eq!(out.changed, 0);
+    assert!(out.errors[0].contains("CAP_SYS_NICE"), "{:?}", out.errors);
+    let recs = w.store.load_all().unwrap();
+    let rec = recs[0].1.as_ref().unwrap();
+    assert_eq!(rec.threads.len(), 4);
+    assert_eq!(rec.threads[1].original, SchedAttr::other(5, 0));
+}
+
+#[test]
+fn unwritable_state_dir_means_no_boost() {
+    let mut w = World::new();
+    let mut vm = w.vm();
+    std::fs::remove_dir_all(w.store.path()).unwrap();
+    std::fs::write(w.store.path(), b"not a dir").unwrap();
+    let out = vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    assert!(out.errors[0].contains("not boosting"), "{:?}", out.errors);
+    assert!(w.sched.sets.is_empty());
+    assert_eq!(vm.level(), Level::Normal);
+}
+
+#[test]
+fn guarded_moves_only_vcpus_to_the_fair_class() {
+    let mut w = World::new();
+    w.class.other_threads_priority_offset = 1;
+    let mut vm = w.vm();
+    vm.set_level(&mut w.env(), Level::Boosted, 3, false);
+    assert_eq!(w.attr(502), rr(3), "vCPU");
+    assert_eq!(w.attr(500), rr(4), "main loop one above");
+    vm.set_level(&mut w.env(), Level::Guarded, 3, false);
+    assert_eq!(w.attr(502), SchedAttr::other(-20, SCHED_FLAG_RESET_ON_FORK));
+    assert_eq!(w.attr(500), rr(4));
+    vm.set_level(&mut w.env(), Level::Normal, 3, false);
+    assert_eq!(w.attr(502), SchedAttr::other(0, 0));
+}
+
+#[test]
+fn without_thread_names_every_non_main_thread_is_guarded() {
+    let c = BoostClass::default();
+    assert_eq!(c.target(Level::Guarded, ThreadRole::Other, false, 1), Some(SchedAttr::other(-20, 1)));
+    assert_eq!(c.target(Level::Guarded, ThreadRole::Main, false, 1), Some(rr(1)));
+    assert_eq!(c.target(Level::Guarded, ThreadRole::Other, true, 1), Some(rr(1)));
+    assert_eq!(c.target(Level::Normal, ThreadRole::Vcpu, true, 1), None);
+    let c = BoostClass { other_threads_priority_offset: 5, ..c };
+    assert_eq!(c.target(Level::Boosted, ThreadRole::Io, true, 97), Some(rr(98)), "capped at 98");
+}
+
+#[test]
+fn new_threads_are_boosted_on_refresh_and_gone_ones_dropped() {
+    let mut w = World::new();
+    let mut vm = w.vm();
+    vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    fake::add_thread(w.proc_dir.path(), PID, 510, "worker");
+    w.sched.attrs.insert(510, SchedAttr::other(0, 0));
+    fake::remove_thread(w.proc_dir.path(), PID, 503);
+    w.sched.attrs.remove(&503);
+    let out = vm.refresh(&mut w.env());
+    assert_eq!(out.changed, 1);
+    assert_eq!(w.attr(510), rr(1));
+    assert_eq!(vm.thread_count(), 4);
+    let rec = w.store.load_all().unwrap().remove(0).1.unwrap();
+    assert!(rec.threads.iter().any(|t| t.task.id == 510), "newcomer persisted before its change");
+    vm.set_level(&mut w.env(), Level::Normal, 1, false);
+    assert_eq!(w.attr(510), SchedAttr::other(0, 0));
+}
+
+#[test]
+fn a_thread_id_outside_the_process_is_never_touched() {
+    let mut w = World::new();
+    let mut vm = w.vm();
+    // Thread 503 exits; its id now names a thread of process 900.
+    fake::remove_thread(w.proc_dir.path(), PID, 503);
+    w.sched.attrs.insert(503, SchedAttr::other(0, 0));
+    let out = vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    assert_eq!(out.gone, 1);
+    assert_eq!(w.attr(503), SchedAttr::other(0, 0));
+    assert!(!w.sched.sets.iter().any(|(tid, _)| *tid == 503));
+}
+
+#[test]
+fn foreign_changes_are_left_alone_and_realtime_threads_never_lowered() {
+    let mut w = World::new();
+    w.sched.attrs.insert(503, SchedAttr::rt(SCHED_FIFO, 50, 0));
+    let mut vm = w.vm();
+    vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    assert_eq!(w.attr(503), SchedAttr::rt(SCHED_FIFO, 50, 0), "FIFO 50 is not lowered to RR 1");
+    // The operator moves thread 502 somewhere else while boosted.
+    let operators = SchedAttr::rt(SCHED_FIFO, 10, 0);
+    w.sched.attrs.insert(502, operators);
+    let out = vm.set_level(&mut w.env(), Level::Normal, 1, false);
+    assert_eq!(out.foreign, 1);
+    assert_eq!(w.attr(502), operators);
+    assert_eq!(w.attr(500), SchedAttr::other(0, 0));
+}
+
+#[test]
+fn originals_are_refreshed_between_boosts() {
+    let mut w = World::new();
+    let mut vm = w.vm();
+    vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    vm.set_level(&mut w.env(), Level::Normal, 1, false);
+    w.sched.attrs.insert(502, SchedAttr::other(-5, 0)); // operator renices between boosts
+    vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    vm.set_level(&mut w.env(), Level::Normal, 1, false);
+    assert_eq!(w.attr(502), SchedAttr::other(-5, 0));
+    let rec = w.store.load_all().unwrap().remove(0).1.unwrap();
+    assert_eq!(rec.threads.iter().find(|t| t.task.id == 502).unwrap().original, SchedAttr::other(-5, 0));
+}
+
+#[test]
+fn restore_all_after_a_crash_puts_back_only_our_changes() {
+    let mut w = World::new();
+    let mut vm = w.vm();
+    vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    drop(vm); // the daemon dies: nothing restored
+    assert_eq!(w.attr(500), rr(1));
+    // Meanwhile: 503 exits, 502 is changed by the operator (no RESET_ON_FORK).
+    fake::remove_thread(w.proc_dir.path(), PID, 503);
+    w.sched.attrs.insert(502, SchedAttr::rt(SCHED_FIFO, 20, 0));
+    let report = restore_all(&w.store, &w.procfs, &mut w.sched).unwrap();
+    assert_eq!((report.restored, report.gone, report.untouched), (2, 1, 1), "{report:?}");
+    assert!(report.errors.is_empty());
+    assert_eq!(w.attr(500), SchedAttr::other(0, 0));
+    assert_eq!(w.attr(501), SchedAttr::other(5, 0));
+    assert_eq!(w.attr(502), SchedAttr::rt(SCHED_FIFO, 20, 0));
+    assert!(w.store.load_all().unwrap().is_empty(), "record removed");
+    // Running it again is harmless.
+    assert_eq!(restore_all(&w.store, &w.procfs, &mut w.sched).unwrap(), Default::default());
+}
+
+#[test]
+fn restore_all_keeps_records_it_could_not_finish_and_reports_bad_files() {
+    let mut w = World::new();
+    let mut vm = w.vm();
+    vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    std::fs::write(w.store.path().join("1-2.json"), b"{garbage").unwrap();
+    std::fs::write(w.store.path().join("3-4.json.tmp"), b"{half").unwrap();
+    w.sched.fail_with = Some(libc::EPERM);
+    let report = restore_all(&w.store, &w.procfs, &mut w.sched).unwrap();
+    assert_eq!(report.errors.len(), 5, "{:?}", report.errors);
+    assert!(report.errors[0].contains("unreadable"));
+    let left: Vec<_> = w.store.load_all().unwrap().into_iter().map(|(p, _)| p).collect();
+    assert_eq!(left.len(), 2, "bad file and unfinished record kept, tmp file dropped: {left:?}");
+    w.sched.fail_with = None;
+    let report = restore_all(&w.store, &w.procfs, &mut w.sched).unwrap();
+    assert_eq!(report.restored, 4);
+    assert_eq!(w.attr(502).policy, SCHED_OTHER);
+    let _ = &w.state_dir;
+}
+
+#[test]
+fn restore_removes_the_record_when_the_vm_exits() {
+    let mut w = World::new();
+    let mut vm = w.vm();
+    vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    std::fs::remove_dir_all(w.proc_dir.path().join(PID.to_string())).unwrap();
+    for tid in 500..=503 {
+        w.sched.attrs.remove(&tid);
+    }
+    let out = vm.restore(&mut w.env());
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    assert!(w.store.load_all().unwrap().is_empty());
+}

@@ -1,0 +1,73 @@
+//! The control socket: one JSON request per connection, one JSON reply, both a single line.
+//!
+//! The socket is created mode 0600 and the daemon also checks the peer's uid (root only): the
+//! operator interface must not be reachable by a guest or an unprivileged user.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Request {
+    Status,
+    Metrics,
+    /// Coordination on, for the whole host (`vm: None`) or one VM (name or QEMU pid).
+    Enable { vm: Option<String> },
+    Disable { vm: Option<String> },
+    Priority { vm: String, priority: u8 },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+}
+
+impl Reply {
+    pub fn ok(data: Option<serde_json::Value>) -> Reply {
+        Reply { ok: true, error: None, data }
+    }
+    pub fn err(msg: impl Into<String>) -> Reply {
+        Reply { ok: false, error: Some(msg.into()), data: None }
+    }
+}
+
+/// Sends `req` to the daemon at `socket` and returns its data, or its error as an error.
+pub fn request(socket: &Path, req: &Request) -> anyhow::Result<Option<serde_json::Value>> {
+    let mut s = UnixStream::connect(socket).with_context(|| {
+        format!("cannot reach the cosched host daemon at {} (is `cosched host` running? are you root?)", socket.display())
+    })?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut line = serde_json::to_string(req)?;
+    line.push('\n');
+    s.write_all(line.as_bytes())?;
+    let mut reply = String::new();
+    BufReader::new(s).read_line(&mut reply).context("reading the daemon's reply")?;
+    let reply: Reply = serde_json::from_str(&reply).with_context(|| format!("bad reply from daemon: {reply:?}"))?;
+    if !reply.ok {
+        bail!("{}", reply.error.unwrap_or_else(|| "request failed".into()));
+    }
+    Ok(reply.data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_one_json_line() {
+        let r = Request::Priority { vm: "web1".into(), priority: 5 };
+        let s = serde_json::to_string(&r).unwrap();
+        assert_eq!(s, r#"{"cmd":"priority","vm":"web1","priority":5}"#);
+        assert_eq!(serde_json::from_str::<Request>(r#"{"cmd":"enable","vm":null}"#).unwrap(), Request::Enable { vm: None });
+        assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
+    }
+}

@@ -1,0 +1,968 @@
+//! The host daemon's event loop: one thread, `epoll` (mio) over the socket directory (inotify),
+//! the VM channels, the control socket, signals, and the coordinator's deadlines.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use cosched_core::{Action, Coordinator, Level, VmId, VmSettings, NS_PER_MS};
+use cosched_proto::{Event, StreamDecoder};
+use cosched_procfs::ProcFs;
+use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use serde_json::{json, Value};
+
+use crate::actuator::{Env, RealSched, SchedOps, VmCpu};
+use crate::config::HostConfig;
+use crate::control::{Reply, Request};
+use crate::metrics::Latency;
+use crate::store::{restore_all, StateDir};
+
+const INOTIFY: Token = Token(0);
+const SIGNALS: Token = Token(1);
+const CONTROL: Token = Token(2);
+const METRICS: Token = Token(3);
+const FIRST_CONN: usize = 16;
+/// Replies queued for a guest that does not read them are dropped beyond this.
+const MAX_OUT: usize = 64 * 1024;
+
+struct VmConn {
+    id: VmId,
+    stream: UnixStream,
+    path: PathBuf,
+    decoder: StreamDecoder,
+    out: Vec<u8>,
+    cpu: VmCpu,
+    latency: Latency,
+    actuation_errors: u64,
+    dropped_replies: u64,
+    last_warn_ns: Option<u64>,
+}
+
+struct CtlConn {
+    stream: UnixStream,
+    input: Vec<u8>,
+    out: Vec<u8>,
+}
+
+struct HttpConn {
+    stream: TcpStream,
+    input: Vec<u8>,
+    out: Vec<u8>,
+}
+
+enum Conn {
+    Vm(Box<VmConn>),
+    Control(CtlConn),
+    Http(HttpConn),
+}
+
+/// A socket we could not use: when to try again, and whether we said so already.
+struct Attempt {
+    next_try_ns: u64,
+    backoff_ms: u64,
+    reported: bool,
+}
+
+pub struct Daemon {
+    cfg: HostConfig,
+    procfs: ProcFs,
+    sched: Box<dyn SchedOps>,
+    store: StateDir,
+    coord: Coordinator,
+    poll: Poll,
+    start: Instant,
+    conns: BTreeMap<usize, Conn>,
+    next_token: usize,
+    by_path: HashMap<PathBuf, usize>,
+    attempts: HashMap<PathBuf, Attempt>,
+    /// Operator settings per VM name, kept across reconnects.
+    settings: BTreeMap<String, VmSettings>,
+    latency: Latency,
+    inotify: OwnedFd,
+    signals: OwnedFd,
+    control: UnixListener,
+    metrics: Option<TcpListener>,
+    shutdown: bool,
+    next_rescan_ns: u64,
+    next_refresh_ns: u64,
+    _lock: fs::File,
+}
+
+fn errno_result(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// Takes an exclusive lock on `<state_dir>/.lock`; fails if another daemon holds it.
+pub fn lock_state_dir(store: &StateDir) -> anyhow::Result<fs::File> {
+    let path = store.path().join(".lock");
+    let f = fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: flock on a file descriptor we own.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        bail!(
+            "another cosched host daemon is running (it holds {}); stop it first",
+            path.display()
+        );
+    }
+    Ok(f)
+}
+
+fn block_signals() -> io::Result<OwnedFd> {
+    // SAFETY: plain libc calls on a local sigset; the returned fd is owned by us.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        let fd = errno_result(libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC))?;
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+fn watch_dir(dir: &Path) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: inotify_init1 returns a new fd we own; add_watch reads the C string only.
+    unsafe {
+        let fd = OwnedFd::from_raw_fd(errno_result(libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC))?);
+        errno_result(libc::inotify_add_watch(
+            fd.as_raw_fd(),
+            c.as_ptr(),
+            libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_ATTRIB,
+        ))?;
+        Ok(fd)
+    }
+}
+
+/// Drains a non-blocking fd; returns what was read.
+fn drain_fd(fd: RawFd) -> Vec<u8> {
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: reading into a local buffer of the given length.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            return all;
+        }
+        all.extend_from_slice(&buf[..n as usize]);
+    }
+}
+
+/// Writes all of `buf` to a non-blocking socket, waiting (briefly) when it is full. Used only
+/// for control and metrics replies, which clients are waiting to read.
+fn write_blocking(stream: &mut impl Write, mut buf: &[u8]) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !buf.is_empty() && Instant::now() < deadline {
+        match stream.write(buf) {
+            Ok(0) => return,
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// Process id and uid of the peer of a connected unix socket.
+fn peer_cred(fd: RawFd) -> io::Result<(i32, u32)> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
+    errno_result(unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
+    })?;
+    Ok((cred.pid, cred.uid))
+}
+
+fn vm_name(path: &Path) -> String {
+    let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    file.strip_suffix(".sock").map(str::to_string).unwrap_or(file)
+}
+
+impl Daemon {
+    /// Sets everything up: restores what a previous daemon left, binds the control socket,
+    /// watches the socket directory.
+    pub fn new(cfg: HostConfig) -> anyhow::Result<Daemon> {
+        Daemon::with_sched(cfg, ProcFs::default(), Box::new(RealSched))
+    }
+
+    pub fn with_sched(cfg: HostConfig, procfs: ProcFs, mut sched: Box<dyn SchedOps>) -> anyhow::Result<Daemon> {
+        cfg.validate()?;
+        let store = StateDir::open(&cfg.state_dir)
+            .with_context(|| format!("creating state directory {}", cfg.state_dir.display()))?;
+        let lock = lock_state_dir(&store)?;
+        let report = restore_all(&store, &procfs, sched.as_mut())
+            .with_context(|| format!("restoring from {}", cfg.state_dir.display()))?;
+        if report.restored + report.gone + report.untouched > 0 || !report.errors.is_empty() {
+            info!(
+                "restored {} thread(s) left boosted by a previous daemon ({} gone, {} changed by someone else)",
+                report.restored, report.gone, report.untouched
+            );
+        }
+        for e in &report.errors {
+            warn!("restore: {e}");
+        }
+
+        fs::create_dir_all(&cfg.socket_dir)
+            .with_context(|| format!("creating socket directory {}", cfg.socket_dir.display()))?;
+        let signals = block_signals().context("blocking SIGTERM/SIGINT/SIGHUP")?;
+        let inotify = watch_dir(&cfg.socket_dir)
+            .with_context(|| format!("watching {} with inotify", cfg.socket_dir.display()))?;
+
+        if let Some(dir) = cfg.control_socket.parent() {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        if cfg.control_socket.exists() {
+            // The lock says no daemon runs, so this is a leftover of one that was killed.
+            fs::remove_file(&cfg.control_socket)
+                .with_context(|| format!("removing stale {}", cfg.control_socket.display()))?;
+        }
+        let mut control = UnixListener::bind(&cfg.control_socket)
+            .with_context(|| format!("binding control socket {}", cfg.control_socket.display()))?;
+        fs::set_permissions(&cfg.control_socket, fs::Permissions::from_mode(0o600))?;
+
+        let poll = Poll::new()?;
+        poll.registry().register(&mut SourceFd(&inotify.as_raw_fd()), INOTIFY, Interest::READABLE)?;
+        poll.registry().register(&mut SourceFd(&signals.as_raw_fd()), SIGNALS, Interest::READABLE)?;
+        poll.registry().register(&mut control, CONTROL, Interest::READABLE)?;
+        let metrics = match &cfg.metrics_listen {
+            Some(addr) => {
+                let a = addr.parse().with_context(|| format!("metrics_listen = {addr:?}: not an ip:port"))?;
+                let mut l = TcpListener::bind(a).with_context(|| format!("binding metrics on {addr}"))?;
+                poll.registry().register(&mut l, METRICS, Interest::READABLE)?;
+                Some(l)
+            }
+            None => None,
+        };
+        let mut coord = Coordinator::new(cfg.policy.clone());
+        let mut sink = Vec::new();
+        coord.set_cpu_enabled(cfg.enabled, 0, &mut sink);
+        let settings = cfg
+            .vm
+            .iter()
+            .map(|(name, v)| {
+                let s = VmSettings {
+                    enabled: v.enabled.unwrap_or(true),
+                    priority: v.priority.unwrap_or(cfg.policy.default_priority),
+                };
+                (name.clone(), s)
+            })
+            .collect();
+        info!(
+            "watching {} for VM sockets; control socket {}; coordination {}",
+            cfg.socket_dir.display(),
+            cfg.control_socket.display(),
+            if cfg.enabled { "enabled" } else { "disabled" }
+        );
+        Ok(Daemon {
+            cfg,
+            procfs,
+            sched,
+            store,
+            coord,
+            poll,
+            start: Instant::now(),
+            conns: BTreeMap::new(),
+            next_token: FIRST_CONN,
+            by_path: HashMap::new(),
+            attempts: HashMap::new(),
+            settings,
+            latency: Latency::default(),
+            inotify,
+            signals,
+            control,
+            metrics,
+            shutdown: false,
+            next_rescan_ns: 0,
+            next_refresh_ns: 0,
+            _lock: lock,
+        })
+    }
+
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Runs until SIGTERM or SIGINT, then puts every thread back and returns.
+    pub fn run(mut self) -> anyhow::Result<()> {
+        let mut events = Events::with_capacity(256);
+        while !self.shutdown {
+            let now = self.now();
+            let mut next = self.next_rescan_ns.min(self.next_refresh_ns);
+            if let Some(d) = self.coord.next_deadline(now) {
+                next = next.min(d);
+            }
+            let timeout = Duration::from_nanos(next.saturating_sub(now));
+            match self.poll.poll(&mut events, Some(timeout)) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => r.context("epoll")?,
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    INOTIFY => self.on_inotify(),
+                    SIGNALS => self.on_signal(),
+                    CONTROL => self.accept_control(),
+                    METRICS => self.accept_metrics(),
+                    Token(t) => self.on_conn(t, ev.is_readable(), ev.is_writable()),
+                }
+            }
+            let now = self.now();
+            let mut actions = Vec::new();
+            self.coord.tick(now, &mut actions);
+            self.execute(actions, None);
+            if now >= self.next_rescan_ns {
+                self.next_rescan_ns = now + self.cfg.rescan_ms * NS_PER_MS;
+                self.check_vms_alive();
+                self.scan_socket_dir();
+            }
+            if now >= self.next_refresh_ns {
+                self.next_refresh_ns = now + self.cfg.thread_refresh_ms * NS_PER_MS;
+                self.refresh_boosted();
+            }
+        }
+        self.restore_everything();
+        Ok(())
+    }
+
+    fn on_signal(&mut self) {
+        let bytes = drain_fd(self.signals.as_raw_fd());
+        for chunk in bytes.chunks(std::mem::size_of::<libc::signalfd_siginfo>()) {
+            let signo = u32::from_ne_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]) as i32;
+            if signo == libc::SIGHUP {
+                info!("SIGHUP: rescanning {}", self.cfg.socket_dir.display());
+                self.attempts.clear();
+                self.scan_socket_dir();
+            } else {
+                info!("signal {signo}: restoring every thread and exiting");
+                self.shutdown = true;
+            }
+        }
+    }
+
+    /// Puts every thread of every VM back (shutdown).
+    fn restore_everything(&mut self) {
+        let tokens: Vec<usize> = self.conns.keys().copied().collect();
+        for t in tokens {
+            self.drop_conn(t, "daemon exiting");
+        }
+        let _ = fs::remove_file(&self.cfg.control_socket);
+    }
+
+    fn on_inotify(&mut self) {
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = drain_fd(self.inotify.as_raw_fd());
+        // struct inotify_event { int wd; u32 mask, cookie, len; char name[len]; }
+        let mut off = 0;
+        while off + 16 <= bytes.len() {
+            let len = u32::from_ne_bytes(bytes[off + 12..off + 16].try_into().unwrap()) as usize;
+            let name = &bytes[off + 16..(off + 16 + len).min(bytes.len())];
+            let name = name.split(|b| *b == 0).next().unwrap_or_default();
+            if !name.is_empty() {
+                let path = self.cfg.socket_dir.join(std::ffi::OsStr::from_bytes(name));
+                self.attempts.remove(&path); // a new socket deserves a fresh try
+            }
+            off += 16 + len;
+        }
+        self.scan_socket_dir();
+    }
+
+    fn scan_socket_dir(&mut self) {
+        let entries = match fs::read_dir(&self.cfg.socket_dir) {
+            Ok(e) => e,
+            Err(e) => {
+                warn!("reading {}: {e}", self.cfg.socket_dir.display());
+                return;
+            }
+        };
+        let now = self.now();
+        let mut present = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if !entry.file_type().is_ok_and(|t| t.is_socket()) {
+                continue;
+            }
+            present.push(path.clone());
+            if self.by_path.contains_key(&path) {
+                continue;
+            }
+            if self.attempts.get(&path).is_some_and(|a| now < a.next_try_ns) {
+                continue;
+            }
+            if let Err(msg) = self.connect(&path) {
+                let a = self.attempts.entry(path.clone()).or_insert(Attempt {
+                    next_try_ns: 0,
+                    backoff_ms: self.cfg.rescan_ms,
+                    reported: false,
+                });
+                if !a.reported {
+                    warn!("{}: {msg}; will retry", path.display());
+                    a.reported = true;
+                } else {
+                    debug!("{}: {msg}", path.display());
+                }
+                a.next_try_ns = now + a.backoff_ms * NS_PER_MS;
+                a.backoff_ms = (a.backoff_ms * 2).min(30_000);
+            }
+        }
+        self.attempts.retain(|p, _| present.contains(p));
+    }
+
+    /// Connects to a QEMU chardev socket and checks who is on the other end.
+    fn connect(&mut self, path: &Path) -> Result<(), String> {
+        let mut stream = UnixStream::connect(path).map_err(|e| format!("connect: {e}"))?;
+        let (pid, _uid) = peer_cred(stream.as_raw_fd()).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+        let process = self.procfs.process(pid).map_err(|e| format!("peer pid {pid}: {e}"))?;
+        if !process.is_qemu() {
+            return Err(format!(
+                "refusing peer pid {pid} ({}): not a QEMU process (exe {:?})",
+                process.comm, process.exe
+            ));
+        }
+        let name = vm_name(path);
+        let mut env = Env {
+            procfs: &self.procfs,
+            sched: self.sched.as_mut(),
+            store: &self.store,
+            class: &self.cfg.boost,
+        };
+        let cpu = VmCpu::new(&name, process.task, &mut env).map_err(|e| format!("reading threads of pid {pid}: {e}"))?;
+        let token = self.next_token;
+        self.next_token += 1;
+        self.poll
+            .registry()
+            .register(&mut stream, Token(token), Interest::READABLE)
+            .map_err(|e| format!("epoll: {e}"))?;
+        let id = VmId(token as u64);
+        let settings = *self.settings.entry(name.clone()).or_insert_with(|| self.coord.default_settings());
+        self.coord.vm_connected(id, &name, settings, self.now());
+        info!(
+            "{name}: connected to QEMU pid {pid} ({} threads) via {}",
+            cpu.thread_count(),
+            path.display()
+        );
+        self.by_path.insert(path.to_path_buf(), token);
+        self.attempts.remove(path);
+        self.conns.insert(
+            token,
+            Conn::Vm(Box::new(VmConn {
+                id,
+                stream,
+                path: path.to_path_buf(),
+                decoder: StreamDecoder::new(),
+                out: Vec::new(),
+                cpu,
+                latency: Latency::default(),
+                actuation_errors: 0,
+                dropped_replies: 0,
+                last_warn_ns: None,
+            })),
+        );
+        Ok(())
+    }
+
+    fn on_conn(&mut self, token: usize, readable: bool, writable: bool) {
+        match self.conns.get(&token) {
+            Some(Conn::Vm(_)) => {
+                if readable {
+                    self.read_vm(token);
+                }
+                if writable {
+                    self.flush_vm(token);
+                }
+            }
+            Some(Conn::Control(_)) => self.on_control(token),
+            Some(Conn::Http(_)) => self.on_http(token),
+            None => {}
+        }
+    }
+
+    fn read_vm(&mut self, token: usize) {
+        let mut buf = [0u8; 4096];
+        loop {
+            let Some(Conn::Vm(vm)) = self.conns.get_mut(&token) else { return };
+            let n = match vm.stream.read(&mut buf) {
+                Ok(0) => return self.drop_conn(token, "channel closed (QEMU exited?)"),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return self.drop_conn(token, &format!("read error: {e}")),
+            };
+            let rx_ns = self.start.elapsed().as_nanos() as u64;
+            vm.decoder.push(&buf[..n]);
+            let id = vm.id;
+            let mut events = Vec::new();
+            while let Some(ev) = vm.decoder.next_event() {
+                events.push(ev);
+            }
+            for ev in events {
+                let mut actions = Vec::new();
+                match ev {
+                    Event::Frame(f) => {
+                        debug!("{}: <- {f}", self.vm_label(token));
+                        self.coord.frame(id, f, rx_ns, &mut actions);
+                    }
+                    Event::Malformed(e) => {
+                        self.warn_vm(token, &format!("malformed frame: {e}"));
+                        self.coord.malformed(id, e.seq(), 0, rx_ns, &mut actions);
+                    }
+                    Event::Garbage { skipped } => {
+                        self.warn_vm(token, &format!("{skipped} byte(s) of garbage skipped"));
+                        self.coord.malformed(id, None, skipped as u64, rx_ns, &mut actions);
+                    }
+                }
+                self.execute(actions, Some(rx_ns));
+            }
+        }
+    }
+
+    fn vm_label(&self, token: usize) -> String {
+        match self.conns.get(&token) {
+            Some(Conn::Vm(vm)) => vm.cpu.name.clone(),
+            _ => format!("conn {token}"),
+        }
+    }
+
+    /// Warns about a VM at most once per second.
+    fn warn_vm(&mut self, token: usize, msg: &str) {
+        let now = self.now();
+        if let Some(Conn::Vm(vm)) = self.conns.get_mut(&token) {
+            if vm.last_warn_ns.is_none_or(|t| now >= t + 1_000 * NS_PER_MS) {
+                vm.last_warn_ns = Some(now);
+                warn!("{}: {msg}", vm.cpu.name);
+            }
+        }
+    }
+
+    /// Carries out the coordinator's actions. `rx_ns`: when the frame that caused them was read.
+    fn execute(&mut self, actions: Vec<Action>, rx_ns: Option<u64>) {
+        for a in actions {
+            match a {
+                Action::Send { vm, frame } => {
+                    let token = vm.0 as usize;
+                    if let Some(Conn::Vm(c)) = self.conns.get_mut(&token) {
+                        debug!("{}: -> {frame}", c.cpu.name);
+                        if c.out.len() + 16 > MAX_OUT {
+                            c.dropped_replies += 1;
+                        } else {
+                            c.out.extend_from_slice(&frame.encode());
+                        }
+                        self.flush_vm(token);
+                    }
+                }
+                Action::SetCpu { vm, level, priority } => self.set_cpu(vm.0 as usize, level, priority, rx_ns),
+            }
+        }
+    }
+
+    fn set_cpu(&mut self, token: usize, level: Level, priority: u8, rx_ns: Option<u64>) {
+        let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { return };
+        let mut env = Env {
+            procfs: &self.procfs,
+            sched: self.sched.as_mut(),
+            store: &self.store,
+            class: &self.cfg.boost,
+        };
+        let was = c.cpu.level();
+        let out = c.cpu.set_level(&mut env, level, priority, false);
+        let done = self.start.elapsed().as_nanos() as u64;
+        if let Some(rx) = rx_ns {
+            let ns = done.saturating_sub(rx);
+            c.latency.record(ns);
+            self.latency.record(ns);
+        }
+        debug!("{}: {} -> {} ({} thread(s) changed)", c.cpu.name, was.name(), level.name(), out.changed);
+        // Threads may have appeared since the last look: re-read on each boost.
+        let refreshed = if was == Level::Normal && level != Level::Normal {
+            Some(c.cpu.refresh(&mut env))
+        } else {
+            None
+        };
+        let errors: Vec<String> = out.errors.into_iter().chain(refreshed.into_iter().flat_map(|o| o.errors)).collect();
+        if !errors.is_empty() {
+            c.actuation_errors += errors.len() as u64;
+            let msg = errors.join("; ");
+            self.warn_vm(token, &msg);
+        }
+    }
+
+    fn flush_vm(&mut self, token: usize) {
+        let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { return };
+        while !c.out.is_empty() {
+            match c.stream.write(&c.out) {
+                Ok(n) => {
+                    c.out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break, // WouldBlock: wait for WRITABLE; other errors show up on read
+            }
+        }
+        let interest = if c.out.is_empty() { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
+        let _ = self.poll.registry().reregister(&mut c.stream, Token(token), interest);
+    }
+
+    fn drop_conn(&mut self, token: usize, why: &str) {
+        let Some(conn) = self.conns.remove(&token) else { return };
+        match conn {
+            Conn::Vm(mut c) => {
+                let mut actions = Vec::new();
+                self.coord.vm_gone(c.id, self.now(), &mut actions);
+                let mut env = Env {
+                    procfs: &self.procfs,
+                    sched: self.sched.as_mut(),
+                    store: &self.store,
+                    class: &self.cfg.boost,
+                };
+                let out = c.cpu.restore(&mut env);
+                for e in &out.errors {
+                    warn!("{}: restoring: {e}", c.cpu.name);
+                }
+                let _ = self.poll.registry().deregister(&mut c.stream);
+                self.by_path.remove(&c.path);
+                info!("{}: {why}; {} thread(s) restored", c.cpu.name, out.changed);
+            }
+            Conn::Control(mut c) => {
+                let _ = self.poll.registry().deregister(&mut c.stream);
+            }
+            Conn::Http(mut c) => {
+                let _ = self.poll.registry().deregister(&mut c.stream);
+            }
+        }
+    }
+
+    /// Forgets VMs whose QEMU process is gone (or whose pid now names another process).
+    fn check_vms_alive(&mut self) {
+        let gone: Vec<usize> = self
+            .conns
+            .iter()
+            .filter_map(|(t, c)| match c {
+                Conn::Vm(vm) => {
+                    let alive = self.procfs.process(vm.cpu.process.id).is_ok_and(|p| p.task == vm.cpu.process);
+                    (!alive).then_some(*t)
+                }
+                _ => None,
+            })
+            .collect();
+        for t in gone {
+            self.drop_conn(t, "QEMU process exited");
+        }
+    }
+
+    /// Boosted VMs: bring threads that appeared since to the VM's level.
+    fn refresh_boosted(&mut self) {
+        let tokens: Vec<usize> = self
+            .conns
+            .iter()
+            .filter_map(|(t, c)| matches!(c, Conn::Vm(vm) if vm.cpu.level() != Level::Normal).then_some(*t))
+            .collect();
+        for token in tokens {
+            let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { continue };
+            let mut env = Env {
+                procfs: &self.procfs,
+                sched: self.sched.as_mut(),
+                store: &self.store,
+                class: &self.cfg.boost,
+            };
+            let out = c.cpu.refresh(&mut env);
+            if out.changed > 0 {
+                debug!("{}: boosted {} new thread(s)", c.cpu.name, out.changed);
+            }
+            if !out.errors.is_empty() {
+                c.actuation_errors += out.errors.len() as u64;
+                let msg = out.errors.join("; ");
+                self.warn_vm(token, &msg);
+            }
+        }
+    }
+
+    fn accept_control(&mut self) {
+        loop {
+            let (mut stream, _) = match self.control.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    warn!("control accept: {e}");
+                    return;
+                }
+            };
+            // Root only, whatever the socket's mode says.
+            match peer_cred(stream.as_raw_fd()) {
+                Ok((_, 0)) => {}
+                Ok((pid, uid)) => {
+                    warn!("control: refusing pid {pid} uid {uid} (root only)");
+                    let _ = stream.write_all(b"{\"ok\":false,\"error\":\"root only\"}\n");
+                    continue;
+                }
+                Err(e) => {
+                    warn!("control: SO_PEERCRED: {e}");
+                    continue;
+                }
+            }
+            let token = self.next_token;
+            self.next_token += 1;
+            if self.poll.registry().register(&mut stream, Token(token), Interest::READABLE).is_ok() {
+                self.conns.insert(token, Conn::Control(CtlConn { stream, input: Vec::new(), out: Vec::new() }));
+            }
+        }
+    }
+
+    fn on_control(&mut self, token: usize) {
+        let Some(Conn::Control(c)) = self.conns.get_mut(&token) else { return };
+        let mut buf = [0u8; 4096];
+        loop {
+            match c.stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    c.input.extend_from_slice(&buf[..n]);
+                    if c.input.len() > 64 * 1024 {
+                        return self.drop_conn(token, "control request too long");
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.drop_conn(token, "control read error"),
+            }
+        }
+        let Some(Conn::Control(c)) = self.conns.get_mut(&token) else { return };
+        let Some(nl) = c.input.iter().position(|b| *b == b'\n') else { return };
+        let line = String::from_utf8_lossy(&c.input[..nl]).into_owned();
+        let reply = match serde_json::from_str::<Request>(&line) {
+            Ok(req) => self.handle(req),
+            Err(e) => Reply::err(format!("bad request: {e}")),
+        };
+        let Some(Conn::Control(c)) = self.conns.get_mut(&token) else { return };
+        c.out = serde_json::to_vec(&reply).unwrap_or_default();
+        c.out.push(b'\n');
+        // The client waits for this reply; write it out even if that takes a few rounds.
+        write_blocking(&mut c.stream, &c.out);
+        self.drop_conn(token, "control request done");
+    }
+
+    fn accept_metrics(&mut self) {
+        let Some(l) = self.metrics.as_mut() else { return };
+        while let Ok((mut stream, _)) = l.accept() {
+            let token = self.next_token;
+            self.next_token += 1;
+            if self.poll.registry().register(&mut stream, Token(token), Interest::READABLE).is_ok() {
+                self.conns.insert(token, Conn::Http(HttpConn { stream, input: Vec::new(), out: Vec::new() }));
+            }
+        }
+    }
+
+    fn on_http(&mut self, token: usize) {
+        let Some(Conn::Http(c)) = self.conns.get_mut(&token) else { return };
+        let mut buf = [0u8; 4096];
+        let mut closed = false;
+        loop {
+            match c.stream.read(&mut buf) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => c.input.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let complete = c.input.windows(4).any(|w| w == b"\r\n\r\n") || c.input.len() > 8192 || closed;
+        if !complete {
+            return;
+        }
+        let body = self.prometheus();
+        let Some(Conn::Http(c)) = self.conns.get_mut(&token) else { return };
+        c.out = format!(
+            "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes();
+        let _ = c.stream.set_nodelay(true);
+        write_blocking(&mut c.stream, &c.out);
+        self.drop_conn(token, "metrics served");
+    }
+
+    /// Finds a VM by name or QEMU pid.
+    fn find_vm(&self, key: &str) -> Result<VmId, String> {
+        let pid: Option<i32> = key.parse().ok();
+        self.conns
+            .values()
+            .find_map(|c| match c {
+                Conn::Vm(vm) if vm.cpu.name == key || Some(vm.cpu.process.id) == pid => Some(vm.id),
+                _ => None,
+            })
+            .ok_or_else(|| {
+                let known: Vec<&str> = self
+                    .conns
+                    .values()
+                    .filter_map(|c| if let Conn::Vm(vm) = c { Some(vm.cpu.name.as_str()) } else { None })
+                    .collect();
+                format!("no VM named {key:?} (connected: {})", if known.is_empty() { "none".into() } else { known.join(", ") })
+            })
+    }
+
+    fn handle(&mut self, req: Request) -> Reply {
+        let now = self.now();
+        let mut actions = Vec::new();
+        let reply = match req {
+            Request::Status => Reply::ok(Some(self.status())),
+            Request::Metrics => Reply::ok(Some(json!({ "text": self.prometheus() }))),
+            Request::Enable { vm: None } | Request::Disable { vm: None } => {
+                let on = matches!(req, Request::Enable { .. });
+                self.coord.set_cpu_enabled(on, now, &mut actions);
+                info!("operator: CPU coordination {} for the whole host", if on { "enabled" } else { "disabled" });
+                Reply::ok(None)
+            }
+            Request::Enable { vm: Some(ref key) } | Request::Disable { vm: Some(ref key) } => {
+                let on = matches!(req, Request::Enable { .. });
+                match self.find_vm(key) {
+                    Ok(id) => {
+                        self.coord.set_vm_enabled(id, on, now, &mut actions);
+                        let name = self.coord.vm(id).map(|v| v.name.clone()).unwrap_or_default();
+                        if let Some(s) = self.settings.get_mut(&name) {
+                            s.enabled = on;
+                        }
+                        info!("operator: CPU coordination {} for {name}", if on { "enabled" } else { "disabled" });
+                        Reply::ok(None)
+                    }
+                    Err(e) => Reply::err(e),
+                }
+            }
+            Request::Priority { vm: ref key, priority } => match self.find_vm(key) {
+                Ok(id) => match self.coord.set_vm_priority(id, priority, &mut actions) {
+                    Ok(()) => {
+                        let name = self.coord.vm(id).map(|v| v.name.clone()).unwrap_or_default();
+                        if let Some(s) = self.settings.get_mut(&name) {
+                            s.priority = priority;
+                        }
+                        info!("operator: {name} priority {priority}");
+                        Reply::ok(None)
+                    }
+                    Err(e) => Reply::err(e),
+                },
+                Err(e) => Reply::err(e),
+            },
+        };
+        self.execute(actions, None);
+        reply
+    }
+
+    fn status(&self) -> Value {
+        let now = self.now();
+        let policy = self.coord.policy();
+        let vms: Vec<Value> = self
+            .conns
+            .values()
+            .filter_map(|c| match c {
+                Conn::Vm(c) => Some(c),
+                _ => None,
+            })
+            .filter_map(|c| self.coord.vm(c.id).map(|vm| (c, vm)))
+            .map(|(c, vm)| {
+                json!({
+                    "name": vm.name,
+                    "pid": c.cpu.process.id,
+                    "socket": c.path,
+                    "enabled": vm.settings.enabled,
+                    "priority": vm.settings.priority,
+                    "registered": vm.registered.is_some(),
+                    "caps": cosched_proto::caps::names(vm.registered.unwrap_or(0)),
+                    "wants_boost": vm.wants_boost,
+                    "level": vm.level.name(),
+                    "boosted_for_ms": vm.boosted_for_ns(now) as f64 / 1e6,
+                    "boost_share_permille": vm.boost_share_permille(now, policy),
+                    "in_cooldown": vm.in_cooldown(now),
+                    "counters": vm.counters,
+                    "actuation_errors": c.actuation_errors,
+                    "dropped_replies": c.dropped_replies,
+                    "latency": c.latency.summary(),
+                    "threads": c.cpu.threads(),
+                })
+            })
+            .collect();
+        let pending: Vec<Value> = self
+            .attempts
+            .keys()
+            .map(|p| json!(p))
+            .collect();
+        json!({
+            "daemon": {
+                "pid": std::process::id(),
+                "uptime_s": now as f64 / 1e9,
+                "socket_dir": self.cfg.socket_dir,
+                "state_dir": self.cfg.state_dir,
+            },
+            "cpu_enabled": self.coord.cpu_enabled(),
+            "policy": policy,
+            "boost": self.cfg.boost,
+            "latency": self.latency.summary(),
+            "vms": vms,
+            "unconnected_sockets": pending,
+        })
+    }
+
+    fn prometheus(&self) -> String {
+        let mut out = String::new();
+        out += "# HELP cosched_cpu_enabled CPU coordination enabled for the host.\n# TYPE cosched_cpu_enabled gauge\n";
+        out += &format!("cosched_cpu_enabled {}\n", self.coord.cpu_enabled() as u8);
+        let now = self.now();
+        let mut series: BTreeMap<&str, (&str, &str, Vec<String>)> = BTreeMap::new();
+        let mut add = |name: &'static str, kind: &'static str, help: &'static str, line: String| {
+            series.entry(name).or_insert((kind, help, Vec::new())).2.push(line);
+        };
+        let mut hist = String::new();
+        for c in self.conns.values() {
+            let Conn::Vm(c) = c else { continue };
+            let Some(vm) = self.coord.vm(c.id) else { continue };
+            let l = format!("vm=\"{}\"", vm.name.replace('"', "'"));
+            let k = &vm.counters;
+            add("cosched_vm_boosted", "gauge", "1 if the VM is boosted now.", format!("cosched_vm_boosted{{{l}}} {}", vm.level.is_boosted() as u8));
+            add("cosched_vm_registered", "gauge", "1 if the guest agent is registered.", format!("cosched_vm_registered{{{l}}} {}", vm.registered.is_some() as u8));
+            add("cosched_vm_boosts_total", "counter", "Boosts started.", format!("cosched_vm_boosts_total{{{l}}} {}", k.boosts));
+            add("cosched_vm_boosted_seconds_total", "counter", "Time spent boosted.", format!("cosched_vm_boosted_seconds_total{{{l}}} {}", (k.boosted_ns + vm.boosted_for_ns(now)) as f64 / 1e9));
+            add("cosched_vm_frames_total", "counter", "Well-formed frames received.", format!("cosched_vm_frames_total{{{l}}} {}", k.frames));
+            add("cosched_vm_malformed_total", "counter", "Malformed frames and garbage runs received.", format!("cosched_vm_malformed_total{{{l}}} {}", k.malformed));
+            add("cosched_vm_budget_exhausted_total", "counter", "Boosts ended by a budget.", format!("cosched_vm_budget_exhausted_total{{{l}}} {}", k.budget_exhausted));
+            add("cosched_vm_guard_demotions_total", "counter", "Times the real-time guard moved vCPUs off the real-time class.", format!("cosched_vm_guard_demotions_total{{{l}}} {}", k.guard_demotions));
+            for (reason, n) in &k.denied {
+                add("cosched_vm_denied_total", "counter", "DENY replies by reason.", format!("cosched_vm_denied_total{{{l},reason=\"{reason}\"}} {n}"));
+            }
+            hist += &c.latency.prometheus("cosched_hint_to_applied_seconds", &l);
+        }
+        for (name, (kind, help, lines)) in series {
+            out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
+            for l in lines {
+                out += &l;
+                out.push('\n');
+            }
+        }
+        out += "# HELP cosched_hint_to_applied_seconds From reading a guest frame to its threads changed.\n# TYPE cosched_hint_to_applied_seconds histogram\n";
+        out += &hist;
+        out
+    }
+}
+
+/// `cosched restore`: puts back every thread recorded in `state_dir`, unless a daemon runs.
+pub fn restore_command(state_dir: &Path) -> anyhow::Result<crate::store::RestoreReport> {
+    if !state_dir.exists() {
+        return Ok(Default::default());
+    }
+    let store = StateDir::open(state_dir)?;
+    let _lock = lock_state_dir(&store)?;
+    Ok(restore_all(&store, &ProcFs::default(), &mut RealSched)?)
+}

@@ -1,0 +1,20 @@
+//! The cosched host daemon (`cosched host`) and the pieces it is made of.
+//!
+//! - [`sched`]: `sched_getattr` / `sched_setattr`;
+//! - [`store`]: original attributes on disk, and restoring them after a crash;
+//! - [`actuator`]: a VM's threads to a [`cosched_core::Level`] and back;
+//! - [`daemon`]: the event loop (channels, inotify, signals, control socket, metrics);
+//! - [`control`]: the operator protocol and its client;
+//! - [`config`]: the TOML configuration.
+
+#[macro_use]
+pub mod log;
+pub mod actuator;
+pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod metrics;
+pub mod sched;
+pub mod store;
+
+pub use actuator::SchedOps;

@@ -1,0 +1,134 @@
+//! `sched_getattr(2)` / `sched_setattr(2)`: the only calls that change a thread's CPU scheduling.
+
+use std::fmt;
+use std::io;
+
+use serde::{Deserialize, Serialize};
+
+pub const SCHED_OTHER: u32 = 0;
+pub const SCHED_FIFO: u32 = 1;
+pub const SCHED_RR: u32 = 2;
+pub const SCHED_BATCH: u32 = 3;
+pub const SCHED_IDLE: u32 = 5;
+pub const SCHED_DEADLINE: u32 = 6;
+pub const SCHED_FLAG_RESET_ON_FORK: u64 = 0x01;
+
+/// `struct sched_attr`, version 0 (48 bytes): utilization clamps are neither read nor touched.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SchedAttr {
+    #[serde(skip)]
+    size: u32,
+    pub policy: u32,
+    pub flags: u64,
+    pub nice: i32,
+    pub priority: u32,
+    pub runtime_ns: u64,
+    pub deadline_ns: u64,
+    pub period_ns: u64,
+}
+
+const SCHED_ATTR_SIZE_VER0: u32 = 48;
+
+impl SchedAttr {
+    pub fn other(nice: i32, flags: u64) -> SchedAttr {
+        SchedAttr { policy: SCHED_OTHER, nice, flags, ..Default::default() }
+    }
+
+    pub fn rt(policy: u32, priority: u32, flags: u64) -> SchedAttr {
+        SchedAttr { policy, priority, flags, ..Default::default() }
+    }
+
+    pub fn is_realtime(&self) -> bool {
+        matches!(self.policy, SCHED_FIFO | SCHED_RR | SCHED_DEADLINE)
+    }
+
+    /// Same scheduling, ignoring fields the policy does not use (the kernel reports a nice
+    /// value for real-time threads too).
+    pub fn same_as(&self, other: &SchedAttr) -> bool {
+        self.policy == other.policy
+            && self.flags & SCHED_FLAG_RESET_ON_FORK == other.flags & SCHED_FLAG_RESET_ON_FORK
+            && match self.policy {
+                SCHED_FIFO | SCHED_RR => self.priority == other.priority,
+                SCHED_DEADLINE => {
+                    (self.runtime_ns, self.deadline_ns, self.period_ns)
+                        == (other.runtime_ns, other.deadline_ns, other.period_ns)
+                }
+                _ => self.nice == other.nice,
+            }
+    }
+}
+
+pub fn policy_name(policy: u32) -> &'static str {
+    match policy {
+        SCHED_OTHER => "SCHED_OTHER",
+        SCHED_FIFO => "SCHED_FIFO",
+        SCHED_RR => "SCHED_RR",
+        SCHED_BATCH => "SCHED_BATCH",
+        SCHED_IDLE => "SCHED_IDLE",
+        SCHED_DEADLINE => "SCHED_DEADLINE",
+        _ => "unknown",
+    }
+}
+
+impl fmt::Display for SchedAttr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rof = if self.flags & SCHED_FLAG_RESET_ON_FORK != 0 { "|RESET_ON_FORK" } else { "" };
+        match self.policy {
+            SCHED_FIFO | SCHED_RR => write!(f, "{} {}{rof}", policy_name(self.policy), self.priority),
+            SCHED_DEADLINE => write!(
+                f,
+                "SCHED_DEADLINE {}/{}/{} us{rof}",
+                self.runtime_ns / 1000,
+                self.deadline_ns / 1000,
+                self.period_ns / 1000
+            ),
+            p => write!(f, "{} nice {}{rof}", policy_name(p), self.nice),
+        }
+    }
+}
+
+/// Reads the scheduling attributes of thread `tid`.
+pub fn get(tid: i32) -> io::Result<SchedAttr> {
+    let mut attr = SchedAttr { size: SCHED_ATTR_SIZE_VER0, ..Default::default() };
+    // SAFETY: `attr` is a valid, writable `struct sched_attr` of the size we pass; the kernel
+    // writes at most that many bytes.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_sched_getattr, tid, &mut attr as *mut SchedAttr, SCHED_ATTR_SIZE_VER0, 0)
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(attr)
+}
+
+/// Sets the scheduling attributes of thread `tid`.
+pub fn set(tid: i32, attr: &SchedAttr) -> io::Result<()> {
+    let mut a = *attr;
+    a.size = SCHED_ATTR_SIZE_VER0;
+    if !a.is_realtime() {
+        a.priority = 0;
+    }
+    // SAFETY: `a` is a valid `struct sched_attr` with `size` set; the kernel only reads it.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, tid, &a as *const SchedAttr, 0) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A clear explanation for the errors `sched_setattr` gives when the host cannot grant a class.
+pub fn explain_set_error(tid: i32, attr: &SchedAttr, err: &io::Error) -> String {
+    let hint = match err.raw_os_error() {
+        Some(libc::EPERM) if attr.is_realtime() => {
+            " (needs root/CAP_SYS_NICE; with CONFIG_RT_GROUP_SCHED the thread's cpu cgroup must \
+             have cpu.rt_runtime_us > 0)"
+        }
+        Some(libc::EBUSY) if attr.policy == SCHED_DEADLINE => {
+            " (SCHED_DEADLINE admission control refused the bandwidth)"
+        }
+        Some(libc::ESRCH) => " (thread exited)",
+        _ => "",
+    };
+    format!("sched_setattr({tid}, {attr}): {err}{hint}")
+}

@@ -335,6 +335,7 @@ impl Coordinator {
                 end_boost(id, vm, now, out);
                 vm.wants_boost = false;
                 let granted = f.value & supported;
+                vm.registered = None; // a refused registration replaces the previous one too
                 if granted == 0 {
                     reply(vm, out, Err(DenyReason::Unsupported))
                 } else if !enabled {

@@ -67,8 +67,13 @@ enum Conn {
 struct Attempt {
     next_try_ns: u64,
     backoff_ms: u64,
-    reported: bool,
+    /// The last failure we logged: a different one is logged again.
+    reported: String,
 }
+
+/// First retry of a socket that failed (QEMU binds its socket a moment before it listens).
+const FIRST_RETRY_MS: u64 = 50;
+const MAX_RETRY_MS: u64 = 30_000;
 
 pub struct Daemon {
     cfg: HostConfig,
@@ -307,6 +312,9 @@ impl Daemon {
         while !self.shutdown {
             let now = self.now();
             let mut next = self.next_rescan_ns.min(self.next_refresh_ns);
+            if let Some(retry) = self.attempts.values().map(|a| a.next_try_ns).min() {
+                next = next.min(retry);
+            }
             if let Some(d) = self.coord.next_deadline(now) {
                 next = next.min(d);
             }
@@ -331,11 +339,14 @@ impl Daemon {
             if now >= self.next_rescan_ns {
                 self.next_rescan_ns = now + self.cfg.rescan_ms * NS_PER_MS;
                 self.check_vms_alive();
+                self.refresh_threads(true);
+                self.scan_socket_dir();
+            } else if self.attempts.values().any(|a| now >= a.next_try_ns) {
                 self.scan_socket_dir();
             }
             if now >= self.next_refresh_ns {
                 self.next_refresh_ns = now + self.cfg.thread_refresh_ms * NS_PER_MS;
-                self.refresh_boosted();
+                self.refresh_threads(false);
             }
         }
         self.restore_everything();
@@ -409,17 +420,17 @@ impl Daemon {
             if let Err(msg) = self.connect(&path) {
                 let a = self.attempts.entry(path.clone()).or_insert(Attempt {
                     next_try_ns: 0,
-                    backoff_ms: self.cfg.rescan_ms,
-                    reported: false,
+                    backoff_ms: FIRST_RETRY_MS,
+                    reported: String::new(),
                 });
-                if !a.reported {
+                if a.reported != msg {
                     warn!("{}: {msg}; will retry", path.display());
-                    a.reported = true;
+                    a.reported = msg;
                 } else {
                     debug!("{}: {msg}", path.display());
                 }
                 a.next_try_ns = now + a.backoff_ms * NS_PER_MS;
-                a.backoff_ms = (a.backoff_ms * 2).min(30_000);
+                a.backoff_ms = (a.backoff_ms * 2).min(MAX_RETRY_MS);
             }
         }
         self.attempts.retain(|p, _| present.contains(p));
@@ -665,12 +676,14 @@ impl Daemon {
         }
     }
 
-    /// Boosted VMs: bring threads that appeared since to the VM's level.
-    fn refresh_boosted(&mut self) {
+    /// Re-reads the thread lists (of boosted VMs only, unless `all`) and brings threads that
+    /// appeared since to the VM's level. For VMs at normal level this only updates what
+    /// `cosched status` shows (QEMU names a thread a moment after creating it).
+    fn refresh_threads(&mut self, all: bool) {
         let tokens: Vec<usize> = self
             .conns
             .iter()
-            .filter_map(|(t, c)| matches!(c, Conn::Vm(vm) if vm.cpu.level() != Level::Normal).then_some(*t))
+            .filter_map(|(t, c)| matches!(c, Conn::Vm(vm) if all || vm.cpu.level() != Level::Normal).then_some(*t))
             .collect();
         for token in tokens {
             let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { continue };
@@ -906,6 +919,7 @@ impl Daemon {
                 "uptime_s": now as f64 / 1e9,
                 "socket_dir": self.cfg.socket_dir,
                 "state_dir": self.cfg.state_dir,
+                "metrics_addr": self.metrics.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.to_string()),
             },
             "cpu_enabled": self.coord.cpu_enabled(),
             "policy": policy,

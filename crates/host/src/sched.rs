@@ -44,7 +44,7 @@ impl SchedAttr {
     }
 
     /// Same scheduling, ignoring fields the policy does not use (the kernel reports a nice
-    /// value for real-time threads too).
+    /// value for real-time threads too, and a slice for fair ones).
     pub fn same_as(&self, other: &SchedAttr) -> bool {
         self.policy == other.policy
             && self.flags & SCHED_FLAG_RESET_ON_FORK == other.flags & SCHED_FLAG_RESET_ON_FORK
@@ -102,12 +102,32 @@ pub fn get(tid: i32) -> io::Result<SchedAttr> {
     Ok(attr)
 }
 
+/// The slice of a fair thread that never asked for one. Since Linux 6.12 `sched_getattr`
+/// reports a fair thread's slice in `sched_runtime`, and passing it back to `sched_setattr` would
+/// mark the slice as the thread's own ("custom"); restoring the default means passing 0.
+/// Read from debugfs when mounted, else from our own thread, which never sets a slice.
+fn default_fair_slice_ns() -> u64 {
+    static SLICE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SLICE.get_or_init(|| {
+        std::fs::read_to_string("/sys/kernel/debug/sched/base_slice_ns")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .or_else(|| get(0).ok().filter(|a| !a.is_realtime()).map(|a| a.runtime_ns))
+            .unwrap_or(0)
+    })
+}
+
 /// Sets the scheduling attributes of thread `tid`.
 pub fn set(tid: i32, attr: &SchedAttr) -> io::Result<()> {
     let mut a = *attr;
     a.size = SCHED_ATTR_SIZE_VER0;
     if !a.is_realtime() {
         a.priority = 0;
+        a.deadline_ns = 0;
+        a.period_ns = 0;
+        if a.runtime_ns == default_fair_slice_ns() {
+            a.runtime_ns = 0;
+        }
     }
     // SAFETY: `a` is a valid `struct sched_attr` with `size` set; the kernel only reads it.
     let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, tid, &a as *const SchedAttr, 0) };

@@ -1,0 +1,102 @@
+//! Test helper: a process that poses as a QEMU VM for the root integration tests.
+//!
+//! Copied to a file named `qemu-system-x86_64` (the daemon only talks to QEMU processes), it
+//! starts real threads named like QEMU's (`CPU 0/TCG`, `IO iothread0`, `worker`), listens on
+//! a unix socket like QEMU's chardev (`server=on,wait=off`), and relays bytes between the
+//! daemon's connection and its stdin/stdout, so a test plays the guest through the pipes.
+//! SIGUSR1 starts one more `worker` thread; the process exits when stdin closes.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+static SPAWN: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_usr1(_: libc::c_int) {
+    SPAWN.store(true, Ordering::Relaxed);
+}
+
+fn named_thread(name: String, spin: bool) {
+    std::thread::spawn(move || {
+        let c = std::ffi::CString::new(name).unwrap();
+        // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+        unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr()) };
+        loop {
+            if spin {
+                let t = std::time::Instant::now();
+                while t.elapsed() < Duration::from_millis(5) {
+                    std::hint::spin_loop();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mut socket = None;
+    let mut threads = Vec::new();
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--socket" => socket = args.next(),
+            "--thread" => threads.push((args.next().expect("--thread NAME"), false)),
+            "--spin" => threads.push((args.next().expect("--spin NAME"), true)),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    let socket = socket.expect("--socket PATH");
+    for (name, spin) in threads {
+        named_thread(name, spin);
+    }
+    // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
+    unsafe { libc::signal(libc::SIGUSR1, on_usr1 as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+    std::thread::spawn(|| loop {
+        if SPAWN.swap(false, Ordering::Relaxed) {
+            named_thread("worker".into(), false);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    });
+
+    let _ = std::fs::remove_file(&socket);
+    let listener = UnixListener::bind(&socket).expect("bind");
+    eprintln!("fake-qemu: listening on {socket} (pid {})", std::process::id());
+    std::thread::spawn(move || {
+        // Like QEMU's chardev: one client at a time, the next one after it leaves.
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let mut from_daemon = conn.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut out = std::io::stdout();
+                while let Ok(n) = from_daemon.read(&mut buf) {
+                    if n == 0 || out.write_all(&buf[..n]).and_then(|_| out.flush()).is_err() {
+                        break;
+                    }
+                }
+            });
+            *CURRENT.lock().unwrap() = Some(conn);
+        }
+    });
+    // stdin -> current connection
+    let mut buf = [0u8; 4096];
+    let mut stdin = std::io::stdin();
+    loop {
+        let n = stdin.read(&mut buf).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        // Wait (briefly) for the daemon to connect if it has not yet.
+        for _ in 0..500 {
+            if let Some(c) = CURRENT.lock().unwrap().as_mut() {
+                let _ = c.write_all(&buf[..n]);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let _ = std::fs::remove_file(&socket);
+}
+
+static CURRENT: std::sync::Mutex<Option<std::os::unix::net::UnixStream>> = std::sync::Mutex::new(None);

@@ -1,0 +1,573 @@
+//! Root tests on the real kernel: the real `cosched host` daemon, a process with real threads
+//! posing as QEMU (`cosched-fake-qemu` copied to a file named `qemu-system-x86_64`), and a fake
+//! guest speaking the wire protocol through it over a real unix socket. Policies are checked
+//! with the real `sched_getattr`.
+//!
+//! Needs root. Without root these tests say so and pass, unless `COSCHED_REQUIRE_ROOT=1` (set by
+//! the project's test command and CI), which makes a missing root a failure.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+use cosched_host::sched::{self, SchedAttr, SCHED_FLAG_RESET_ON_FORK, SCHED_OTHER, SCHED_RR};
+use cosched_proto::{caps, DenyReason, Event, Frame, Kind, StreamDecoder};
+use serde_json::Value;
+
+fn have_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    if std::env::var("COSCHED_REQUIRE_ROOT").is_ok_and(|v| v == "1") {
+        panic!("COSCHED_REQUIRE_ROOT=1 but not running as root");
+    }
+    eprintln!("not root: skipping (set COSCHED_REQUIRE_ROOT=1 to make this a failure)");
+    false
+}
+
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+struct World {
+    dir: tempfile::TempDir,
+}
+
+impl World {
+    fn new() -> World {
+        World { dir: tempfile::tempdir().unwrap() }
+    }
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+    fn socket_dir(&self) -> PathBuf {
+        self.p("vms")
+    }
+    fn state_dir(&self) -> PathBuf {
+        self.p("state")
+    }
+    fn control(&self) -> PathBuf {
+        self.p("control.sock")
+    }
+
+    fn daemon(&self, config: &str) -> Daemon {
+        std::fs::write(self.p("host.toml"), config).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_cosched"))
+            .arg("host")
+            .arg("--config")
+            .arg(self.p("host.toml"))
+            .arg("--socket-dir")
+            .arg(self.socket_dir())
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .arg("--control-socket")
+            .arg(self.control())
+            .arg("-v")
+            .stderr(Stdio::from(std::fs::File::create(self.p("daemon.log")).unwrap()))
+            .spawn()
+            .unwrap();
+        let d = Daemon { child: Some(child), control: self.control() };
+        wait_for("the daemon's control socket", Duration::from_secs(10), || d.try_status());
+        d
+    }
+
+    /// Starts a fake QEMU with a socket in the socket directory.
+    fn vm(&self, name: &str, exe_name: &str, threads: &[&str]) -> FakeVm {
+        let bin_dir = self.p(&format!("bin-{name}"));
+        std::fs::create_dir_all(&bin_dir).unwrap();
+        let exe = bin_dir.join(exe_name);
+        std::fs::copy(env!("CARGO_BIN_EXE_cosched-fake-qemu"), &exe).unwrap();
+        std::fs::create_dir_all(self.socket_dir()).unwrap();
+        let mut cmd = Command::new(&exe);
+        cmd.arg("--socket").arg(self.socket_dir().join(format!("{name}.sock")));
+        for t in threads {
+            cmd.arg("--thread").arg(t);
+        }
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+        // A parallel test forking while our copy's fd was open makes exec fail with ETXTBSY
+        // for a moment: retry.
+        let mut child = wait_for("exec of the fake QEMU", Duration::from_secs(5), || match cmd.spawn() {
+            Ok(c) => Some(c),
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => None,
+            Err(e) => panic!("spawning {}: {e}", exe.display()),
+        });
+        let mut stdout = child.stdout.take().unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            let mut d = StreamDecoder::new();
+            let mut buf = [0u8; 1024];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                d.push(&buf[..n]);
+                while let Some(ev) = d.next_event() {
+                    if let Event::Frame(f) = ev {
+                        if tx.send(f).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        let pid = child.id() as i32;
+        let stdin = child.stdin.take();
+        let vm = FakeVm { child, stdin, rx, pid, seq: 0 };
+        wait_for("the fake VM's named threads", Duration::from_secs(5), || {
+            let names: Vec<String> = vm.threads().into_iter().map(|t| t.1).collect();
+            threads.iter().all(|t| names.iter().any(|n| n == t)).then_some(())
+        });
+        vm
+    }
+}
+
+struct Daemon {
+    child: Option<Child>,
+    control: PathBuf,
+}
+
+impl Daemon {
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_cosched"))
+            .args(args)
+            .arg("--control-socket")
+            .arg(&self.control)
+            .output()
+            .unwrap()
+    }
+    fn try_status(&self) -> Option<Value> {
+        let out = self.cli(&["status", "--json"]);
+        out.status.success().then(|| serde_json::from_slice(&out.stdout).unwrap())
+    }
+    fn status(&self) -> Value {
+        self.try_status().expect("status")
+    }
+    fn vm_status(&self, name: &str) -> Option<Value> {
+        self.status()["vms"].as_array().unwrap().iter().find(|v| v["name"] == name).cloned()
+    }
+    fn wait_vm(&self, name: &str) -> Value {
+        wait_for(&format!("daemon to connect to {name}"), Duration::from_secs(10), || self.vm_status(name))
+    }
+    fn signal(&mut self, sig: i32) {
+        let pid = self.child.as_ref().unwrap().id() as i32;
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(pid, sig) };
+        let status = self.child.take().unwrap().wait().unwrap();
+        if sig == libc::SIGTERM {
+            assert!(status.success(), "daemon exit on SIGTERM: {status:?}");
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.signal(libc::SIGTERM);
+        }
+    }
+}
+
+struct FakeVm {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    rx: Receiver<Frame>,
+    pid: i32,
+    seq: u32,
+}
+
+impl FakeVm {
+    fn threads(&self) -> Vec<(i32, String)> {
+        let mut out = Vec::new();
+        if let Ok(rd) = std::fs::read_dir(format!("/proc/{}/task", self.pid)) {
+            for e in rd.flatten() {
+                let tid: i32 = e.file_name().to_str().unwrap().parse().unwrap();
+                let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+                out.push((tid, comm.trim().to_string()));
+            }
+        }
+        out.sort();
+        out
+    }
+    fn tid(&self, comm: &str) -> i32 {
+        self.threads().into_iter().find(|(_, c)| c == comm).unwrap_or_else(|| panic!("no thread {comm}")).0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let s = self.stdin.as_mut().unwrap();
+        s.write_all(bytes).unwrap();
+        s.flush().unwrap();
+    }
+    fn send(&mut self, kind: Kind, value: u64) -> u32 {
+        self.seq += 1;
+        let f = Frame::new(kind, self.seq, value);
+        self.write(&f.encode());
+        self.seq
+    }
+    fn recv(&self) -> Frame {
+        self.rx.recv_timeout(Duration::from_secs(5)).expect("a frame from the host")
+    }
+    /// Sends a frame and returns the reply to it (unsolicited frames before it are returned too).
+    fn request(&mut self, kind: Kind, value: u64) -> Frame {
+        let seq = self.send(kind, value);
+        loop {
+            let f = self.recv();
+            if f.seq == seq {
+                return f;
+            }
+        }
+    }
+    fn register(&mut self) {
+        let seq = self.seq + 1;
+        assert_eq!(self.request(Kind::Register, caps::CPU), Frame::ack(seq, caps::CPU));
+    }
+    /// Every thread's attributes.
+    fn attrs(&self) -> Vec<(String, SchedAttr)> {
+        self.threads().into_iter().filter_map(|(tid, comm)| sched::get(tid).ok().map(|a| (comm, a))).collect()
+    }
+    fn all_boosted(&self, prio: u32) -> bool {
+        let a = self.attrs();
+        !a.is_empty()
+            && a.iter().all(|(_, a)| a.policy == SCHED_RR && a.priority == prio && a.flags & SCHED_FLAG_RESET_ON_FORK != 0)
+    }
+    fn none_realtime(&self) -> bool {
+        self.attrs().iter().all(|(_, a)| !a.is_realtime())
+    }
+}
+
+impl Drop for FakeVm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const QUIET_POLICY: &str = "[policy]\nmax_continuous_boost_ms = 0\nmax_boost_share_permille = 1000\nrt_guard_max_share_permille = 0\n";
+const THREADS: [&str; 3] = ["CPU 0/TCG", "IO iothread0", "worker"];
+
+fn state_files(w: &World) -> Vec<PathBuf> {
+    std::fs::read_dir(w.state_dir())
+        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "json")).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn boost_and_deboost_real_threads() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let d = w.daemon(QUIET_POLICY);
+    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    let st = d.wait_vm("vm1");
+    assert_eq!(st["pid"], vm.pid);
+    // QEMU (and our fake) names a thread just after creating it: the daemon's view catches up
+    // within its rescan interval.
+    wait_for("thread roles in the status", Duration::from_secs(3), || {
+        let st = d.vm_status("vm1").unwrap();
+        let roles: Vec<String> =
+            st["threads"].as_array().unwrap().iter().map(|t| t["role"].as_str().unwrap().to_string()).collect();
+        ["vcpu", "io", "worker", "main"].iter().all(|r| roles.iter().any(|x| x == r)).then_some(())
+    });
+
+    // A niced vCPU thread must come back to nice 5, not 0.
+    let vcpu = vm.tid("CPU 0/TCG");
+    sched::set(vcpu, &SchedAttr::other(5, 0)).unwrap();
+    let me_before = sched::get(std::process::id() as i32).unwrap();
+
+    assert_eq!(vm.request(Kind::Cpu, 1), Frame::new(Kind::Deny, 1, DenyReason::NotRegistered as u64));
+    vm.register();
+    assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(3, 0));
+    assert!(vm.all_boosted(1), "{:?}", vm.attrs());
+    assert_eq!(state_files(&w).len(), 1, "originals persisted while boosted");
+
+    // A thread that appears while boosted is boosted too.
+    let before = vm.threads().len();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(vm.pid, libc::SIGUSR1) };
+    wait_for("the new worker thread to be boosted", Duration::from_secs(3), || {
+        (vm.threads().len() == before + 1 && vm.all_boosted(1)).then_some(())
+    });
+
+    assert_eq!(vm.request(Kind::Cpu, 0), Frame::ack(4, 0));
+    assert!(vm.none_realtime(), "{:?}", vm.attrs());
+    assert!(sched::get(vcpu).unwrap().same_as(&SchedAttr::other(5, 0)), "nice 5 restored exactly");
+    assert_eq!(sched::get(std::process::id() as i32).unwrap(), me_before, "a process outside the VM is untouched");
+
+    let st = d.vm_status("vm1").unwrap();
+    assert_eq!(st["counters"]["boosts"], 1);
+    assert_eq!(st["counters"]["deboosts"], 1);
+    assert!(st["latency"]["count"].as_u64().unwrap() >= 2);
+}
+
+#[test]
+fn budget_exhaustion_deboosts_and_denies() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let d = w.daemon(
+        "[policy]\nmax_continuous_boost_ms = 300\nbudget_cooldown_ms = 500\nmax_boost_share_permille = 1000\nrt_guard_max_share_permille = 0\n",
+    );
+    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    vm.register();
+    let t0 = Instant::now();
+    assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(2, 0));
+    assert!(vm.all_boosted(1));
+    // The host ends the boost on its own, with an unsolicited DENY(budget).
+    let f = vm.recv();
+    let held = t0.elapsed();
+    assert_eq!(f, Frame::deny(0, DenyReason::Budget));
+    assert!(held >= Duration::from_millis(280) && held < Duration::from_millis(1000), "boost held {held:?}");
+    assert!(vm.none_realtime(), "deboosted by the budget: {:?}", vm.attrs());
+    // In the cooldown a new boost is refused.
+    assert_eq!(vm.request(Kind::Cpu, 1), Frame::deny(3, DenyReason::Budget));
+    assert!(vm.none_realtime());
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(4, 0));
+    assert!(vm.all_boosted(1));
+    let st = d.vm_status("vm1").unwrap();
+    assert_eq!(st["counters"]["budget_exhausted"], 1);
+    assert_eq!(st["counters"]["denied"]["budget"], 2);
+}
+
+#[test]
+fn operator_disable_enable_and_priority() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let d = w.daemon(QUIET_POLICY);
+    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    vm.register();
+    vm.request(Kind::Cpu, 1);
+    assert!(d.cli(&["vm", "priority", "vm1", "7"]).status.success());
+    wait_for("priority 7 applied", Duration::from_secs(2), || vm.all_boosted(7).then_some(()));
+
+    let out = d.cli(&["vm", "disable", "vm1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(vm.recv(), Frame::disable(caps::CPU));
+    assert!(vm.none_realtime(), "disabled VM deboosted: {:?}", vm.attrs());
+    assert_eq!(vm.request(Kind::Register, caps::CPU), Frame::deny(3, DenyReason::Disabled));
+    assert_eq!(vm.request(Kind::Cpu, 1), Frame::deny(4, DenyReason::NotRegistered));
+
+    assert!(d.cli(&["vm", "enable", "vm1"]).status.success());
+    assert_eq!(vm.recv(), Frame::enable(caps::CPU));
+    vm.register();
+
+    // Global switch.
+    vm.request(Kind::Cpu, 1);
+    assert!(vm.all_boosted(7));
+    assert!(d.cli(&["disable"]).status.success());
+    assert_eq!(vm.recv(), Frame::disable(caps::CPU));
+    assert!(vm.none_realtime());
+    assert_eq!(d.status()["cpu_enabled"], false);
+    assert!(d.cli(&["enable"]).status.success());
+    assert_eq!(vm.recv(), Frame::enable(caps::CPU));
+
+    // Errors are clear.
+    let out = d.cli(&["vm", "disable", "nosuchvm"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no VM named \"nosuchvm\" (connected: vm1)"));
+    let out = d.cli(&["vm", "priority", "vm1", "99"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("out of range"), "{out:?}");
+}
+
+#[test]
+fn malformed_frames_are_counted_refused_and_resynchronised() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let d = w.daemon(&format!("{QUIET_POLICY}malformed_rate = 5\n"));
+    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    // 61 bytes of garbage then a valid REGISTER: DENY(malformed), then the ACK.
+    let mut bytes: Vec<u8> = (0..61u32).map(|i| ((i * 37 + 11) % 256) as u8).collect();
+    bytes.extend_from_slice(&Frame::register(1, caps::CPU).encode());
+    vm.write(&bytes);
+    assert_eq!(vm.recv(), Frame::deny(0, DenyReason::Malformed));
+    assert_eq!(vm.recv(), Frame::ack(1, caps::CPU));
+    // Unknown type: refused, seq echoed, stream stays aligned.
+    let mut unknown = Frame::cpu(2, true).encode();
+    unknown[3] = 0x42;
+    vm.write(&unknown);
+    assert_eq!(vm.recv(), Frame::deny(2, DenyReason::Malformed));
+    vm.seq = 2;
+    assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(3, 0));
+    assert!(vm.all_boosted(1));
+    // A flood of garbage deregisters the VM and deboosts it.
+    for _ in 0..20 {
+        vm.write(b"\xff\xfe garbage");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    wait_for("flood to deregister", Duration::from_secs(3), || {
+        let st = d.vm_status("vm1").unwrap();
+        (st["registered"] == false).then_some(())
+    });
+    assert!(vm.none_realtime());
+    let st = d.vm_status("vm1").unwrap();
+    assert!(st["counters"]["malformed"].as_u64().unwrap() >= 6);
+    assert_eq!(st["counters"]["malformed_deregistrations"], 1);
+    while vm.rx.try_recv().is_ok() {}
+    assert_eq!(vm.request(Kind::Cpu, 1).deny_reason(), Some(DenyReason::NotRegistered));
+}
+
+#[test]
+fn a_peer_that_is_not_qemu_is_refused() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let d = w.daemon(QUIET_POLICY);
+    let mut vm = w.vm("evil", "python3", &THREADS);
+    wait_for("the socket to be reported unconnected", Duration::from_secs(5), || {
+        let s = d.status();
+        s["unconnected_sockets"].as_array().unwrap().iter().any(|p| p.as_str().unwrap().ends_with("evil.sock")).then_some(())
+    });
+    assert!(d.vm_status("evil").is_none());
+    vm.send(Kind::Register, caps::CPU);
+    vm.send(Kind::Cpu, 1);
+    assert!(vm.rx.recv_timeout(Duration::from_millis(500)).is_err(), "no reply to a refused peer");
+    assert!(vm.none_realtime());
+    wait_for("the refusal in the daemon's log", Duration::from_secs(5), || {
+        let log = std::fs::read_to_string(w.p("daemon.log")).unwrap();
+        log.contains("refusing peer pid").then_some(())
+    });
+    let log = std::fs::read_to_string(w.p("daemon.log")).unwrap();
+    assert!(log.contains("(python3): not a QEMU process"), "{log}");
+}
+
+#[test]
+fn kill_9_then_restore_command_and_restarted_daemon_put_everything_back() {
+    if !have_root() {
+        return;
+    }
+    for how in ["restore command", "daemon restart"] {
+        let w = World::new();
+        let mut d = w.daemon(QUIET_POLICY);
+        let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+        d.wait_vm("vm1");
+        let worker = vm.tid("worker");
+        sched::set(worker, &SchedAttr::other(-3, 0)).unwrap();
+        vm.register();
+        vm.request(Kind::Cpu, 1);
+        assert!(vm.all_boosted(1));
+        let n = vm.threads().len();
+        d.signal(libc::SIGKILL);
+        assert!(vm.all_boosted(1), "kill -9 restores nothing by itself");
+        assert_eq!(state_files(&w).len(), 1);
+        match how {
+            "restore command" => {
+                let out = Command::new(env!("CARGO_BIN_EXE_cosched"))
+                    .args(["restore", "--state-dir"])
+                    .arg(w.state_dir())
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "{out:?}");
+                // The relay thread of the fake QEMU exits with the daemon's connection.
+                let text = String::from_utf8_lossy(&out.stdout);
+                assert!(text.contains(&format!("restored {} thread(s); 1 gone", n - 1)), "{text}");
+            }
+            _ => {
+                let d2 = w.daemon(QUIET_POLICY);
+                let log = std::fs::read_to_string(w.p("daemon.log")).unwrap();
+                assert!(log.contains(&format!("restored {} thread(s) left boosted by a previous daemon (1 gone", n - 1)), "{log}");
+                // The new daemon coordinates the VM again; the agent re-registers.
+                d2.wait_vm("vm1");
+                assert_eq!(vm.request(Kind::Cpu, 1).deny_reason(), Some(DenyReason::NotRegistered));
+            }
+        }
+        assert!(vm.none_realtime(), "{how}: {:?}", vm.attrs());
+        assert!(sched::get(worker).unwrap().same_as(&SchedAttr::other(-3, 0)), "{how}: original nice");
+        assert!(state_files(&w).is_empty(), "{how}: state removed");
+    }
+}
+
+#[test]
+fn restore_refuses_while_a_daemon_runs() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let _d = w.daemon(QUIET_POLICY);
+    let out = Command::new(env!("CARGO_BIN_EXE_cosched")).args(["restore", "--state-dir"]).arg(w.state_dir()).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another cosched host daemon is running"));
+    // And a second daemon on the same state refuses to start.
+    let out = Command::new(env!("CARGO_BIN_EXE_cosched"))
+        .args(["host", "--state-dir"])
+        .arg(w.state_dir())
+        .arg("--socket-dir")
+        .arg(w.p("vms2"))
+        .arg("--control-socket")
+        .arg(w.p("c2.sock"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
+#[test]
+fn sigterm_and_vm_exit_leave_nothing_behind() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let mut d = w.daemon(QUIET_POLICY);
+    let mut vm1 = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    let mut vm2 = w.vm("vm2", "qemu-system-aarch64", &THREADS);
+    d.wait_vm("vm1");
+    d.wait_vm("vm2");
+    for vm in [&mut vm1, &mut vm2] {
+        vm.register();
+        vm.request(Kind::Cpu, 1);
+        assert!(vm.all_boosted(1));
+    }
+    assert_eq!(state_files(&w).len(), 2);
+    // vm2 exits while boosted: its record goes.
+    drop(vm2);
+    wait_for("vm2 forgotten", Duration::from_secs(5), || d.vm_status("vm2").is_none().then_some(()));
+    assert_eq!(state_files(&w).len(), 1);
+    // SIGTERM restores vm1 and exits cleanly.
+    d.signal(libc::SIGTERM);
+    assert!(vm1.none_realtime(), "{:?}", vm1.attrs());
+    assert!(state_files(&w).is_empty());
+    assert!(!w.control().exists(), "control socket removed");
+    let main = vm1.attrs().into_iter().find(|(c, _)| c.starts_with("qemu-system")).unwrap().1;
+    assert_eq!(main.policy, SCHED_OTHER);
+}
+
+#[test]
+fn metrics_endpoint_serves_prometheus_text() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let d = w.daemon(&format!("metrics_listen = \"127.0.0.1:0\"\n{QUIET_POLICY}"));
+    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    vm.register();
+    vm.request(Kind::Cpu, 1);
+    let out = d.cli(&["metrics"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("cosched_vm_boosted{vm=\"vm1\"} 1"), "{text}");
+    assert!(text.contains("cosched_hint_to_applied_seconds_count{vm=\"vm1\"} 1"), "{text}");
+    // The same over HTTP, as Prometheus scrapes it.
+    let addr = d.status()["daemon"]["metrics_addr"].as_str().unwrap().to_string();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.0 200 OK"), "{body}");
+    assert!(body.contains("cosched_vm_boosts_total{vm=\"vm1\"} 1"), "{body}");
+}

@@ -1,0 +1,103 @@
+#!/bin/sh
+# /init of the cosched test guest (busybox sh, PID 1). Installed by guest/build.sh.
+# Mounts the pseudo file systems, loads the virtio-serial modules, creates
+# /dev/virtio-ports/<name> links, runs /workload.sh if present, then powers off.
+# Never exits: PID 1 exiting would panic the kernel.
+# (busybox sh does not support pipefail; this is the only script that runs inside the guest.)
+set -u
+
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+export HOME=/root
+export TERM=dumb
+
+mkdir -p /proc /sys /dev /tmp /run /root
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null || true
+# If the kernel could not open an initial console, get one now.
+[ -c /dev/console ] && exec </dev/console >/dev/console 2>&1
+mkdir -p /dev/pts /dev/shm
+debug=0
+case " $(cat /proc/cmdline) " in *" cosched.debug "*|*" cosched.debug=1 "*) debug=1 ;; esac
+# stage TEXT: with cosched.debug on the kernel command line, print uptime and TEXT.
+stage() {
+    [ "$debug" = 1 ] || return 0
+    read -r up _ </proc/uptime
+    echo "COSCHED-GUEST: [${up}] $*"
+}
+stage "init started"
+mount -t devpts devpts /dev/pts 2>/dev/null || true
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mount -t tmpfs -o mode=0755 tmpfs /run
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null || echo "COSCHED-GUEST: debugfs mount failed"
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || echo "COSCHED-GUEST: tracefs mount failed"
+mkdir -p /sys/fs/bpf 2>/dev/null || true
+mount -t bpf bpf /sys/fs/bpf 2>/dev/null || echo "COSCHED-GUEST: bpffs mount failed"
+
+stage "mounted"
+# Modules in load order (written by build.sh; one name per line, file /lib/modules/<name>.ko).
+if [ -f /lib/modules/load-order ]; then
+    while read -r mod; do
+        [ -n "$mod" ] || continue
+        insmod "/lib/modules/$mod.ko" || echo "COSCHED-GUEST: insmod $mod failed"
+    done </lib/modules/load-order
+fi
+
+stage "modules loaded"
+# Is there a virtio console (virtio-serial) device? Virtio device id 3.
+have_vserial=0
+for d in /sys/bus/virtio/devices/*; do
+    [ -r "$d/device" ] || continue
+    [ "$(cat "$d/device")" = "0x0003" ] && have_vserial=1
+done
+
+# Port names arrive asynchronously from the host; wait (up to ~3 s) until every
+# port has one.
+if [ "$have_vserial" = 1 ]; then
+    i=0
+    while [ "$i" -lt 300 ]; do
+        ready=0
+        for p in /sys/class/virtio-ports/*; do
+            [ -r "$p/name" ] || continue
+            ready=1
+            [ -n "$(cat "$p/name")" ] || { ready=0; break; }
+        done
+        [ "$ready" = 1 ] && break
+        usleep 10000
+        i=$((i + 1))
+    done
+fi
+
+stage "ports named"
+mdev -s
+stage "mdev done"
+
+# Same links as udev's rule: /dev/virtio-ports/<name> -> ../vportXpY
+for p in /sys/class/virtio-ports/*; do
+    [ -r "$p/name" ] || continue
+    name=$(cat "$p/name")
+    [ -n "$name" ] || continue
+    mkdir -p /dev/virtio-ports
+    ln -sf "../${p##*/}" "/dev/virtio-ports/$name"
+done
+
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up 2>/dev/null || true
+hostname cosched-guest 2>/dev/null || true
+
+cd /
+if [ -f /workload.sh ]; then
+    read -r up _ </proc/uptime
+    echo "COSCHED-GUEST: workload start uptime=${up}s"
+    sh /workload.sh </dev/null >/dev/console 2>&1
+    rc=$?
+    echo "COSCHED-GUEST: workload exit $rc"
+else
+    echo "COSCHED-GUEST: no workload"
+fi
+
+sync
+poweroff -f
+# Only reached if poweroff failed.
+echo o >/proc/sysrq-trigger
+while :; do sleep 1; done

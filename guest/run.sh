@@ -1,0 +1,243 @@
+#!/usr/bin/env bash
+# Boot the cosched test guest (see guest/README.md). Run guest/run.sh --help.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+out=${COSCHED_GUEST_DIR:-$repo/build/guest}
+qemu=${COSCHED_QEMU:-qemu-system-x86_64}
+
+usage() {
+    cat <<EOF
+Usage: guest/run.sh [options]
+
+Boots the test guest built by guest/build.sh (from \${COSCHED_GUEST_DIR:-<repo>/build/guest},
+now $out; run.sh runs build.sh first, which does nothing when all is up to date). The guest console (kernel and workload output) goes to
+stdout. The guest runs /workload.sh if given, prints "COSCHED-GUEST: workload exit <code>"
+(or "COSCHED-GUEST: no workload") and powers off. run.sh exits with QEMU's exit code.
+
+Options:
+  --workload FILE        shell script to run in the guest as /workload.sh (root, busybox sh)
+  --add HOST:GUEST       put file HOST into the guest at GUEST (repeatable; a GUEST ending
+                         in / gets HOST's basename). For a dynamic ELF the libraries ldd
+                         lists are added too, at the same paths.
+  --sock PATH            add a virtio-serial port named org.cosched.0 whose host end is the
+                         unix socket PATH (QEMU is the server; wait=off). In the guest:
+                         /dev/virtio-ports/org.cosched.0 -> ../vport0p1
+  --accel auto|kvm|tcg   accelerator (default auto: KVM only if guest/kvm-usable.sh says it
+                         really works, else TCG with one line on stderr saying why)
+  --smp N                vCPUs (default 1)
+  --mem MB               memory in MiB (default 512)
+  --name NAME            VM name (-name NAME,debug-threads=on; default cosched-test)
+  --pidfile FILE         QEMU writes its pid there
+  --timeout SEC          kill QEMU if the guest has not powered off after SEC seconds
+                         (default 300, 0 = never); exit code 124 then
+  --append "ARGS"        extra kernel command line arguments
+  --kernel FILE          kernel to boot (default: the build's ELF vmlinux, booted through its
+                         PVH entry, ~2.5 s faster under TCG than the bzImage; the build's
+                         vmlinuz if there is no vmlinux)
+  --dry-run              print the QEMU command line instead of running it
+  -h, --help             this text
+
+QEMU runs with -name NAME,debug-threads=on, so its threads are named ("CPU 0/TCG",
+"CPU 0/KVM", ...). Environment: COSCHED_GUEST_DIR, COSCHED_QEMU (QEMU binary).
+EOF
+}
+
+die() { echo "run.sh: $*" >&2; exit 2; }
+
+workload=
+adds=()
+sock=
+accel=auto
+smp=1
+mem=512
+name=cosched-test
+pidfile=
+timeout_s=300
+append=
+kernel=
+dry=0
+
+need() { [ $# -ge 2 ] || die "$1 needs an argument"; }
+while [ $# -gt 0 ]; do
+    case $1 in
+        --workload) need "$@"; workload=$2; shift ;;
+        --add) need "$@"; adds+=("$2"); shift ;;
+        --sock) need "$@"; sock=$2; shift ;;
+        --accel) need "$@"; accel=$2; shift ;;
+        --smp) need "$@"; smp=$2; shift ;;
+        --mem) need "$@"; mem=$2; shift ;;
+        --name) need "$@"; name=$2; shift ;;
+        --pidfile) need "$@"; pidfile=$2; shift ;;
+        --timeout) need "$@"; timeout_s=$2; shift ;;
+        --append) need "$@"; append=$2; shift ;;
+        --kernel) need "$@"; kernel=$2; shift ;;
+        --dry-run) dry=1 ;;
+        -h|--help) usage; exit 0 ;;
+        *) usage >&2; exit 2 ;;
+    esac
+    shift
+done
+
+case $accel in auto|kvm|tcg) ;; *) die "--accel must be auto, kvm or tcg" ;; esac
+[[ $smp =~ ^[1-9][0-9]*$ ]] || die "--smp must be a positive integer"
+[[ $mem =~ ^[1-9][0-9]*$ ]] || die "--mem must be a positive integer (MiB)"
+[[ $timeout_s =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
+[[ $name != *,* ]] || die "--name must not contain a comma"
+[ -z "$workload" ] || [ -f "$workload" ] || die "workload $workload not found"
+if [ -n "$sock" ] && [[ $sock == *,* ]]; then die "--sock path must not contain a comma"; fi
+
+# build.sh takes ~40 ms when everything is up to date (it rebuilds base.cpio.gz after an
+# edit of guest/init.sh or guest/build.sh).
+if ! "$here/build.sh" --quiet >&2; then
+    if [ -f "$out/vmlinuz" ] && [ -f "$out/base.cpio.gz" ]; then
+        echo "run.sh: warning: guest/build.sh failed, booting the existing build" >&2
+    else
+        die "guest/build.sh failed"
+    fi
+fi
+
+if [ -z "$kernel" ]; then
+    kernel=$out/vmlinux
+    [ -f "$kernel" ] || kernel=$out/vmlinuz
+fi
+[ -f "$kernel" ] || die "kernel $kernel not found"
+
+# ---- per-boot archive: workload and --add files ------------------------------------
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/cosched-run.XXXXXX")
+qpid=
+# shellcheck disable=SC2317  # called from traps
+cleanup() { rm -rf "$tmp"; }
+trap cleanup EXIT
+
+stage=$tmp/extra
+mkdir -p "$stage"
+
+# ELF shared objects as ldd prints them (absolute paths, dynamic loader included).
+elf_libs() {
+    ldd "$1" 2>/dev/null | awk '
+        $2 == "=>" && $3 ~ /^\// { print $3; next }
+        $1 ~ /^\// { print $1 }' || true
+}
+is_elf() { [ "$(head -c 4 "$1" 2>/dev/null)" = $'\x7fELF' ]; }
+
+if [ -n "$workload" ]; then
+    install -m 0755 "$workload" "$stage/workload.sh"
+fi
+for spec in "${adds[@]}"; do
+    [[ $spec == *:* ]] || die "--add needs HOSTPATH:GUESTPATH, got '$spec'"
+    hpath=${spec%:*}
+    gpath=${spec##*:}
+    [[ $gpath == /* ]] || die "--add: guest path must be absolute in '$spec'"
+    [ -e "$hpath" ] || die "--add: $hpath not found"
+    [[ $gpath == */ ]] && gpath=$gpath$(basename "$hpath")
+    mkdir -p "$stage$(dirname "$gpath")"
+    if [ -d "$hpath" ]; then
+        cp -rL "$hpath" "$stage$gpath"
+        continue
+    fi
+    cp -L "$hpath" "$stage$gpath"
+    chmod u+w "$stage$gpath"
+    if is_elf "$hpath"; then
+        while read -r lib; do
+            [ -n "$lib" ] || continue
+            [ -e "$stage$lib" ] && continue
+            mkdir -p "$stage$(dirname "$lib")"
+            cp -L "$lib" "$stage$lib"
+        done < <(elf_libs "$hpath")
+    fi
+done
+
+initrd=$out/base.cpio.gz
+if [ -n "$(ls -A "$stage")" ]; then
+    # The kernel unpacks concatenated (compressed) cpio archives one after the other;
+    # later files replace earlier ones.
+    (cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0) \
+        | gzip -1 >"$tmp/extra.cpio.gz"
+    cat "$out/base.cpio.gz" "$tmp/extra.cpio.gz" >"$tmp/initrd.cpio.gz"
+    initrd=$tmp/initrd.cpio.gz
+fi
+
+# ---- accelerator ----------------------------------------------------------------
+if [ "$accel" = auto ]; then
+    if reason=$("$here/kvm-usable.sh"); then
+        accel=kvm
+    else
+        echo "run.sh: KVM unusable ($reason), using TCG" >&2
+        accel=tcg
+    fi
+fi
+if [ "$accel" = kvm ]; then
+    accel_args=(-accel kvm -cpu host)
+else
+    accel_args=(-accel tcg -cpu max)
+fi
+
+# ---- QEMU command line ---------------------------------------------------------------
+cmdline="console=ttyS0 quiet loglevel=1 panic=-1"
+[ -z "$append" ] || cmdline="$cmdline $append"
+
+args=(
+    "$qemu"
+    -name "$name,debug-threads=on"
+    "${accel_args[@]}"
+    -machine pc
+    -smp "$smp"
+    -m "$mem"
+    -display none -nodefaults -serial stdio
+    -no-reboot
+    -kernel "$kernel"
+    -initrd "$initrd"
+    -append "$cmdline"
+)
+[ -z "$pidfile" ] || args+=(-pidfile "$pidfile")
+if [ -n "$sock" ]; then
+    # shellcheck disable=SC2054  # commas belong to QEMU's option syntax
+    args+=(
+        -device virtio-serial
+        -chardev "socket,path=$sock,server=on,wait=off,id=cosched0"
+        -device virtserialport,chardev=cosched0,name=org.cosched.0
+    )
+fi
+
+if [ "$dry" = 1 ]; then
+    printf '%q ' "${args[@]}"
+    echo
+    exit 0
+fi
+
+# QEMU gets SIGTERM if run.sh dies, even by SIGKILL (setpriv --pdeathsig, kept across
+# the exec of timeout, which forwards it to QEMU).
+wrap=()
+if command -v setpriv >/dev/null; then wrap+=(setpriv --pdeathsig TERM --); fi
+if [ "$timeout_s" != 0 ]; then wrap+=(timeout --foreground -k 10 "$timeout_s"); fi
+
+# shellcheck disable=SC2317  # called from traps
+on_signal() {
+    local sig=$1
+    trap - INT TERM HUP
+    if [ -n "$qpid" ]; then
+        kill -TERM "$qpid" 2>/dev/null || true
+        wait "$qpid" 2>/dev/null || true
+    fi
+    cleanup
+    case $sig in INT) exit 130 ;; HUP) exit 129 ;; *) exit 143 ;; esac
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
+trap 'on_signal HUP' HUP
+
+start=$SECONDS
+# QEMU reads the guest console from /dev/null: the guest needs no input, and QEMU then
+# leaves the terminal alone (no raw mode, no SIGTTOU when run.sh is in the background).
+"${wrap[@]}" "${args[@]}" </dev/null &
+qpid=$!
+rc=0
+wait "$qpid" || rc=$?
+qpid=
+if [ "$timeout_s" != 0 ] && { [ "$rc" = 124 ] || { [ "$rc" = 137 ] && [ $((SECONDS - start)) -ge "$timeout_s" ]; }; }; then
+    echo "run.sh: guest did not power off within ${timeout_s}s, QEMU killed" >&2
+    exit 124
+fi
+exit "$rc"

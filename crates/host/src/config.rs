@@ -43,6 +43,9 @@ pub struct HostConfig {
     pub thread_refresh_ms: u64,
     /// Coordination on at start (`cosched enable` / `disable` change it at run time).
     pub enabled: bool,
+    /// The daemon runs at `SCHED_FIFO` with this priority, above every VM it boosts, so that
+    /// boosted VMs cannot delay their own deboost; 0 leaves it at `SCHED_OTHER`.
+    pub daemon_priority: u8,
     pub policy: Policy,
     pub boost: BoostClass,
     pub vm: BTreeMap<String, VmConfig>,
@@ -58,6 +61,7 @@ impl Default for HostConfig {
             rescan_ms: 1000,
             thread_refresh_ms: 100,
             enabled: true,
+            daemon_priority: 99,
             policy: Policy::default(),
             boost: BoostClass::default(),
             vm: BTreeMap::new(),
@@ -91,6 +95,17 @@ impl HostConfig {
                     bail!("[vm.{name}] priority = {p}: must be 1..=98");
                 }
             }
+        }
+        if self.daemon_priority > 99 {
+            bail!("daemon_priority = {}: must be 0 (SCHED_OTHER) or 1..=99", self.daemon_priority);
+        }
+        let highest_vm = self.vm.values().filter_map(|v| v.priority).max().unwrap_or(0).max(self.policy.default_priority)
+            + self.boost.other_threads_priority_offset;
+        if self.daemon_priority != 0 && self.daemon_priority <= highest_vm {
+            bail!(
+                "daemon_priority = {} must be above every boosted thread's priority ({highest_vm}), or 0",
+                self.daemon_priority
+            );
         }
         if self.rescan_ms == 0 || self.thread_refresh_ms == 0 {
             bail!("rescan_ms and thread_refresh_ms must be > 0");

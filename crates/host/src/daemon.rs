@@ -22,6 +22,7 @@ use crate::actuator::{Env, RealSched, SchedOps, VmCpu};
 use crate::config::HostConfig;
 use crate::control::{Reply, Request};
 use crate::metrics::Latency;
+use crate::sched::{SchedAttr, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK};
 use crate::store::{restore_all, StateDir};
 
 const INOTIFY: Token = Token(0);
@@ -257,6 +258,12 @@ impl Daemon {
             }
             None => None,
         };
+        if cfg.daemon_priority > 0 {
+            // Only the daemon's own thread; RESET_ON_FORK so nothing it starts inherits it.
+            let me = SchedAttr::rt(SCHED_FIFO, cfg.daemon_priority as u32, SCHED_FLAG_RESET_ON_FORK);
+            crate::sched::set(0, &me).map_err(|e| anyhow::anyhow!(crate::sched::explain_set_error(0, &me, &e)))
+                .context("daemon_priority (set it to 0 to run at SCHED_OTHER)")?;
+        }
         let mut coord = Coordinator::new(cfg.policy.clone());
         let mut sink = Vec::new();
         coord.set_cpu_enabled(cfg.enabled, 0, &mut sink);

@@ -119,13 +119,15 @@ fn default_fair_slice_ns() -> u64 {
 
 /// Sets the scheduling attributes of thread `tid`.
 pub fn set(tid: i32, attr: &SchedAttr) -> io::Result<()> {
+    // First call in a process: learn the default slice while this thread is still fair.
+    let default_slice = default_fair_slice_ns();
     let mut a = *attr;
     a.size = SCHED_ATTR_SIZE_VER0;
     if !a.is_realtime() {
         a.priority = 0;
         a.deadline_ns = 0;
         a.period_ns = 0;
-        if a.runtime_ns == default_fair_slice_ns() {
+        if a.runtime_ns == default_slice {
             a.runtime_ns = 0;
         }
     }

@@ -184,22 +184,22 @@ def boot_guest(workload, sock=None, on_line=None, timeout=240, extra_args=()):
                "--pidfile", str(pidfile), "--timeout", str(timeout), *extra_args]
         if sock:
             cmd += ["--sock", str(sock)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                errors="replace")
         out = []
         pid = None
-        for line in proc.stdout:
-            line = line.rstrip("\r\n")
-            out.append(line)
-            if pid is None and pidfile.exists():
-                try:
-                    pid = int(pidfile.read_text().strip())
-                except ValueError:
-                    pass
-            if on_line:
-                on_line(line, pid)
-        proc.wait()
-        err = proc.stderr.read()
+        errfile = Path(tmp) / "run.err"
+        with open(errfile, "w") as errf, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True,
+                                                          errors="replace") as proc:
+            for line in proc.stdout:
+                line = line.rstrip("\r\n")
+                out.append(line)
+                if pid is None and pidfile.exists():
+                    try:
+                        pid = int(pidfile.read_text().strip())
+                    except ValueError:
+                        pass
+                if on_line:
+                    on_line(line, pid)
+        err = errfile.read_text()
         console = "\n".join(out)
         if proc.returncode != 0 or "COSCHED-GUEST: workload exit 0" not in console:
             raise RuntimeError(f"guest run failed (exit {proc.returncode}):\n{err}\n" + "\n".join(out[-40:]))

@@ -151,7 +151,9 @@ impl AgentCore {
     pub fn tick(&mut self, now: u64, out: &mut Vec<Out>) {
         match self.phase {
             Phase::Unregistered => self.register(now, out),
-            Phase::Registering { sent_ns, .. } if now >= sent_ns + self.cfg.register_retry_ns => self.register(now, out),
+            Phase::Registering { sent_ns, .. } if now >= sent_ns + self.cfg.register_retry_ns => {
+                self.register(now, out)
+            }
             Phase::Active => self.sync(now, out),
             _ => {}
         }

@@ -135,9 +135,9 @@ impl Detectors {
         // per registration (a handful of times in an agent's life), so the few bytes leaked each
         // time are the simplest correct owner.
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let mut open = CoschedSkelBuilder::default().open(storage).context(
-            "opening the BPF object (needs a kernel with BTF: /sys/kernel/btf/vmlinux)",
-        )?;
+        let mut open = CoschedSkelBuilder::default()
+            .open(storage)
+            .context("opening the BPF object (needs a kernel with BTF: /sys/kernel/btf/vmlinux)")?;
         let ro = open.maps.rodata_data.as_deref_mut().context("BPF rodata missing")?;
         ro.min_boost_ns = opts.min_boost_us * 1_000;
         ro.hold_periodic_max_ns = opts.hold_periodic_max_us * 1_000;
@@ -182,7 +182,14 @@ impl Detectors {
     /// The detectors' counters summed over CPUs, as `name value` pairs.
     fn stats(&self) -> Vec<(&'static str, u64)> {
         const NAMES: [&str; 8] = [
-            "switches", "need_rt", "need_watched", "boosts", "deboosts", "timer_deboosts", "watch_added", "events_dropped",
+            "switches",
+            "need_rt",
+            "need_watched",
+            "boosts",
+            "deboosts",
+            "timer_deboosts",
+            "watch_added",
+            "events_dropped",
         ];
         let mut sums = [0u64; 8];
         if let Ok(Some(per_cpu)) = self.skel.maps.stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
@@ -235,7 +242,8 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
 
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
-    let mut core = AgentCore::new(Config { budget_backoff_ns: opts.budget_backoff_ms * 1_000_000, ..Config::default() });
+    let mut core =
+        AgentCore::new(Config { budget_backoff_ns: opts.budget_backoff_ms * 1_000_000, ..Config::default() });
     let mut decoder = StreamDecoder::new();
     let mut detectors: Option<Detectors> = None;
     let mut connected = true;

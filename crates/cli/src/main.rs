@@ -170,10 +170,8 @@ fn print_status(s: &Value) {
     for vm in &vms {
         let c = &vm["counters"];
         let yes = |v: &Value| if v.as_bool() == Some(true) { "yes" } else { "no" };
-        let denied: Vec<String> = c["denied"]
-            .as_object()
-            .map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect())
-            .unwrap_or_default();
+        let denied: Vec<String> =
+            c["denied"].as_object().map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect()).unwrap_or_default();
         let boosted_ms = c["boosted_ns"].as_f64().unwrap_or(0.0) / 1e6 + vm["boosted_for_ms"].as_f64().unwrap_or(0.0);
         println!(
             "{:<16} {:>7} {:>4} {:>3} {:>4} {:<8} {:>7} {:>9} {:>7} {:>9}  {}",
@@ -200,7 +198,10 @@ fn print_status(s: &Value) {
         }
     }
     if let Some(p) = s["unconnected_sockets"].as_array().filter(|a| !a.is_empty()) {
-        println!("\nsockets not connected (see the daemon's log): {}", p.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", "));
+        println!(
+            "\nsockets not connected (see the daemon's log): {}",
+            p.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
+        );
     }
 }
 
@@ -245,7 +246,11 @@ fn main() {
             if r.errors.is_empty() {
                 Ok(())
             } else {
-                anyhow::bail!("{} thread(s) could not be restored; their records are kept in {}", r.errors.len(), state_dir.display())
+                anyhow::bail!(
+                    "{} thread(s) could not be restored; their records are kept in {}",
+                    r.errors.len(),
+                    state_dir.display()
+                )
             }
         }
     })();

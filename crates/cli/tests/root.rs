@@ -236,7 +236,8 @@ impl FakeVm {
     fn all_boosted(&self, prio: u32) -> bool {
         let a = self.attrs();
         !a.is_empty()
-            && a.iter().all(|(_, a)| a.policy == SCHED_RR && a.priority == prio && a.flags & SCHED_FLAG_RESET_ON_FORK != 0)
+            && a.iter()
+                .all(|(_, a)| a.policy == SCHED_RR && a.priority == prio && a.flags & SCHED_FLAG_RESET_ON_FORK != 0)
     }
     fn none_realtime(&self) -> bool {
         self.attrs().iter().all(|(_, a)| !a.is_realtime())
@@ -250,7 +251,8 @@ impl Drop for FakeVm {
     }
 }
 
-const QUIET_POLICY: &str = "[policy]\nmax_continuous_boost_ms = 0\nmax_boost_share_permille = 1000\nrt_guard_max_share_permille = 0\n";
+const QUIET_POLICY: &str =
+    "[policy]\nmax_continuous_boost_ms = 0\nmax_boost_share_permille = 1000\nrt_guard_max_share_permille = 0\n";
 const THREADS: [&str; 3] = ["CPU 0/TCG", "IO iothread0", "worker"];
 
 fn state_files(w: &World) -> Vec<PathBuf> {
@@ -433,7 +435,12 @@ fn a_peer_that_is_not_qemu_is_refused() {
     let mut vm = w.vm("evil", "python3", &THREADS);
     wait_for("the socket to be reported unconnected", Duration::from_secs(5), || {
         let s = d.status();
-        s["unconnected_sockets"].as_array().unwrap().iter().any(|p| p.as_str().unwrap().ends_with("evil.sock")).then_some(())
+        s["unconnected_sockets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str().unwrap().ends_with("evil.sock"))
+            .then_some(())
     });
     assert!(d.vm_status("evil").is_none());
     vm.send(Kind::Register, caps::CPU);
@@ -482,7 +489,10 @@ fn kill_9_then_restore_command_and_restarted_daemon_put_everything_back() {
             _ => {
                 let d2 = w.daemon(QUIET_POLICY);
                 let log = std::fs::read_to_string(w.p("daemon.log")).unwrap();
-                assert!(log.contains(&format!("restored {} thread(s) left boosted by a previous daemon (1 gone", n - 1)), "{log}");
+                assert!(
+                    log.contains(&format!("restored {} thread(s) left boosted by a previous daemon (1 gone", n - 1)),
+                    "{log}"
+                );
                 // The new daemon coordinates the VM again; the agent re-registers.
                 d2.wait_vm("vm1");
                 assert_eq!(vm.request(Kind::Cpu, 1).deny_reason(), Some(DenyReason::NotRegistered));
@@ -501,7 +511,11 @@ fn restore_refuses_while_a_daemon_runs() {
     }
     let w = World::new();
     let _d = w.daemon(QUIET_POLICY);
-    let out = Command::new(env!("CARGO_BIN_EXE_cosched")).args(["restore", "--state-dir"]).arg(w.state_dir()).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cosched"))
+        .args(["restore", "--state-dir"])
+        .arg(w.state_dir())
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("another cosched host daemon is running"));
     // And a second daemon on the same state refuses to start.

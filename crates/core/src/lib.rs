@@ -64,9 +64,16 @@ pub struct VmId(pub u64);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    Send { vm: VmId, frame: Frame },
+    Send {
+        vm: VmId,
+        frame: Frame,
+    },
     /// Put every thread of the VM at `level`; `priority` is the VM's real-time priority.
-    SetCpu { vm: VmId, level: Level, priority: u8 },
+    SetCpu {
+        vm: VmId,
+        level: Level,
+        priority: u8,
+    },
 }
 
 /// Coordination policy. Durations in ms as they appear in the config file.
@@ -324,8 +331,7 @@ impl Coordinator {
             };
             out.push(Action::Send { vm: id, frame });
         };
-        let lowers_privilege =
-            matches!((f.kind, f.value), (Kind::Cpu, 0) | (Kind::Io, 0) | (Kind::Deregister, _));
+        let lowers_privilege = matches!((f.kind, f.value), (Kind::Cpu, 0) | (Kind::Io, 0) | (Kind::Deregister, _));
         if !vm.frames.take(now) && !lowers_privilege {
             return reply(vm, out, Err(DenyReason::RateLimited));
         }
@@ -388,14 +394,7 @@ impl Coordinator {
 
     /// A malformed frame (`seq` if its header was readable) or `garbage_bytes` skipped while
     /// resynchronising. Replies `DENY(malformed)`; past `malformed_rate` the VM is deregistered.
-    pub fn malformed(
-        &mut self,
-        id: VmId,
-        seq: Option<u32>,
-        garbage_bytes: u64,
-        now: u64,
-        out: &mut Vec<Action>,
-    ) {
+    pub fn malformed(&mut self, id: VmId, seq: Option<u32>, garbage_bytes: u64, now: u64, out: &mut Vec<Action>) {
         let Some(vm) = self.vms.get_mut(&id) else { return };
         vm.counters.malformed += 1;
         vm.counters.garbage_bytes += garbage_bytes;
@@ -448,11 +447,10 @@ impl Coordinator {
             if !vm.level.is_boosted() {
                 continue;
             }
-            let over_continuous = p.max_continuous_boost_ms > 0
-                && vm.boosted_for_ns(now) >= p.max_continuous_boost_ms * NS_PER_MS;
-            let over_share = p
-                .share_limit_ns()
-                .is_some_and(|limit| vm.boosted.used(now, p.budget_window_ms * NS_PER_MS) >= limit);
+            let over_continuous =
+                p.max_continuous_boost_ms > 0 && vm.boosted_for_ns(now) >= p.max_continuous_boost_ms * NS_PER_MS;
+            let over_share =
+                p.share_limit_ns().is_some_and(|limit| vm.boosted.used(now, p.budget_window_ms * NS_PER_MS) >= limit);
             if over_continuous || over_share {
                 end_boost(id, vm, now, out);
                 vm.wants_boost = false;
@@ -513,8 +511,7 @@ impl Coordinator {
 
 fn budget_refuses(p: &Policy, vm: &mut Vm, now: u64) -> bool {
     vm.in_cooldown(now)
-        || p.share_limit_ns()
-            .is_some_and(|limit| vm.boosted.used(now, p.budget_window_ms * NS_PER_MS) >= limit)
+        || p.share_limit_ns().is_some_and(|limit| vm.boosted.used(now, p.budget_window_ms * NS_PER_MS) >= limit)
 }
 
 fn start_boost(p: &Policy, id: VmId, vm: &mut Vm, now: u64, out: &mut Vec<Action>) {

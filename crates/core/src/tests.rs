@@ -213,17 +213,16 @@ fn global_and_vm_switches_combine() {
 
 #[test]
 fn continuous_boost_budget_deboosts_denies_and_cools_down() {
-    let mut s = Sim::new(Policy {
-        max_continuous_boost_ms: 200,
-        budget_cooldown_ms: 100,
-        ..no_budget_no_guard()
-    });
+    let mut s = Sim::new(Policy { max_continuous_boost_ms: 200, budget_cooldown_ms: 100, ..no_budget_no_guard() });
     s.register();
     s.send(Kind::Cpu, 1);
     assert_eq!(s.c.next_deadline(0), Some(200 * MS));
     assert!(s.advance(199 * MS).is_empty());
     let out = s.advance(200 * MS);
-    assert_eq!(out, vec![set_cpu(Level::Normal, 1), Action::Send { vm: VM, frame: Frame::deny(0, DenyReason::Budget) }]);
+    assert_eq!(
+        out,
+        vec![set_cpu(Level::Normal, 1), Action::Send { vm: VM, frame: Frame::deny(0, DenyReason::Budget) }]
+    );
     assert_eq!(s.c.vm(VM).unwrap().counters.budget_exhausted, 1);
     s.now = 299 * MS;
     assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(3, DenyReason::Budget));

@@ -39,8 +39,7 @@ impl OnTime {
     pub fn used(&self, now: u64, window_ns: u64) -> u64 {
         let from = now.saturating_sub(window_ns);
         let overlap = |s: u64, e: u64| e.min(now).saturating_sub(s.max(from));
-        self.closed.iter().map(|&(s, e)| overlap(s, e)).sum::<u64>()
-            + self.open.map_or(0, |s| overlap(s, now))
+        self.closed.iter().map(|&(s, e)| overlap(s, e)).sum::<u64>() + self.open.map_or(0, |s| overlap(s, now))
     }
 
     /// Forgets periods that ended before `now - window_ns`; keeps memory bounded.

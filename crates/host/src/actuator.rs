@@ -15,7 +15,7 @@ use cosched_core::Level;
 use cosched_procfs::{ProcFs, TaskId, ThreadRole};
 use serde::{Deserialize, Serialize};
 
-use crate::sched::{self, SchedAttr, SCHED_FLAG_RESET_ON_FORK, SCHED_FIFO, SCHED_RR};
+use crate::sched::{self, SchedAttr, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK, SCHED_RR};
 use crate::store::{looks_applied_by_us, StateDir, ThreadRecord, VmRecord};
 
 /// Access to the scheduler: the real syscalls, or a fake in tests.
@@ -204,10 +204,8 @@ impl VmCpu {
                 continue;
             }
             let Ok(original) = env.sched.get(tid) else { continue }; // exited meanwhile
-            self.threads.insert(
-                tid,
-                Tracked { task: info.task, comm: info.comm, role: info.role, original, applied: None },
-            );
+            self.threads
+                .insert(tid, Tracked { task: info.task, comm: info.comm, role: info.role, original, applied: None });
             self.persisted = false;
         }
         Ok(())
@@ -217,11 +215,7 @@ impl VmCpu {
         VmRecord {
             vm: self.name.clone(),
             process: self.process,
-            threads: self
-                .threads
-                .values()
-                .map(|t| ThreadRecord { task: t.task, original: t.original })
-                .collect(),
+            threads: self.threads.values().map(|t| ThreadRecord { task: t.task, original: t.original }).collect(),
         }
     }
 

@@ -99,8 +99,9 @@ impl HostConfig {
         if self.daemon_priority > 99 {
             bail!("daemon_priority = {}: must be 0 (SCHED_OTHER) or 1..=99", self.daemon_priority);
         }
-        let highest_vm = self.vm.values().filter_map(|v| v.priority).max().unwrap_or(0).max(self.policy.default_priority)
-            + self.boost.other_threads_priority_offset;
+        let highest_vm =
+            self.vm.values().filter_map(|v| v.priority).max().unwrap_or(0).max(self.policy.default_priority)
+                + self.boost.other_threads_priority_offset;
         if self.daemon_priority != 0 && self.daemon_priority <= highest_vm {
             bail!(
                 "daemon_priority = {} must be above every boosted thread's priority ({highest_vm}), or 0",

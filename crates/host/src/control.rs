@@ -17,9 +17,16 @@ pub enum Request {
     Status,
     Metrics,
     /// Coordination on, for the whole host (`vm: None`) or one VM (name or QEMU pid).
-    Enable { vm: Option<String> },
-    Disable { vm: Option<String> },
-    Priority { vm: String, priority: u8 },
+    Enable {
+        vm: Option<String>,
+    },
+    Disable {
+        vm: Option<String>,
+    },
+    Priority {
+        vm: String,
+        priority: u8,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,7 +50,10 @@ impl Reply {
 /// Sends `req` to the daemon at `socket` and returns its data, or its error as an error.
 pub fn request(socket: &Path, req: &Request) -> anyhow::Result<Option<serde_json::Value>> {
     let mut s = UnixStream::connect(socket).with_context(|| {
-        format!("cannot reach the cosched host daemon at {} (is `cosched host` running? are you root?)", socket.display())
+        format!(
+            "cannot reach the cosched host daemon at {} (is `cosched host` running? are you root?)",
+            socket.display()
+        )
     })?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut line = serde_json::to_string(req)?;
@@ -67,7 +77,10 @@ mod tests {
         let r = Request::Priority { vm: "web1".into(), priority: 5 };
         let s = serde_json::to_string(&r).unwrap();
         assert_eq!(s, r#"{"cmd":"priority","vm":"web1","priority":5}"#);
-        assert_eq!(serde_json::from_str::<Request>(r#"{"cmd":"enable","vm":null}"#).unwrap(), Request::Enable { vm: None });
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"cmd":"enable","vm":null}"#).unwrap(),
+            Request::Enable { vm: None }
+        );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
     }
 }

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use cosched_core::{Action, Coordinator, Level, VmId, VmSettings, NS_PER_MS};
-use cosched_proto::{Event, StreamDecoder};
 use cosched_procfs::ProcFs;
+use cosched_proto::{Event, StreamDecoder};
 use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
@@ -112,15 +112,17 @@ fn errno_result(rc: libc::c_int) -> io::Result<libc::c_int> {
 /// Takes an exclusive lock on `<state_dir>/.lock`; fails if another daemon holds it.
 pub fn lock_state_dir(store: &StateDir) -> anyhow::Result<fs::File> {
     let path = store.path().join(".lock");
-    let f = fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path)
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
         .with_context(|| format!("opening {}", path.display()))?;
     // SAFETY: flock on a file descriptor we own.
     let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {
-        bail!(
-            "another cosched host daemon is running (it holds {}); stop it first",
-            path.display()
-        );
+        bail!("another cosched host daemon is running (it holds {}); stop it first", path.display());
     }
     Ok(f)
 }
@@ -261,7 +263,8 @@ impl Daemon {
         if cfg.daemon_priority > 0 {
             // Only the daemon's own thread; RESET_ON_FORK so nothing it starts inherits it.
             let me = SchedAttr::rt(SCHED_FIFO, cfg.daemon_priority as u32, SCHED_FLAG_RESET_ON_FORK);
-            crate::sched::set(0, &me).map_err(|e| anyhow::anyhow!(crate::sched::explain_set_error(0, &me, &e)))
+            crate::sched::set(0, &me)
+                .map_err(|e| anyhow::anyhow!(crate::sched::explain_set_error(0, &me, &e)))
                 .context("daemon_priority (set it to 0 to run at SCHED_OTHER)")?;
         }
         let mut coord = Coordinator::new(cfg.policy.clone());
@@ -455,13 +458,10 @@ impl Daemon {
             ));
         }
         let name = vm_name(path);
-        let mut env = Env {
-            procfs: &self.procfs,
-            sched: self.sched.as_mut(),
-            store: &self.store,
-            class: &self.cfg.boost,
-        };
-        let cpu = VmCpu::new(&name, process.task, &mut env).map_err(|e| format!("reading threads of pid {pid}: {e}"))?;
+        let mut env =
+            Env { procfs: &self.procfs, sched: self.sched.as_mut(), store: &self.store, class: &self.cfg.boost };
+        let cpu =
+            VmCpu::new(&name, process.task, &mut env).map_err(|e| format!("reading threads of pid {pid}: {e}"))?;
         let token = self.next_token;
         self.next_token += 1;
         self.poll
@@ -471,11 +471,7 @@ impl Daemon {
         let id = VmId(token as u64);
         let settings = *self.settings.entry(name.clone()).or_insert_with(|| self.coord.default_settings());
         self.coord.vm_connected(id, &name, settings, self.now());
-        info!(
-            "{name}: connected to QEMU pid {pid} ({} threads) via {}",
-            cpu.thread_count(),
-            path.display()
-        );
+        info!("{name}: connected to QEMU pid {pid} ({} threads) via {}", cpu.thread_count(), path.display());
         self.by_path.insert(path.to_path_buf(), token);
         self.attempts.remove(path);
         self.conns.insert(
@@ -592,12 +588,8 @@ impl Daemon {
 
     fn set_cpu(&mut self, token: usize, level: Level, priority: u8, rx_ns: Option<u64>) {
         let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { return };
-        let mut env = Env {
-            procfs: &self.procfs,
-            sched: self.sched.as_mut(),
-            store: &self.store,
-            class: &self.cfg.boost,
-        };
+        let mut env =
+            Env { procfs: &self.procfs, sched: self.sched.as_mut(), store: &self.store, class: &self.cfg.boost };
         let was = c.cpu.level();
         let out = c.cpu.set_level(&mut env, level, priority, false);
         let done = self.start.elapsed().as_nanos() as u64;
@@ -608,11 +600,8 @@ impl Daemon {
         }
         debug!("{}: {} -> {} ({} thread(s) changed)", c.cpu.name, was.name(), level.name(), out.changed);
         // Threads may have appeared since the last look: re-read on each boost.
-        let refreshed = if was == Level::Normal && level != Level::Normal {
-            Some(c.cpu.refresh(&mut env))
-        } else {
-            None
-        };
+        let refreshed =
+            if was == Level::Normal && level != Level::Normal { Some(c.cpu.refresh(&mut env)) } else { None };
         let errors: Vec<String> = out.errors.into_iter().chain(refreshed.into_iter().flat_map(|o| o.errors)).collect();
         if !errors.is_empty() {
             c.actuation_errors += errors.len() as u64;
@@ -694,12 +683,8 @@ impl Daemon {
             .collect();
         for token in tokens {
             let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { continue };
-            let mut env = Env {
-                procfs: &self.procfs,
-                sched: self.sched.as_mut(),
-                store: &self.store,
-                class: &self.cfg.boost,
-            };
+            let mut env =
+                Env { procfs: &self.procfs, sched: self.sched.as_mut(), store: &self.store, class: &self.cfg.boost };
             let out = c.cpu.refresh(&mut env);
             if out.changed > 0 {
                 debug!("{}: boosted {} new thread(s)", c.cpu.name, out.changed);
@@ -832,7 +817,10 @@ impl Daemon {
                     .values()
                     .filter_map(|c| if let Conn::Vm(vm) = c { Some(vm.cpu.name.as_str()) } else { None })
                     .collect();
-                format!("no VM named {key:?} (connected: {})", if known.is_empty() { "none".into() } else { known.join(", ") })
+                format!(
+                    "no VM named {key:?} (connected: {})",
+                    if known.is_empty() { "none".into() } else { known.join(", ") }
+                )
             })
     }
 
@@ -915,11 +903,7 @@ impl Daemon {
                 })
             })
             .collect();
-        let pending: Vec<Value> = self
-            .attempts
-            .keys()
-            .map(|p| json!(p))
-            .collect();
+        let pending: Vec<Value> = self.attempts.keys().map(|p| json!(p)).collect();
         json!({
             "daemon": {
                 "pid": std::process::id(),
@@ -952,16 +936,64 @@ impl Daemon {
             let Some(vm) = self.coord.vm(c.id) else { continue };
             let l = format!("vm=\"{}\"", vm.name.replace('"', "'"));
             let k = &vm.counters;
-            add("cosched_vm_boosted", "gauge", "1 if the VM is boosted now.", format!("cosched_vm_boosted{{{l}}} {}", vm.level.is_boosted() as u8));
-            add("cosched_vm_registered", "gauge", "1 if the guest agent is registered.", format!("cosched_vm_registered{{{l}}} {}", vm.registered.is_some() as u8));
-            add("cosched_vm_boosts_total", "counter", "Boosts started.", format!("cosched_vm_boosts_total{{{l}}} {}", k.boosts));
-            add("cosched_vm_boosted_seconds_total", "counter", "Time spent boosted.", format!("cosched_vm_boosted_seconds_total{{{l}}} {}", (k.boosted_ns + vm.boosted_for_ns(now)) as f64 / 1e9));
-            add("cosched_vm_frames_total", "counter", "Well-formed frames received.", format!("cosched_vm_frames_total{{{l}}} {}", k.frames));
-            add("cosched_vm_malformed_total", "counter", "Malformed frames and garbage runs received.", format!("cosched_vm_malformed_total{{{l}}} {}", k.malformed));
-            add("cosched_vm_budget_exhausted_total", "counter", "Boosts ended by a budget.", format!("cosched_vm_budget_exhausted_total{{{l}}} {}", k.budget_exhausted));
-            add("cosched_vm_guard_demotions_total", "counter", "Times the real-time guard moved vCPUs off the real-time class.", format!("cosched_vm_guard_demotions_total{{{l}}} {}", k.guard_demotions));
+            add(
+                "cosched_vm_boosted",
+                "gauge",
+                "1 if the VM is boosted now.",
+                format!("cosched_vm_boosted{{{l}}} {}", vm.level.is_boosted() as u8),
+            );
+            add(
+                "cosched_vm_registered",
+                "gauge",
+                "1 if the guest agent is registered.",
+                format!("cosched_vm_registered{{{l}}} {}", vm.registered.is_some() as u8),
+            );
+            add(
+                "cosched_vm_boosts_total",
+                "counter",
+                "Boosts started.",
+                format!("cosched_vm_boosts_total{{{l}}} {}", k.boosts),
+            );
+            add(
+                "cosched_vm_boosted_seconds_total",
+                "counter",
+                "Time spent boosted.",
+                format!(
+                    "cosched_vm_boosted_seconds_total{{{l}}} {}",
+                    (k.boosted_ns + vm.boosted_for_ns(now)) as f64 / 1e9
+                ),
+            );
+            add(
+                "cosched_vm_frames_total",
+                "counter",
+                "Well-formed frames received.",
+                format!("cosched_vm_frames_total{{{l}}} {}", k.frames),
+            );
+            add(
+                "cosched_vm_malformed_total",
+                "counter",
+                "Malformed frames and garbage runs received.",
+                format!("cosched_vm_malformed_total{{{l}}} {}", k.malformed),
+            );
+            add(
+                "cosched_vm_budget_exhausted_total",
+                "counter",
+                "Boosts ended by a budget.",
+                format!("cosched_vm_budget_exhausted_total{{{l}}} {}", k.budget_exhausted),
+            );
+            add(
+                "cosched_vm_guard_demotions_total",
+                "counter",
+                "Times the real-time guard moved vCPUs off the real-time class.",
+                format!("cosched_vm_guard_demotions_total{{{l}}} {}", k.guard_demotions),
+            );
             for (reason, n) in &k.denied {
-                add("cosched_vm_denied_total", "counter", "DENY replies by reason.", format!("cosched_vm_denied_total{{{l},reason=\"{reason}\"}} {n}"));
+                add(
+                    "cosched_vm_denied_total",
+                    "counter",
+                    "DENY replies by reason.",
+                    format!("cosched_vm_denied_total{{{l},reason=\"{reason}\"}} {n}"),
+                );
             }
             hist += &c.latency.prometheus("cosched_hint_to_applied_seconds", &l);
         }

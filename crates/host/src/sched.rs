@@ -93,9 +93,8 @@ pub fn get(tid: i32) -> io::Result<SchedAttr> {
     let mut attr = SchedAttr { size: SCHED_ATTR_SIZE_VER0, ..Default::default() };
     // SAFETY: `attr` is a valid, writable `struct sched_attr` of the size we pass; the kernel
     // writes at most that many bytes.
-    let rc = unsafe {
-        libc::syscall(libc::SYS_sched_getattr, tid, &mut attr as *mut SchedAttr, SCHED_ATTR_SIZE_VER0, 0)
-    };
+    let rc =
+        unsafe { libc::syscall(libc::SYS_sched_getattr, tid, &mut attr as *mut SchedAttr, SCHED_ATTR_SIZE_VER0, 0) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }

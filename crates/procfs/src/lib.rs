@@ -62,9 +62,7 @@ pub enum ThreadRole {
 impl ThreadRole {
     /// Classifies a thread of process `pid` from its `comm`.
     pub fn classify(pid: i32, tid: i32, comm: &str) -> ThreadRole {
-        if comm.starts_with("CPU ") && (comm.ends_with("/KVM") || comm.ends_with("/TCG"))
-            || comm == "ALL CPUs/TCG"
-        {
+        if comm.starts_with("CPU ") && (comm.ends_with("/KVM") || comm.ends_with("/TCG")) || comm == "ALL CPUs/TCG" {
             ThreadRole::Vcpu
         } else if tid == pid {
             ThreadRole::Main
@@ -110,12 +108,7 @@ impl ProcessInfo {
     /// executable's file name (a deleted-and-upgraded binary reads `... (deleted)`), or by the
     /// command name when `exe` is unreadable.
     pub fn is_qemu(&self) -> bool {
-        let exe_name = self
-            .exe
-            .trim_end_matches(" (deleted)")
-            .rsplit('/')
-            .next()
-            .unwrap_or_default();
+        let exe_name = self.exe.trim_end_matches(" (deleted)").rsplit('/').next().unwrap_or_default();
         let name = if exe_name.is_empty() { self.comm.as_str() } else { exe_name };
         name.starts_with("qemu-system-") || name == "qemu-kvm"
             // comm is truncated to 15 bytes: "qemu-system-x86"
@@ -182,9 +175,7 @@ impl ProcFs {
         let dir = self.root.join(pid.to_string());
         let stat = dir.join("stat");
         let (comm, start_time) = parse_stat(&stat, &read(&stat)?)?;
-        let exe = fs::read_link(dir.join("exe"))
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let exe = fs::read_link(dir.join("exe")).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
         let status_path = dir.join("status");
         let status = read(&status_path)?;
         let uid = status
@@ -225,11 +216,11 @@ impl ProcFs {
     pub fn thread_runtime_ns(&self, pid: i32, tid: i32) -> Result<u64> {
         let path = self.task_dir(pid, tid).join("schedstat");
         let content = read(&path)?;
-        content
-            .split_whitespace()
-            .next()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| Error::Parse { path, what: "schedstat", content })
+        let runtime = content.split_whitespace().next().and_then(|s| s.parse().ok());
+        match runtime {
+            Some(ns) => Ok(ns),
+            None => Err(Error::Parse { path, what: "schedstat", content }),
+        }
     }
 
     /// True if `tid` is a thread of process `pid` right now (one `stat` call: cheap enough to do
@@ -262,8 +253,7 @@ pub mod fake {
         fs::create_dir_all(dir.join("task")).unwrap();
         let main_comm = threads.iter().find(|(t, _)| *t == pid).map(|t| t.1).unwrap_or("main");
         fs::write(dir.join("stat"), stat_line(pid, main_comm, 1000 + pid as u64)).unwrap();
-        fs::write(dir.join("status"), format!("Name:\t{main_comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"))
-            .unwrap();
+        fs::write(dir.join("status"), format!("Name:\t{main_comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")).unwrap();
         if !exe.is_empty() {
             std::os::unix::fs::symlink(exe, dir.join("exe")).unwrap();
         }
@@ -313,8 +303,7 @@ mod tests {
     #[test]
     fn classifies_qemu_threads() {
         let (_d, fs) = qemu_tree();
-        let roles: Vec<(i32, ThreadRole)> =
-            fs.threads(4242).unwrap().iter().map(|t| (t.task.id, t.role)).collect();
+        let roles: Vec<(i32, ThreadRole)> = fs.threads(4242).unwrap().iter().map(|t| (t.task.id, t.role)).collect();
         assert_eq!(
             roles,
             vec![

@@ -188,9 +188,7 @@ impl DecodeError {
     /// The sequence number to echo in the `DENY(malformed)` reply, when the header was readable.
     pub fn seq(&self) -> Option<u32> {
         match *self {
-            DecodeError::UnknownType { seq, .. } | DecodeError::InvalidValue { seq, .. } => {
-                Some(seq)
-            }
+            DecodeError::UnknownType { seq, .. } | DecodeError::InvalidValue { seq, .. } => Some(seq),
             _ => None,
         }
     }
@@ -295,7 +293,9 @@ pub enum Event {
     Malformed(DecodeError),
     /// `skipped` bytes that do not start a frame were dropped while resynchronising on the next
     /// `43 53 01`.
-    Garbage { skipped: usize },
+    Garbage {
+        skipped: usize,
+    },
 }
 
 /// Turns a byte stream into frames.

@@ -76,9 +76,8 @@ fn streams_resynchronise_whole_and_byte_by_byte() {
             d.push(std::slice::from_ref(b));
             got.extend(std::iter::from_fn(|| d.next_event()));
         }
-        let frames = |evs: &[Value]| -> Vec<Value> {
-            evs.iter().filter(|e| e.get("garbage").is_none()).cloned().collect()
-        };
+        let frames =
+            |evs: &[Value]| -> Vec<Value> { evs.iter().filter(|e| e.get("garbage").is_none()).cloned().collect() };
         let garbage = |evs: &[Value]| -> u64 { evs.iter().filter_map(|e| e["garbage"].as_u64()).sum() };
         let got: Vec<Value> = got.iter().map(event_json).collect();
         assert_eq!(frames(&got), frames(want), "byte-by-byte frames of {}", t["name"]);

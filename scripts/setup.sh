@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what cosched needs on Debian 12 and builds it: the release binary
+# (target/release/cosched) and the test guest (build/guest). Run as root; safe to rerun.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+[ "$(id -u)" = 0 ] || { echo "setup.sh: run as root (it installs packages; the daemon and tests need root too)" >&2; exit 1; }
+
+# Build: clang for the BPF programs, libelf/zlib (static) for libbpf. Guest: guest/DEPS.
+pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config gcc make seabios)
+while read -r p; do pkgs+=("$p"); done < <(sed 's/#.*//' guest/DEPS | tr -s ' \t' '\n' | grep -v '^$')
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup.sh: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null; then
+    # shellcheck disable=SC1091
+    [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+fi
+command -v cargo >/dev/null || { echo "setup.sh: cargo not found: install Rust (rustup, 1.80 or newer)" >&2; exit 1; }
+
+echo "setup.sh: building cosched (cargo build --release)"
+cargo build --release --locked --workspace --quiet
+echo "setup.sh: building the test guest (guest/build.sh)"
+guest/build.sh --quiet
+echo "setup.sh: ready: $repo/target/release/cosched"

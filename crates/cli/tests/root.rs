@@ -7,6 +7,9 @@
 //! the project's test command and CI), which makes a missing root a failure.
 
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixListener;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
@@ -76,13 +79,19 @@ impl World {
             .stderr(Stdio::from(std::fs::File::create(self.p("daemon.log")).unwrap()))
             .spawn()
             .unwrap();
-        let d = Daemon { child: Some(child), control: self.control() };
+        let d = Daemon { child: Some(child), control: self.control(), log: self.p("daemon.log") };
         wait_for("the daemon's control socket", Duration::from_secs(10), || d.try_status());
         d
     }
 
     /// Starts a fake QEMU with a socket in the socket directory.
     fn vm(&self, name: &str, exe_name: &str, threads: &[&str]) -> FakeVm {
+        self.vm_with(name, exe_name, threads, None)
+    }
+
+    /// With `listener`, the fake QEMU inherits that listening socket, as QEMU does when libvirt
+    /// opens the chardev socket.
+    fn vm_with(&self, name: &str, exe_name: &str, threads: &[&str], listener: Option<UnixListener>) -> FakeVm {
         let bin_dir = self.p(&format!("bin-{name}"));
         std::fs::create_dir_all(&bin_dir).unwrap();
         let exe = bin_dir.join(exe_name);
@@ -93,6 +102,21 @@ impl World {
         for t in threads {
             cmd.arg("--thread").arg(t);
         }
+        if let Some(l) = &listener {
+            let fd = l.as_raw_fd();
+            cmd.arg("--listen-fd").arg(fd.to_string());
+            // SAFETY: between fork and exec we only call fcntl, which is async-signal-safe; it
+            // clears close-on-exec in the child's own descriptor table.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                        Err(std::io::Error::last_os_error())
+                    } else {
+                        Ok(())
+                    }
+                });
+            }
+        }
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
         // A parallel test forking while our copy's fd was open makes exec fail with ETXTBSY
         // for a moment: retry.
@@ -101,6 +125,7 @@ impl World {
             Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => None,
             Err(e) => panic!("spawning {}: {e}", exe.display()),
         });
+        drop(listener); // like libvirt, the launcher closes its copy once QEMU runs
         let mut stdout = child.stdout.take().unwrap();
         let (tx, rx) = channel();
         std::thread::spawn(move || {
@@ -134,6 +159,7 @@ impl World {
 struct Daemon {
     child: Option<Child>,
     control: PathBuf,
+    log: PathBuf,
 }
 
 impl Daemon {
@@ -156,7 +182,15 @@ impl Daemon {
         self.status()["vms"].as_array().unwrap().iter().find(|v| v["name"] == name).cloned()
     }
     fn wait_vm(&self, name: &str) -> Value {
-        wait_for(&format!("daemon to connect to {name}"), Duration::from_secs(10), || self.vm_status(name))
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(v) = self.vm_status(name) {
+                return v;
+            }
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            assert!(Instant::now() < end, "daemon did not connect to {name}; its log:\n{log}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
     fn signal(&mut self, sig: i32) {
         let pid = self.child.as_ref().unwrap().id() as i32;
@@ -453,6 +487,26 @@ fn a_peer_that_is_not_qemu_is_refused() {
     });
     let log = std::fs::read_to_string(w.p("daemon.log")).unwrap();
     assert!(log.contains("(python3): not a QEMU process"), "{log}");
+}
+
+#[test]
+fn libvirt_style_fd_passing_finds_the_qemu_behind_the_listener() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let d = w.daemon(QUIET_POLICY);
+    // This test process plays libvirt: it binds and listens, so SO_PEERCRED names it.
+    std::fs::create_dir_all(w.socket_dir()).unwrap();
+    let listener = UnixListener::bind(w.socket_dir().join("lv.sock")).unwrap();
+    let mut vm = w.vm_with("lv", "qemu-system-x86_64", &THREADS, Some(listener));
+    let st = d.wait_vm("lv");
+    assert_eq!(st["pid"], vm.pid, "the VM is the QEMU that accepted, not the listener");
+    vm.register();
+    vm.request(Kind::Cpu, 1);
+    assert!(vm.all_boosted(1));
+    let me = sched::get(std::process::id() as i32).unwrap();
+    assert!(!me.is_realtime(), "the listener (us) is not touched");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use cosched_core::{Action, Coordinator, Level, VmId, VmSettings, NS_PER_MS};
-use cosched_procfs::ProcFs;
+use cosched_procfs::{ProcFs, ProcessInfo};
 use cosched_proto::{Event, StreamDecoder};
 use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::unix::SourceFd;
@@ -22,6 +22,7 @@ use crate::actuator::{Env, RealSched, SchedOps, VmCpu};
 use crate::config::HostConfig;
 use crate::control::{Reply, Request};
 use crate::metrics::Latency;
+use crate::peer;
 use crate::sched::{SchedAttr, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK};
 use crate::store::{restore_all, StateDir};
 
@@ -450,13 +451,9 @@ impl Daemon {
     fn connect(&mut self, path: &Path) -> Result<(), String> {
         let mut stream = UnixStream::connect(path).map_err(|e| format!("connect: {e}"))?;
         let (pid, _uid) = peer_cred(stream.as_raw_fd()).map_err(|e| format!("SO_PEERCRED: {e}"))?;
-        let process = self.procfs.process(pid).map_err(|e| format!("peer pid {pid}: {e}"))?;
-        if !process.is_qemu() {
-            return Err(format!(
-                "refusing peer pid {pid} ({}): not a QEMU process (exe {:?})",
-                process.comm, process.exe
-            ));
-        }
+        let listener = self.procfs.process(pid).map_err(|e| format!("peer pid {pid}: {e}"))?;
+        let process = if listener.is_qemu() { listener } else { self.qemu_behind(&stream, &listener)? };
+        let pid = process.task.id;
         let name = vm_name(path);
         let mut env =
             Env { procfs: &self.procfs, sched: self.sched.as_mut(), store: &self.store, class: &self.cfg.boost };
@@ -490,6 +487,39 @@ impl Daemon {
             })),
         );
         Ok(())
+    }
+
+    /// The socket was listened on by a process that is not QEMU (libvirt passes the listening
+    /// fd to QEMU): the VM is the QEMU process holding the socket that accepted us.
+    fn qemu_behind(&self, stream: &UnixStream, listener: &ProcessInfo) -> Result<ProcessInfo, String> {
+        let refuse = |why: String| {
+            format!(
+                "refusing peer pid {} ({}): not a QEMU process (exe {:?}), {why}",
+                listener.task.id, listener.comm, listener.exe
+            )
+        };
+        let peer =
+            peer::unix_peer_inode(stream.as_raw_fd()).map_err(|e| refuse(format!("and sock_diag failed: {e}")))?;
+        // QEMU accepts from its main loop, a moment after our connect() returned.
+        let deadline = Instant::now() + Duration::from_millis(200);
+        loop {
+            let qemus: Vec<ProcessInfo> = self
+                .procfs
+                .socket_holders(peer)
+                .into_iter()
+                .filter_map(|pid| self.procfs.process(pid).ok())
+                .filter(|p| p.is_qemu())
+                .collect();
+            match qemus.as_slice() {
+                [one] => return Ok(one.clone()),
+                [] if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                [] => return Err(refuse("and no QEMU process has accepted the connection (yet)".into())),
+                many => {
+                    let pids: Vec<i32> = many.iter().map(|p| p.task.id).collect();
+                    return Err(refuse(format!("and several QEMU processes hold the connection ({pids:?})")));
+                }
+            }
+        }
     }
 
     fn on_conn(&mut self, token: usize, readable: bool, writable: bool) {

@@ -5,6 +5,7 @@
 //! - [`actuator`]: a VM's threads to a [`cosched_core::Level`] and back;
 //! - [`daemon`]: the event loop (channels, inotify, signals, control socket, metrics);
 //! - [`control`]: the operator protocol and its client;
+//! - [`peer`]: which QEMU process is at the other end of a chardev socket;
 //! - [`config`]: the TOML configuration.
 
 #[macro_use]
@@ -14,6 +15,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod metrics;
+pub mod peer;
 pub mod sched;
 pub mod store;
 

@@ -229,6 +229,23 @@ impl ProcFs {
         self.task_dir(pid, tid).exists()
     }
 
+    /// Processes holding the socket with this inode (`fd/*` links reading `socket:[inode]`).
+    /// Processes that exit or deny access while we look are skipped.
+    pub fn socket_holders(&self, inode: u64) -> Vec<i32> {
+        let want = format!("socket:[{inode}]");
+        let Ok(procs) = fs::read_dir(&self.root) else { return Vec::new() };
+        let mut out = Vec::new();
+        for p in procs.flatten() {
+            let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            let Ok(fds) = fs::read_dir(p.path().join("fd")) else { continue };
+            if fds.flatten().any(|fd| fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str())) {
+                out.push(pid);
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
     /// True if `task` (a thread id with its start time) still names the same live thread of `pid`.
     pub fn is_same_task(&self, pid: i32, task: TaskId) -> bool {
         matches!(self.task_id(pid, task.id), Ok(t) if t == task)
@@ -365,6 +382,20 @@ mod tests {
         assert!(!fs.is_same_task(4242, worker));
         let err = fs.threads(9999).unwrap_err();
         assert!(err.is_gone(), "{err}");
+    }
+
+    #[test]
+    fn finds_the_holders_of_a_socket() {
+        let (d, fs) = qemu_tree();
+        add_process(d.path(), 77, "/usr/sbin/virtqemud", 0, &[(77, "virtqemud")]);
+        for (pid, fd, target) in [(4242, 3, "socket:[555]"), (4242, 4, "/dev/null"), (77, 9, "socket:[5555]")] {
+            let dir = d.path().join(pid.to_string()).join("fd");
+            fs::create_dir_all(&dir).unwrap();
+            std::os::unix::fs::symlink(target, dir.join(fd.to_string())).unwrap();
+        }
+        assert_eq!(fs.socket_holders(555), vec![4242]);
+        assert_eq!(fs.socket_holders(5555), vec![77]);
+        assert!(fs.socket_holders(1).is_empty());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! starts real threads named like QEMU's (`CPU 0/TCG`, `IO iothread0`, `worker`), listens on
 //! a unix socket like QEMU's chardev (`server=on,wait=off`), and relays bytes between the
 //! daemon's connection and its stdin/stdout, so a test plays the guest through the pipes.
-//! SIGUSR1 starts one more `worker` thread; the process exits when stdin closes.
+//! SIGUSR1 starts one more `worker` thread; the process exits when stdin closes. With
+//! `--listen-fd N` it uses an inherited listening socket, as QEMU does under libvirt.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
@@ -37,10 +38,13 @@ fn named_thread(name: String, spin: bool) {
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut socket = None;
+    let mut listen_fd = None;
     let mut threads = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--socket" => socket = args.next(),
+            // Like QEMU under libvirt (`-chardev socket,fd=N`): the listening socket is inherited.
+            "--listen-fd" => listen_fd = args.next().map(|n| n.parse::<i32>().expect("--listen-fd N")),
             "--thread" => threads.push((args.next().expect("--thread NAME"), false)),
             "--spin" => threads.push((args.next().expect("--spin NAME"), true)),
             other => panic!("unknown argument {other}"),
@@ -59,8 +63,14 @@ fn main() {
         std::thread::sleep(Duration::from_millis(2));
     });
 
-    let _ = std::fs::remove_file(&socket);
-    let listener = UnixListener::bind(&socket).expect("bind");
+    let listener = match listen_fd {
+        // SAFETY: the fd was handed to us by our parent for exactly this purpose.
+        Some(fd) => unsafe { <UnixListener as std::os::fd::FromRawFd>::from_raw_fd(fd) },
+        None => {
+            let _ = std::fs::remove_file(&socket);
+            UnixListener::bind(&socket).expect("bind")
+        }
+    };
     eprintln!("fake-qemu: listening on {socket} (pid {})", std::process::id());
     std::thread::spawn(move || {
         // Like QEMU's chardev: one client at a time, the next one after it leaves.

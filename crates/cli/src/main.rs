@@ -153,6 +153,7 @@ fn print_status(s: &Value) {
         p["rt_guard_max_share_permille"],
         p["rt_guard_window_ms"],
     );
+    println!("host reserve: {} of at most {} vCPU(s) boosted", s["boosted_vcpus"], s["boost_capacity_vcpus"]);
     let l = &s["latency"];
     println!(
         "hint-to-applied latency: {} boosts/deboosts, p50 {} µs, p99 {} µs, max {} µs",

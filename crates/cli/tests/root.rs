@@ -285,8 +285,8 @@ impl Drop for FakeVm {
     }
 }
 
-const QUIET_POLICY: &str =
-    "[policy]\nmax_continuous_boost_ms = 0\nmax_boost_share_permille = 1000\nrt_guard_max_share_permille = 0\n";
+const QUIET_POLICY: &str = "[policy]\nmax_continuous_boost_ms = 0\nmax_boost_share_permille = 1000\n\
+    rt_guard_max_share_permille = 0\nhost_reserve_cpus = 0\n";
 const THREADS: [&str; 3] = ["CPU 0/TCG", "IO iothread0", "worker"];
 
 fn state_files(w: &World) -> Vec<PathBuf> {
@@ -595,7 +595,7 @@ fn sigterm_and_vm_exit_leave_nothing_behind() {
     let mut vm1 = w.vm("vm1", "qemu-system-x86_64", &THREADS);
     let mut vm2 = w.vm("vm2", "qemu-system-aarch64", &THREADS);
     d.wait_vm("vm1");
-    d.wait_vm("vm2");
+    assert_eq!(d.wait_vm("vm2")["vcpus"], 1, "one thread named CPU n/...");
     for vm in [&mut vm1, &mut vm2] {
         vm.register();
         vm.request(Kind::Cpu, 1);

@@ -16,6 +16,10 @@
 //!   `rt_guard_max_share` of every `rt_guard_window`, and moves them to [`Level::Guarded`] (a
 //!   high-weight fair class) for the rest, so that the kernel's RT throttling
 //!   (`sched_rt_runtime_us`), which would stall the VM for ~50 ms, never fires;
+//! - the host reserve: boosted VMs together never hold more vCPUs than the host has CPUs minus
+//!   `host_reserve_cpus`; a boost that would go past it is refused with `DENY(budget)`. A boosted
+//!   vCPU occupies at most one CPU, so that many CPUs always stay with the host's own tasks,
+//!   whatever the guests ask;
 //! - rate limits: frames beyond `frame_rate` are refused with `DENY(rate_limited)` (a deboost is
 //!   always honoured), and a VM sending more than `malformed_rate` malformed frames per second is
 //!   deregistered.
@@ -95,6 +99,8 @@ pub struct Policy {
     pub rt_guard_window_ms: u64,
     /// A guarded VM goes back to real time once its share is this far below the maximum.
     pub rt_guard_hysteresis_ms: u64,
+    /// CPUs kept for the host: boosted VMs together hold at most (host CPUs - this) vCPUs.
+    pub host_reserve_cpus: u32,
     /// Frames per second a VM may send (token bucket refill rate); deboosts always pass.
     pub frame_rate: u64,
     pub frame_burst: u64,
@@ -113,6 +119,7 @@ impl Default for Policy {
             rt_guard_max_share_permille: 900,
             rt_guard_window_ms: 1_000,
             rt_guard_hysteresis_ms: 50,
+            host_reserve_cpus: 1,
             frame_rate: 5_000,
             frame_burst: 500,
             malformed_rate: 20,
@@ -196,6 +203,8 @@ pub struct Counters {
     pub guard_demotions: u64,
     /// Times the VM was deregistered for sending too many malformed frames.
     pub malformed_deregistrations: u64,
+    /// Boosts refused because the host reserve was reached (also counted as `budget` denials).
+    pub reserve_denied: u64,
     /// Replies sent, by kind of denial.
     pub denied: BTreeMap<&'static str, u64>,
 }
@@ -210,6 +219,8 @@ pub struct Vm {
     /// The guest's last word: it wants a boost.
     pub wants_boost: bool,
     pub level: Level,
+    /// vCPU threads of the VM: what a boost takes from the host reserve.
+    pub vcpus: u32,
     pub counters: Counters,
     /// We told the guest coordination is off (`DISABLE`, or `DENY(disabled)` to a `REGISTER`),
     /// so we owe it an `ENABLE` when it is back on.
@@ -244,14 +255,34 @@ pub struct Coordinator {
     policy: Policy,
     /// Capabilities this host can act on.
     supported_caps: u64,
+    /// CPUs of the host (for the host reserve).
+    host_cpus: u32,
     /// Operator switch for CPU coordination on the whole host.
     cpu_enabled: bool,
     vms: BTreeMap<VmId, Vm>,
 }
 
 impl Coordinator {
-    pub fn new(policy: Policy) -> Coordinator {
-        Coordinator { policy, supported_caps: caps::CPU, cpu_enabled: true, vms: BTreeMap::new() }
+    /// `host_cpus`: the CPUs the VMs' threads can run on.
+    pub fn new(policy: Policy, host_cpus: u32) -> Coordinator {
+        Coordinator { policy, supported_caps: caps::CPU, host_cpus, cpu_enabled: true, vms: BTreeMap::new() }
+    }
+
+    /// How many vCPUs may be boosted at once (host CPUs minus the reserve).
+    pub fn boost_capacity(&self) -> u32 {
+        self.host_cpus.saturating_sub(self.policy.host_reserve_cpus)
+    }
+
+    /// vCPUs of boosted VMs other than `except`.
+    fn boosted_vcpus(&self, except: VmId) -> u32 {
+        self.vms.iter().filter(|(id, vm)| **id != except && vm.level.is_boosted()).map(|(_, vm)| vm.vcpus).sum()
+    }
+
+    /// The VM's vCPU count changed (its thread list was re-read).
+    pub fn set_vm_vcpus(&mut self, id: VmId, vcpus: u32) {
+        if let Some(vm) = self.vms.get_mut(&id) {
+            vm.vcpus = vcpus.max(1);
+        }
     }
 
     pub fn policy(&self) -> &Policy {
@@ -285,6 +316,7 @@ impl Coordinator {
                 registered: None,
                 wants_boost: false,
                 level: Level::Normal,
+                vcpus: 1,
                 counters: Counters::default(),
                 told_disabled: false,
                 boosted: OnTime::default(),
@@ -317,6 +349,8 @@ impl Coordinator {
             Some(vm) => self.effectively_enabled(vm),
             None => return,
         };
+        let others_boosted = self.boosted_vcpus(id);
+        let capacity = self.boost_capacity();
         let policy = &self.policy;
         let supported = self.supported_caps;
         let vm = self.vms.get_mut(&id).expect("checked above");
@@ -374,6 +408,10 @@ impl Coordinator {
                     return reply(vm, out, Err(DenyReason::Disabled));
                 }
                 if budget_refuses(policy, vm, now) {
+                    return reply(vm, out, Err(DenyReason::Budget));
+                }
+                if !vm.level.is_boosted() && others_boosted + vm.vcpus > capacity {
+                    vm.counters.reserve_denied += 1;
                     return reply(vm, out, Err(DenyReason::Budget));
                 }
                 vm.wants_boost = true;

@@ -16,7 +16,7 @@ struct Sim {
 
 impl Sim {
     fn new(policy: Policy) -> Sim {
-        let mut c = Coordinator::new(policy);
+        let mut c = Coordinator::new(policy, 64);
         let s = c.default_settings();
         c.vm_connected(VM, "vm1", s, 0);
         Sim { c, now: 0, seq: 0, log: Vec::new() }
@@ -314,6 +314,37 @@ impl Policy {
     fn with_guard(self) -> Policy {
         Policy { rt_guard_max_share_permille: 900, rt_guard_window_ms: 1000, ..self }
     }
+}
+
+#[test]
+fn host_reserve_limits_boosted_vcpus_across_vms() {
+    // 4 host CPUs, 1 kept for the host: 3 vCPUs may be boosted at once.
+    let mut c = Coordinator::new(no_budget_no_guard(), 4);
+    assert_eq!(c.boost_capacity(), 3);
+    let (a, b) = (VmId(1), VmId(2));
+    let mut out = Vec::new();
+    for (id, vcpus) in [(a, 2), (b, 2)] {
+        c.vm_connected(id, "x", c.default_settings(), 0);
+        c.set_vm_vcpus(id, vcpus);
+        c.frame(id, Frame::register(1, caps::CPU), 0, &mut out);
+    }
+    out.clear();
+    c.frame(a, Frame::cpu(2, true), 0, &mut out);
+    assert_eq!(c.vm(a).unwrap().level, Level::Boosted);
+    c.frame(b, Frame::cpu(2, true), 0, &mut out);
+    assert_eq!(sends(&out).last(), Some(&Frame::deny(2, DenyReason::Budget)), "2 + 2 > 3");
+    assert_eq!(c.vm(b).unwrap().counters.reserve_denied, 1);
+    // Once A deboosts, B fits.
+    c.frame(a, Frame::cpu(3, false), 0, &mut out);
+    c.frame(b, Frame::cpu(3, true), 0, &mut out);
+    assert_eq!(sends(&out).last(), Some(&Frame::ack(3, 0)));
+    // A VM as large as the host can never be boosted: the reserve holds.
+    let mut c = Coordinator::new(no_budget_no_guard(), 2);
+    c.vm_connected(a, "big", c.default_settings(), 0);
+    c.set_vm_vcpus(a, 2);
+    c.frame(a, Frame::register(1, caps::CPU), 0, &mut out);
+    c.frame(a, Frame::cpu(2, true), 0, &mut out);
+    assert_eq!(sends(&out).last(), Some(&Frame::deny(2, DenyReason::Budget)));
 }
 
 #[test]

@@ -148,6 +148,8 @@ pub struct VmCpu {
     priority: u8,
     /// The originals of every tracked thread are on disk.
     persisted: bool,
+    /// vCPUs from QEMU's command line, for when its threads have no names.
+    smp: u32,
 }
 
 impl VmCpu {
@@ -160,6 +162,7 @@ impl VmCpu {
             level: Level::Normal,
             priority: 1,
             persisted: false,
+            smp: env.procfs.cmdline(process.id).map(|a| cosched_procfs::qemu_smp(&a)).unwrap_or(1),
         };
         vm.rescan(env)?;
         Ok(vm)
@@ -184,6 +187,14 @@ impl VmCpu {
                 boosted: t.applied.is_some(),
             })
             .collect()
+    }
+
+    /// vCPU threads (named `CPU n/...`), or QEMU's `-smp` when no thread carries such a name.
+    pub fn vcpu_count(&self) -> u32 {
+        match self.threads.values().filter(|t| t.role == ThreadRole::Vcpu).count() {
+            0 => self.smp,
+            n => n as u32,
+        }
     }
 
     fn vcpus_known(&self) -> bool {

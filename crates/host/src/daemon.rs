@@ -268,7 +268,14 @@ impl Daemon {
                 .map_err(|e| anyhow::anyhow!(crate::sched::explain_set_error(0, &me, &e)))
                 .context("daemon_priority (set it to 0 to run at SCHED_OTHER)")?;
         }
-        let mut coord = Coordinator::new(cfg.policy.clone());
+        let host_cpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
+        let mut coord = Coordinator::new(cfg.policy.clone(), host_cpus);
+        if coord.boost_capacity() == 0 {
+            warn!(
+                "this host has {host_cpus} CPU(s) and host_reserve_cpus = {}: no VM can be boosted",
+                cfg.policy.host_reserve_cpus
+            );
+        }
         let mut sink = Vec::new();
         coord.set_cpu_enabled(cfg.enabled, 0, &mut sink);
         let settings = cfg
@@ -468,6 +475,7 @@ impl Daemon {
         let id = VmId(token as u64);
         let settings = *self.settings.entry(name.clone()).or_insert_with(|| self.coord.default_settings());
         self.coord.vm_connected(id, &name, settings, self.now());
+        self.coord.set_vm_vcpus(id, cpu.vcpu_count());
         info!("{name}: connected to QEMU pid {pid} ({} threads) via {}", cpu.thread_count(), path.display());
         self.by_path.insert(path.to_path_buf(), token);
         self.attempts.remove(path);
@@ -716,6 +724,7 @@ impl Daemon {
             let mut env =
                 Env { procfs: &self.procfs, sched: self.sched.as_mut(), store: &self.store, class: &self.cfg.boost };
             let out = c.cpu.refresh(&mut env);
+            self.coord.set_vm_vcpus(c.id, c.cpu.vcpu_count());
             if out.changed > 0 {
                 debug!("{}: boosted {} new thread(s)", c.cpu.name, out.changed);
             }
@@ -918,6 +927,7 @@ impl Daemon {
                     "socket": c.path,
                     "enabled": vm.settings.enabled,
                     "priority": vm.settings.priority,
+                    "vcpus": vm.vcpus,
                     "registered": vm.registered.is_some(),
                     "caps": cosched_proto::caps::names(vm.registered.unwrap_or(0)),
                     "wants_boost": vm.wants_boost,
@@ -943,6 +953,8 @@ impl Daemon {
                 "metrics_addr": self.metrics.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.to_string()),
             },
             "cpu_enabled": self.coord.cpu_enabled(),
+            "boost_capacity_vcpus": self.coord.boost_capacity(),
+            "boosted_vcpus": self.coord.vms().filter(|(_, v)| v.level.is_boosted()).map(|(_, v)| v.vcpus).sum::<u32>(),
             "policy": policy,
             "boost": self.cfg.boost,
             "latency": self.latency.summary(),

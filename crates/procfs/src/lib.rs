@@ -229,6 +229,13 @@ impl ProcFs {
         self.task_dir(pid, tid).exists()
     }
 
+    /// The command line of process `pid`, one argument per element.
+    pub fn cmdline(&self, pid: i32) -> Result<Vec<String>> {
+        let path = self.root.join(pid.to_string()).join("cmdline");
+        let raw = fs::read(&path).map_err(|source| Error::Io { path, source })?;
+        Ok(raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect())
+    }
+
     /// Processes holding the socket with this inode (`fd/*` links reading `socket:[inode]`).
     /// Processes that exit or deny access while we look are skipped.
     pub fn socket_holders(&self, inode: u64) -> Vec<i32> {
@@ -250,6 +257,20 @@ impl ProcFs {
     pub fn is_same_task(&self, pid: i32, task: TaskId) -> bool {
         matches!(self.task_id(pid, task.id), Ok(t) if t == task)
     }
+}
+
+/// Number of vCPUs QEMU was started with: `-smp N`, `-smp cpus=N,...` or `-smp N,...`; 1 when
+/// absent (QEMU's default). For QEMU without `debug-threads=on`, whose vCPU threads have no names.
+pub fn qemu_smp(args: &[String]) -> u32 {
+    let Some(i) = args.iter().position(|a| a == "-smp" || a == "--smp") else { return 1 };
+    let Some(spec) = args.get(i + 1) else { return 1 };
+    spec.split(',')
+        .find_map(|part| match part.split_once('=') {
+            Some(("cpus", n)) => n.parse().ok(),
+            Some(_) => None,
+            None => part.parse().ok(),
+        })
+        .unwrap_or(1)
 }
 
 /// Builds fake `/proc` trees for tests (here and in other crates).
@@ -396,6 +417,20 @@ mod tests {
         assert_eq!(fs.socket_holders(555), vec![4242]);
         assert_eq!(fs.socket_holders(5555), vec![77]);
         assert!(fs.socket_holders(1).is_empty());
+    }
+
+    #[test]
+    fn smp_from_the_qemu_command_line() {
+        let args = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(qemu_smp(&args("qemu-system-x86_64 -m 512")), 1);
+        assert_eq!(qemu_smp(&args("qemu-system-x86_64 -smp 4 -m 512")), 4);
+        assert_eq!(qemu_smp(&args("qemu-system-x86_64 -smp cpus=2,sockets=1")), 2);
+        assert_eq!(qemu_smp(&args("qemu-system-x86_64 -smp 3,maxcpus=8")), 3);
+        assert_eq!(qemu_smp(&args("qemu-system-x86_64 -smp")), 1);
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir_all(d.path().join("7")).unwrap();
+        fs::write(d.path().join("7/cmdline"), b"qemu\0-smp\02\0").unwrap();
+        assert_eq!(qemu_smp(&ProcFs::new(d.path()).cmdline(7).unwrap()), 2);
     }
 
     #[test]

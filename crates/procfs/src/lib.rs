@@ -429,7 +429,7 @@ mod tests {
         assert_eq!(qemu_smp(&args("qemu-system-x86_64 -smp")), 1);
         let d = tempfile::tempdir().unwrap();
         fs::create_dir_all(d.path().join("7")).unwrap();
-        fs::write(d.path().join("7/cmdline"), b"qemu\0-smp\02\0").unwrap();
+        fs::write(d.path().join("7/cmdline"), b"qemu\x00-smp\x002\x00").unwrap();
         assert_eq!(qemu_smp(&ProcFs::new(d.path()).cmdline(7).unwrap()), 2);
     }
 

@@ -112,8 +112,9 @@ class Daemon:
              "--socket-dir", str(self.socket_dir), "--state-dir", str(self.dir / "state"),
              "--control-socket", str(self.control)],
             stderr=self.log)
+        # Wait until this daemon answers (a socket file left by a killed one proves nothing).
         deadline = time.time() + 10
-        while not self.control.exists():
+        while self.status() is None:
             if self.proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError("cosched host did not start:\n" + (self.dir / "daemon.log").read_text())
             time.sleep(0.02)
@@ -294,7 +295,7 @@ def targets(m):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=["demo", "bench", "one"])
-    ap.add_argument("--runs", type=int, default=3, help="runs per scenario (bench; default 3)")
+    ap.add_argument("--runs", type=int, default=5, help="runs per scenario, interleaved (bench; default 5)")
     ap.add_argument("--loops", type=int, default=5000, help="cyclictest loops per run (1 ms each)")
     ap.add_argument("--scenario", action="append", choices=list(SCENARIOS),
                     help="scenarios to run (default: all of the mode's)")

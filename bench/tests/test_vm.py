@@ -29,7 +29,9 @@ def userspace_rt_threads():
             continue
         for tid in tids:
             try:
-                pol = os.sched_getscheduler(int(tid))
+                # The kernel ORs SCHED_RESET_ON_FORK into the policy, and every thread cosched
+                # boosts carries it.
+                pol = os.sched_getscheduler(int(tid)) & ~os.SCHED_RESET_ON_FORK
                 comm = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
             except OSError:
                 continue
@@ -46,6 +48,29 @@ def need_root(test):
     for f in (cb.COSCHED, cb.RUN_SH):
         if not Path(f).exists():
             raise AssertionError(f"{f} missing: build first (README)")
+
+
+class RtThreadProbe(unittest.TestCase):
+    def test_sees_a_boosted_thread_with_reset_on_fork(self):
+        """The leftover check must see exactly what cosched sets: SCHED_RR|RESET_ON_FORK."""
+        need_root(self)
+        import threading
+        ready, done = threading.Event(), threading.Event()
+        tid = []
+
+        def body():
+            tid.append(threading.get_native_id())
+            os.sched_setscheduler(0, os.SCHED_RR | os.SCHED_RESET_ON_FORK, os.sched_param(1))
+            ready.set()
+            done.wait()
+        t = threading.Thread(target=body)
+        t.start()
+        ready.wait()
+        try:
+            self.assertIn(tid[0], {x[1] for x in userspace_rt_threads()})
+        finally:
+            done.set()
+            t.join()
 
 
 class EndToEnd(unittest.TestCase):
@@ -117,6 +142,61 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
         self.assertIn("enabled coordination; registering", agent)
         self.assertEqual(agent.count("detectors attached"), 2, agent)
         self.assertTrue(e["registered"] and e["counters"]["boosts"] > w["counters"]["boosts"], (e, agent))
+
+    def test_daemon_killed_with_sigkill_and_restarted_while_the_guest_runs(self):
+        """kill -9 leaves the VM boosted; the next daemon restores it, reconnects, and the real
+        agent registers again and is boosted again."""
+        need_root(self)
+        before = userspace_rt_threads()
+        workload = """#!/bin/sh
+cosched guest 2>/tmp/agent.log &
+AGENT=$!
+until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
+(while :; do :; done) &
+for r in 1 2 3 4 5; do
+    cyclictest -p 80 -i 1000 -l 800 -q >/dev/null &
+    C=$!
+    sleep 0.3
+    echo "ROUND $r"   # in the middle of the round: the VM is boosted
+    wait $C
+done
+kill $AGENT; wait $AGENT
+sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
+"""
+        seen = {}
+
+        def qemu_rt_threads(pid):
+            return [t for t in userspace_rt_threads() if t[0] == pid]
+
+        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp, cb.host_hogs(2):
+            daemons = [cb.Daemon(tmp)]
+
+            def on_line(line, pid):
+                if line == "ROUND 2":
+                    st = daemons[0].status()
+                    seen["first"] = st["vms"][0] if st and st["vms"] else None
+                    daemons[0].proc.kill()
+                    daemons[0].proc.wait()
+                    seen["rt_after_kill"] = len(qemu_rt_threads(pid))
+                    daemons.append(cb.Daemon(tmp))  # restores, then reconnects
+                    seen["restore_log"] = (Path(tmp) / "daemon.log").read_text()
+                    seen["rt_after_restart"] = len(qemu_rt_threads(pid))
+                elif line == "ROUND 5":
+                    st = daemons[1].status()
+                    seen["second"] = st["vms"][0] if st and st["vms"] else None
+            try:
+                console, _ = cb.boot_guest(workload, sock=Path(tmp) / "vms" / "e2e.sock", on_line=on_line)
+            finally:
+                daemons[-1].stop()
+                daemons[0].log.close()
+        agent = "\n".join(l for l in console.splitlines() if l.startswith("COSCHED-AGENT: "))
+        self.assertEqual(seen["first"]["level"], "boosted", seen["first"])
+        self.assertGreater(seen["rt_after_kill"], 0, "kill -9 restores nothing by itself")
+        self.assertIn("left boosted by a previous daemon", seen["restore_log"])
+        self.assertTrue(seen["second"] and seen["second"]["registered"], (seen.get("second"), agent))
+        self.assertGreaterEqual(seen["second"]["counters"]["boosts"], 1, agent)
+        self.assertIn("registering again", agent)
+        self.assertEqual(userspace_rt_threads() - before, set(), "threads left at a real-time policy")
 
 
 if __name__ == "__main__":

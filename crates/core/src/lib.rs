@@ -113,7 +113,7 @@ impl Default for Policy {
         Policy {
             default_priority: 1,
             max_continuous_boost_ms: 10_000,
-            max_boost_share_permille: 950,
+            max_boost_share_permille: 900,
             budget_window_ms: 10_000,
             budget_cooldown_ms: 1_000,
             rt_guard_max_share_permille: 900,

@@ -329,10 +329,16 @@ def main():
           + (f", {runs} runs each (mean avg, median p99, max max)" if runs > 1 else ""))
     print(fmt_table(list(merged.values())))
     tg = targets(merged)
-    if tg:
+    if a.mode == "bench" and tg:
         print()
         for desc, r, limit, ok in tg:
             print(f"{desc:<40} {r:6.2f}  (target {limit})  {'met' if ok else 'NOT MET'}")
+    elif tg:
+        # One run each is a demonstration; the targets are judged by `bench` over several runs.
+        print()
+        for desc, r, _, _ in tg:
+            print(f"{desc:<40} {r:6.2f}")
+        print("(one run each; `bench` repeats the runs and checks the targets)")
     if a.json:
         Path(a.json).write_text(json.dumps({"runs": results, "merged": merged,
                                             "targets": [dict(zip(("what", "ratio", "target", "met"), t)) for t in tg]},

@@ -5,5 +5,8 @@
 # the first build.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then
+    exec sudo -E env "PATH=$PATH" bash "${BASH_SOURCE[0]}" "$@"
+fi
 "$repo/scripts/setup.sh"
 exec python3 "$repo/bench/cosched_bench.py" demo "$@"

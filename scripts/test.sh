@@ -4,6 +4,9 @@
 # with the real agent under host load. Installs and builds first (scripts/setup.sh). Run as root.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then
+    exec sudo -E env "PATH=$PATH" bash "${BASH_SOURCE[0]}" "$@"
+fi
 cd "$repo"
 scripts/setup.sh
 # User-space threads at a real-time policy (kernel threads have no exe).

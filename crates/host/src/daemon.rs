@@ -47,16 +47,39 @@ struct VmConn {
     last_warn_ns: Option<u64>,
 }
 
+/// A control client: one request line, one reply line.
 struct CtlConn {
     stream: UnixStream,
     input: Vec<u8>,
-    out: Vec<u8>,
 }
 
+/// A metrics scrape: one HTTP request, one response.
 struct HttpConn {
     stream: TcpStream,
     input: Vec<u8>,
-    out: Vec<u8>,
+}
+
+/// Longest request a control or metrics client may send.
+const MAX_REQUEST: usize = 64 * 1024;
+
+/// Appends what a non-blocking stream has to `input`. Returns whether the peer closed its end,
+/// or why the connection should be dropped.
+fn read_available(stream: &mut impl Read, input: &mut Vec<u8>) -> Result<bool, &'static str> {
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return Ok(true),
+            Ok(n) => {
+                input.extend_from_slice(&buf[..n]);
+                if input.len() > MAX_REQUEST {
+                    return Err("request too long");
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Err("read error"),
+        }
+    }
 }
 
 enum Conn {
@@ -759,32 +782,24 @@ impl Daemon {
                     continue;
                 }
             }
-            let token = self.next_token;
-            self.next_token += 1;
-            if self.poll.registry().register(&mut stream, Token(token), Interest::READABLE).is_ok() {
-                self.conns.insert(token, Conn::Control(CtlConn { stream, input: Vec::new(), out: Vec::new() }));
-            }
+            self.add_client(stream, |stream| Conn::Control(CtlConn { stream, input: Vec::new() }));
+        }
+    }
+
+    /// Registers a request/reply client (control or metrics) with the poller.
+    fn add_client<S: mio::event::Source>(&mut self, mut stream: S, conn: impl FnOnce(S) -> Conn) {
+        let token = self.next_token;
+        self.next_token += 1;
+        if self.poll.registry().register(&mut stream, Token(token), Interest::READABLE).is_ok() {
+            self.conns.insert(token, conn(stream));
         }
     }
 
     fn on_control(&mut self, token: usize) {
         let Some(Conn::Control(c)) = self.conns.get_mut(&token) else { return };
-        let mut buf = [0u8; 4096];
-        loop {
-            match c.stream.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    c.input.extend_from_slice(&buf[..n]);
-                    if c.input.len() > 64 * 1024 {
-                        return self.drop_conn(token, "control request too long");
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return self.drop_conn(token, "control read error"),
-            }
+        if let Err(why) = read_available(&mut c.stream, &mut c.input) {
+            return self.drop_conn(token, why);
         }
-        let Some(Conn::Control(c)) = self.conns.get_mut(&token) else { return };
         let Some(nl) = c.input.iter().position(|b| *b == b'\n') else { return };
         let line = String::from_utf8_lossy(&c.input[..nl]).into_owned();
         let reply = match serde_json::from_str::<Request>(&line) {
@@ -792,52 +807,37 @@ impl Daemon {
             Err(e) => Reply::err(format!("bad request: {e}")),
         };
         let Some(Conn::Control(c)) = self.conns.get_mut(&token) else { return };
-        c.out = serde_json::to_vec(&reply).unwrap_or_default();
-        c.out.push(b'\n');
+        let mut out = serde_json::to_vec(&reply).unwrap_or_default();
+        out.push(b'\n');
         // The client waits for this reply; write it out even if that takes a few rounds.
-        write_blocking(&mut c.stream, &c.out);
+        write_blocking(&mut c.stream, &out);
         self.drop_conn(token, "control request done");
     }
 
     fn accept_metrics(&mut self) {
-        let Some(l) = self.metrics.as_mut() else { return };
-        while let Ok((mut stream, _)) = l.accept() {
-            let token = self.next_token;
-            self.next_token += 1;
-            if self.poll.registry().register(&mut stream, Token(token), Interest::READABLE).is_ok() {
-                self.conns.insert(token, Conn::Http(HttpConn { stream, input: Vec::new(), out: Vec::new() }));
-            }
+        while let Some(Ok((stream, _))) = self.metrics.as_ref().map(|l| l.accept()) {
+            self.add_client(stream, |stream| Conn::Http(HttpConn { stream, input: Vec::new() }));
         }
     }
 
     fn on_http(&mut self, token: usize) {
         let Some(Conn::Http(c)) = self.conns.get_mut(&token) else { return };
-        let mut buf = [0u8; 4096];
-        let mut closed = false;
-        loop {
-            match c.stream.read(&mut buf) {
-                Ok(0) => {
-                    closed = true;
-                    break;
-                }
-                Ok(n) => c.input.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
-        let complete = c.input.windows(4).any(|w| w == b"\r\n\r\n") || c.input.len() > 8192 || closed;
-        if !complete {
+        let closed = match read_available(&mut c.stream, &mut c.input) {
+            Ok(closed) => closed,
+            Err(why) => return self.drop_conn(token, why),
+        };
+        // Any request gets the metrics; answer once its headers are in.
+        if !closed && !c.input.windows(4).any(|w| w == b"\r\n\r\n") {
             return;
         }
         let body = self.prometheus();
         let Some(Conn::Http(c)) = self.conns.get_mut(&token) else { return };
-        c.out = format!(
+        let response = format!(
             "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
-        )
-        .into_bytes();
+        );
         let _ = c.stream.set_nodelay(true);
-        write_blocking(&mut c.stream, &c.out);
+        write_blocking(&mut c.stream, response.as_bytes());
         self.drop_conn(token, "metrics served");
     }
 
@@ -964,81 +964,71 @@ impl Daemon {
     }
 
     fn prometheus(&self) -> String {
-        let mut out = String::new();
-        out += "# HELP cosched_cpu_enabled CPU coordination enabled for the host.\n# TYPE cosched_cpu_enabled gauge\n";
-        out += &format!("cosched_cpu_enabled {}\n", self.coord.cpu_enabled() as u8);
         let now = self.now();
+        // name -> (type, help, lines)
         let mut series: BTreeMap<&str, (&str, &str, Vec<String>)> = BTreeMap::new();
-        let mut add = |name: &'static str, kind: &'static str, help: &'static str, line: String| {
+        let mut add = |name: &'static str, kind: &'static str, help: &'static str, labels: &str, value: f64| {
+            let line = format!("{name}{{{labels}}} {value}");
             series.entry(name).or_insert((kind, help, Vec::new())).2.push(line);
         };
+        add(
+            "cosched_cpu_enabled",
+            "gauge",
+            "CPU coordination enabled for the host.",
+            "",
+            self.coord.cpu_enabled() as u8 as f64,
+        );
         let mut hist = String::new();
         for c in self.conns.values() {
             let Conn::Vm(c) = c else { continue };
             let Some(vm) = self.coord.vm(c.id) else { continue };
             let l = format!("vm=\"{}\"", vm.name.replace('"', "'"));
             let k = &vm.counters;
-            add(
-                "cosched_vm_boosted",
-                "gauge",
-                "1 if the VM is boosted now.",
-                format!("cosched_vm_boosted{{{l}}} {}", vm.level.is_boosted() as u8),
-            );
+            let boosted_s = (k.boosted_ns + vm.boosted_for_ns(now)) as f64 / 1e9;
+            add("cosched_vm_boosted", "gauge", "1 if the VM is boosted now.", &l, vm.level.is_boosted() as u8 as f64);
             add(
                 "cosched_vm_registered",
                 "gauge",
                 "1 if the guest agent is registered.",
-                format!("cosched_vm_registered{{{l}}} {}", vm.registered.is_some() as u8),
+                &l,
+                vm.registered.is_some() as u8 as f64,
             );
-            add(
-                "cosched_vm_boosts_total",
-                "counter",
-                "Boosts started.",
-                format!("cosched_vm_boosts_total{{{l}}} {}", k.boosts),
-            );
-            add(
-                "cosched_vm_boosted_seconds_total",
-                "counter",
-                "Time spent boosted.",
-                format!(
-                    "cosched_vm_boosted_seconds_total{{{l}}} {}",
-                    (k.boosted_ns + vm.boosted_for_ns(now)) as f64 / 1e9
-                ),
-            );
-            add(
-                "cosched_vm_frames_total",
-                "counter",
-                "Well-formed frames received.",
-                format!("cosched_vm_frames_total{{{l}}} {}", k.frames),
-            );
+            add("cosched_vm_boosts_total", "counter", "Boosts started.", &l, k.boosts as f64);
+            add("cosched_vm_boosted_seconds_total", "counter", "Time spent boosted.", &l, boosted_s);
+            add("cosched_vm_frames_total", "counter", "Well-formed frames received.", &l, k.frames as f64);
             add(
                 "cosched_vm_malformed_total",
                 "counter",
                 "Malformed frames and garbage runs received.",
-                format!("cosched_vm_malformed_total{{{l}}} {}", k.malformed),
+                &l,
+                k.malformed as f64,
             );
             add(
                 "cosched_vm_budget_exhausted_total",
                 "counter",
                 "Boosts ended by a budget.",
-                format!("cosched_vm_budget_exhausted_total{{{l}}} {}", k.budget_exhausted),
+                &l,
+                k.budget_exhausted as f64,
             );
             add(
                 "cosched_vm_guard_demotions_total",
                 "counter",
                 "Times the real-time guard moved vCPUs off the real-time class.",
-                format!("cosched_vm_guard_demotions_total{{{l}}} {}", k.guard_demotions),
+                &l,
+                k.guard_demotions as f64,
             );
             for (reason, n) in &k.denied {
                 add(
                     "cosched_vm_denied_total",
                     "counter",
                     "DENY replies by reason.",
-                    format!("cosched_vm_denied_total{{{l},reason=\"{reason}\"}} {n}"),
+                    &format!("{l},reason=\"{reason}\""),
+                    *n as f64,
                 );
             }
             hist += &c.latency.prometheus("cosched_hint_to_applied_seconds", &l);
         }
+        let mut out = String::new();
         for (name, (kind, help, lines)) in series {
             out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
             for l in lines {

@@ -102,9 +102,10 @@ struct HostArgs {
     /// Start with coordination disabled (enable later with `cosched enable`)
     #[arg(long)]
     disabled: bool,
-    /// Log every frame and boost (-v), or warnings only (-q)
+    /// Log every frame, boost and deboost
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Log warnings only
     #[arg(short, long, conflicts_with = "verbose")]
     quiet: bool,
 }

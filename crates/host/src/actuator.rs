@@ -100,11 +100,11 @@ impl BoostClass {
 }
 
 /// Everything the actuator needs from the outside world.
-pub struct Env<'a> {
-    pub procfs: &'a ProcFs,
-    pub sched: &'a mut dyn SchedOps,
-    pub store: &'a StateDir,
-    pub class: &'a BoostClass,
+pub struct Host {
+    pub procfs: ProcFs,
+    pub sched: Box<dyn SchedOps>,
+    pub store: StateDir,
+    pub class: BoostClass,
 }
 
 #[derive(Debug, Clone)]
@@ -153,8 +153,10 @@ pub struct VmCpu {
 }
 
 impl VmCpu {
-    /// Tracks the threads of QEMU process `process` (nothing is changed).
-    pub fn new(name: &str, process: TaskId, env: &mut Env) -> io::Result<VmCpu> {
+    /// Tracks the threads of QEMU process `process` (nothing is changed). If a record of this
+    /// process is on disk (a restore that failed earlier), its originals are the originals: the
+    /// threads' present attributes may be ours.
+    pub fn new(name: &str, process: TaskId, env: &mut Host) -> io::Result<VmCpu> {
         let mut vm = VmCpu {
             name: name.to_string(),
             process,
@@ -165,6 +167,15 @@ impl VmCpu {
             smp: env.procfs.cmdline(process.id).map(|a| cosched_procfs::qemu_smp(&a)).unwrap_or(1),
         };
         vm.rescan(env)?;
+        if let Some(rec) = env.store.load(process) {
+            for r in rec.threads {
+                let Some(t) = vm.threads.get_mut(&r.task.id).filter(|t| t.task == r.task) else { continue };
+                if looks_applied_by_us(&t.original, &r.original) {
+                    t.applied = Some(t.original); // still ours: the next deboost puts it back
+                }
+                t.original = r.original;
+            }
+        }
         Ok(vm)
     }
 
@@ -203,7 +214,7 @@ impl VmCpu {
 
     /// Re-reads the thread list: new threads are tracked (their attributes read as original),
     /// exited ones dropped. Does not change anything.
-    fn rescan(&mut self, env: &mut Env) -> io::Result<()> {
+    fn rescan(&mut self, env: &mut Host) -> io::Result<()> {
         let list = env.procfs.threads(self.process.id).map_err(io::Error::other)?;
         let live: BTreeMap<i32, _> = list.into_iter().map(|t| (t.task.id, t)).collect();
         self.threads.retain(|tid, t| live.get(tid).is_some_and(|l| l.task == t.task));
@@ -232,7 +243,7 @@ impl VmCpu {
 
     /// Puts every known thread at `level`. With `rescan`, the thread list is re-read first so
     /// that threads that appeared since are included.
-    pub fn set_level(&mut self, env: &mut Env, level: Level, priority: u8, rescan: bool) -> Outcome {
+    pub fn set_level(&mut self, env: &mut Host, level: Level, priority: u8, rescan: bool) -> Outcome {
         let mut out = Outcome::default();
         if rescan {
             if let Err(e) = self.rescan(env) {
@@ -243,6 +254,19 @@ impl VmCpu {
         self.priority = priority;
         let vcpus_known = self.vcpus_known();
         let pid = self.process.id;
+        // Threads at their own attributes: read them again before deciding (the operator may
+        // have changed them since we last looked, e.g. to a real-time class we must not lower).
+        if level != Level::Normal {
+            for (tid, t) in self.threads.iter_mut().filter(|(_, t)| t.applied.is_none()) {
+                match env.sched.get(*tid) {
+                    Ok(cur) if !cur.same_as(&t.original) => {
+                        t.original = cur;
+                        self.persisted = false;
+                    }
+                    _ => {}
+                }
+            }
+        }
         let targets: Vec<(i32, Option<SchedAttr>)> = self
             .threads
             .iter()
@@ -256,20 +280,8 @@ impl VmCpu {
             })
             .collect();
 
-        // Refresh the originals of threads about to leave their own attributes: the operator
-        // may have changed them since we last looked. Then persist before changing anything.
-        for (tid, target) in &targets {
-            let t = self.threads.get_mut(tid).expect("tracked");
-            if target.is_some() && t.applied.is_none() {
-                match env.sched.get(*tid) {
-                    Ok(cur) if !cur.same_as(&t.original) => {
-                        t.original = cur;
-                        self.persisted = false;
-                    }
-                    _ => {}
-                }
-            }
-        }
+        // Persist before changing anything. If that fails nothing is changed; the level stays
+        // what was asked, so the next refresh tries again.
         if targets.iter().any(|(_, target)| target.is_some()) && !self.persisted {
             if let Err(e) = env.store.save(&self.record()) {
                 out.errors.push(format!(
@@ -277,7 +289,6 @@ impl VmCpu {
                     self.name,
                     env.store.path().display()
                 ));
-                self.level = Level::Normal;
                 return out;
             }
             self.persisted = true;
@@ -329,12 +340,12 @@ impl VmCpu {
     }
 
     /// Re-reads the thread list and brings threads that appeared since to the current level.
-    pub fn refresh(&mut self, env: &mut Env) -> Outcome {
+    pub fn refresh(&mut self, env: &mut Host) -> Outcome {
         self.set_level(env, self.level, self.priority, true)
     }
 
     /// Puts everything back and removes the record from disk.
-    pub fn restore(&mut self, env: &mut Env) -> Outcome {
+    pub fn restore(&mut self, env: &mut Host) -> Outcome {
         let mut out = self.set_level(env, Level::Normal, self.priority, false);
         if out.errors.is_empty() {
             if let Err(e) = env.store.remove(self.process) {

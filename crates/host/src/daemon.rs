@@ -18,7 +18,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use serde_json::{json, Value};
 
-use crate::actuator::{Env, RealSched, SchedOps, VmCpu};
+use crate::actuator::{Host, RealSched, SchedOps, VmCpu};
 use crate::config::HostConfig;
 use crate::control::{Reply, Request};
 use crate::metrics::Latency;
@@ -102,9 +102,8 @@ const MAX_RETRY_MS: u64 = 30_000;
 
 pub struct Daemon {
     cfg: HostConfig,
-    procfs: ProcFs,
-    sched: Box<dyn SchedOps>,
-    store: StateDir,
+    /// /proc, the scheduler, the state directory and the boost class: what the actuator uses.
+    host: Host,
     coord: Coordinator,
     poll: Poll,
     start: Instant,
@@ -318,11 +317,10 @@ impl Daemon {
             cfg.control_socket.display(),
             if cfg.enabled { "enabled" } else { "disabled" }
         );
+        let host = Host { procfs, sched, store, class: cfg.boost.clone() };
         Ok(Daemon {
             cfg,
-            procfs,
-            sched,
-            store,
+            host,
             coord,
             poll,
             start: Instant::now(),
@@ -481,14 +479,12 @@ impl Daemon {
     fn connect(&mut self, path: &Path) -> Result<(), String> {
         let mut stream = UnixStream::connect(path).map_err(|e| format!("connect: {e}"))?;
         let (pid, _uid) = peer_cred(stream.as_raw_fd()).map_err(|e| format!("SO_PEERCRED: {e}"))?;
-        let listener = self.procfs.process(pid).map_err(|e| format!("peer pid {pid}: {e}"))?;
+        let listener = self.host.procfs.process(pid).map_err(|e| format!("peer pid {pid}: {e}"))?;
         let process = if listener.is_qemu() { listener } else { self.qemu_behind(&stream, &listener)? };
         let pid = process.task.id;
         let name = vm_name(path);
-        let mut env =
-            Env { procfs: &self.procfs, sched: self.sched.as_mut(), store: &self.store, class: &self.cfg.boost };
-        let cpu =
-            VmCpu::new(&name, process.task, &mut env).map_err(|e| format!("reading threads of pid {pid}: {e}"))?;
+        let cpu = VmCpu::new(&name, process.task, &mut self.host)
+            .map_err(|e| format!("reading threads of pid {pid}: {e}"))?;
         let token = self.next_token;
         self.next_token += 1;
         self.poll
@@ -535,10 +531,11 @@ impl Daemon {
         let deadline = Instant::now() + Duration::from_millis(200);
         loop {
             let qemus: Vec<ProcessInfo> = self
+                .host
                 .procfs
                 .socket_holders(peer)
                 .into_iter()
-                .filter_map(|pid| self.procfs.process(pid).ok())
+                .filter_map(|pid| self.host.procfs.process(pid).ok())
                 .filter(|p| p.is_qemu())
                 .collect();
             match qemus.as_slice() {
@@ -649,10 +646,8 @@ impl Daemon {
 
     fn set_cpu(&mut self, token: usize, level: Level, priority: u8, rx_ns: Option<u64>) {
         let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { return };
-        let mut env =
-            Env { procfs: &self.procfs, sched: self.sched.as_mut(), store: &self.store, class: &self.cfg.boost };
         let was = c.cpu.level();
-        let out = c.cpu.set_level(&mut env, level, priority, false);
+        let out = c.cpu.set_level(&mut self.host, level, priority, false);
         let done = self.start.elapsed().as_nanos() as u64;
         if let Some(rx) = rx_ns {
             let ns = done.saturating_sub(rx);
@@ -662,7 +657,7 @@ impl Daemon {
         debug!("{}: {} -> {} ({} thread(s) changed)", c.cpu.name, was.name(), level.name(), out.changed);
         // Threads may have appeared since the last look: re-read on each boost.
         let refreshed =
-            if was == Level::Normal && level != Level::Normal { Some(c.cpu.refresh(&mut env)) } else { None };
+            if was == Level::Normal && level != Level::Normal { Some(c.cpu.refresh(&mut self.host)) } else { None };
         let errors: Vec<String> = out.errors.into_iter().chain(refreshed.into_iter().flat_map(|o| o.errors)).collect();
         if !errors.is_empty() {
             c.actuation_errors += errors.len() as u64;
@@ -692,13 +687,7 @@ impl Daemon {
             Conn::Vm(mut c) => {
                 let mut actions = Vec::new();
                 self.coord.vm_gone(c.id, self.now(), &mut actions);
-                let mut env = Env {
-                    procfs: &self.procfs,
-                    sched: self.sched.as_mut(),
-                    store: &self.store,
-                    class: &self.cfg.boost,
-                };
-                let out = c.cpu.restore(&mut env);
+                let out = c.cpu.restore(&mut self.host);
                 for e in &out.errors {
                     warn!("{}: restoring: {e}", c.cpu.name);
                 }
@@ -722,7 +711,7 @@ impl Daemon {
             .iter()
             .filter_map(|(t, c)| match c {
                 Conn::Vm(vm) => {
-                    let alive = self.procfs.process(vm.cpu.process.id).is_ok_and(|p| p.task == vm.cpu.process);
+                    let alive = self.host.procfs.process(vm.cpu.process.id).is_ok_and(|p| p.task == vm.cpu.process);
                     (!alive).then_some(*t)
                 }
                 _ => None,
@@ -744,9 +733,7 @@ impl Daemon {
             .collect();
         for token in tokens {
             let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { continue };
-            let mut env =
-                Env { procfs: &self.procfs, sched: self.sched.as_mut(), store: &self.store, class: &self.cfg.boost };
-            let out = c.cpu.refresh(&mut env);
+            let out = c.cpu.refresh(&mut self.host);
             self.coord.set_vm_vcpus(c.id, c.cpu.vcpu_count());
             if out.changed > 0 {
                 debug!("{}: boosted {} new thread(s)", c.cpu.name, out.changed);

@@ -62,6 +62,12 @@ impl StateDir {
         fs::rename(&tmp, &path)
     }
 
+    /// The record of `process`, if there is a readable one.
+    pub fn load(&self, process: TaskId) -> Option<VmRecord> {
+        let bytes = fs::read(self.file_for(process)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
     pub fn remove(&self, process: TaskId) -> io::Result<()> {
         match fs::remove_file(self.file_for(process)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),

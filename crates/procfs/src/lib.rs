@@ -99,8 +99,6 @@ pub struct ProcessInfo {
     pub comm: String,
     /// Target of `exe` (empty if unreadable, e.g. a kernel thread).
     pub exe: String,
-    /// Real uid, from `status`.
-    pub uid: u32,
 }
 
 impl ProcessInfo {
@@ -176,15 +174,7 @@ impl ProcFs {
         let stat = dir.join("stat");
         let (comm, start_time) = parse_stat(&stat, &read(&stat)?)?;
         let exe = fs::read_link(dir.join("exe")).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
-        let status_path = dir.join("status");
-        let status = read(&status_path)?;
-        let uid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| Error::Parse { path: status_path, what: "Uid", content: status.clone() })?;
-        Ok(ProcessInfo { task: TaskId { id: pid, start_time }, comm, exe, uid })
+        Ok(ProcessInfo { task: TaskId { id: pid, start_time }, comm, exe })
     }
 
     /// Every thread of `pid`, sorted by tid. Threads that exit while we read are skipped; the
@@ -212,21 +202,15 @@ impl ProcFs {
         Ok(out)
     }
 
-    /// Cumulative on-CPU time of a thread in ns (first field of `schedstat`).
-    pub fn thread_runtime_ns(&self, pid: i32, tid: i32) -> Result<u64> {
-        let path = self.task_dir(pid, tid).join("schedstat");
-        let content = read(&path)?;
-        let runtime = content.split_whitespace().next().and_then(|s| s.parse().ok());
-        match runtime {
-            Some(ns) => Ok(ns),
-            None => Err(Error::Parse { path, what: "schedstat", content }),
-        }
-    }
-
     /// True if `tid` is a thread of process `pid` right now (one `stat` call: cheap enough to do
     /// before every change to a thread).
     pub fn has_task(&self, pid: i32, tid: i32) -> bool {
         self.task_dir(pid, tid).exists()
+    }
+
+    /// True if `task` (a thread id with its start time) still names the same live thread of `pid`.
+    pub fn is_same_task(&self, pid: i32, task: TaskId) -> bool {
+        matches!(self.task_id(pid, task.id), Ok(t) if t == task)
     }
 
     /// The command line of process `pid`, one argument per element.
@@ -251,11 +235,6 @@ impl ProcFs {
         }
         out.sort_unstable();
         out
-    }
-
-    /// True if `task` (a thread id with its start time) still names the same live thread of `pid`.
-    pub fn is_same_task(&self, pid: i32, task: TaskId) -> bool {
-        matches!(self.task_id(pid, task.id), Ok(t) if t == task)
     }
 }
 
@@ -286,12 +265,11 @@ pub mod fake {
 
     /// Adds process `pid` with exe `exe` and the given threads `(tid, comm)`; thread start times
     /// are `1000 + tid` and the process's is `1000 + pid`.
-    pub fn add_process(root: &Path, pid: i32, exe: &str, uid: u32, threads: &[(i32, &str)]) {
+    pub fn add_process(root: &Path, pid: i32, exe: &str, threads: &[(i32, &str)]) {
         let dir = root.join(pid.to_string());
         fs::create_dir_all(dir.join("task")).unwrap();
         let main_comm = threads.iter().find(|(t, _)| *t == pid).map(|t| t.1).unwrap_or("main");
         fs::write(dir.join("stat"), stat_line(pid, main_comm, 1000 + pid as u64)).unwrap();
-        fs::write(dir.join("status"), format!("Name:\t{main_comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")).unwrap();
         if !exe.is_empty() {
             std::os::unix::fs::symlink(exe, dir.join("exe")).unwrap();
         }
@@ -304,7 +282,6 @@ pub mod fake {
         let t = root.join(pid.to_string()).join("task").join(tid.to_string());
         fs::create_dir_all(&t).unwrap();
         fs::write(t.join("stat"), stat_line(tid, comm, 1000 + tid as u64)).unwrap();
-        fs::write(t.join("schedstat"), format!("{} 0 0\n", 5_000 + tid)).unwrap();
     }
 
     pub fn remove_thread(root: &Path, pid: i32, tid: i32) {
@@ -323,7 +300,6 @@ mod tests {
             dir.path(),
             4242,
             "/usr/bin/qemu-system-x86_64",
-            0,
             &[
                 (4242, "qemu-system-x86"),
                 (4243, "call_rcu"),
@@ -369,13 +345,12 @@ mod tests {
         let p = fs.process(4242).unwrap();
         assert_eq!(p.task, TaskId { id: 4242, start_time: 5242 });
         assert!(p.is_qemu());
-        add_process(d.path(), 77, "/usr/bin/python3.11", 1000, &[(77, "python3")]);
+        add_process(d.path(), 77, "/usr/bin/python3.11", &[(77, "python3")]);
         let p = fs.process(77).unwrap();
         assert!(!p.is_qemu(), "python is not QEMU");
-        assert_eq!(p.uid, 1000);
-        add_process(d.path(), 78, "/usr/libexec/qemu-kvm (deleted)", 0, &[(78, "qemu-kvm")]);
+        add_process(d.path(), 78, "/usr/libexec/qemu-kvm (deleted)", &[(78, "qemu-kvm")]);
         assert!(fs.process(78).unwrap().is_qemu());
-        add_process(d.path(), 79, "/tmp/qemu-system-evil/sh", 0, &[(79, "sh")]);
+        add_process(d.path(), 79, "/tmp/qemu-system-evil/sh", &[(79, "sh")]);
         assert!(!fs.process(79).unwrap().is_qemu(), "only the file name counts");
     }
 
@@ -408,7 +383,7 @@ mod tests {
     #[test]
     fn finds_the_holders_of_a_socket() {
         let (d, fs) = qemu_tree();
-        add_process(d.path(), 77, "/usr/sbin/virtqemud", 0, &[(77, "virtqemud")]);
+        add_process(d.path(), 77, "/usr/sbin/virtqemud", &[(77, "virtqemud")]);
         for (pid, fd, target) in [(4242, 3, "socket:[555]"), (4242, 4, "/dev/null"), (77, 9, "socket:[5555]")] {
             let dir = d.path().join(pid.to_string()).join("fd");
             fs::create_dir_all(&dir).unwrap();
@@ -434,12 +409,6 @@ mod tests {
     }
 
     #[test]
-    fn runtime_from_schedstat() {
-        let (_d, fs) = qemu_tree();
-        assert_eq!(fs.thread_runtime_ns(4242, 4245).unwrap(), 5_000 + 4245);
-    }
-
-    #[test]
     fn reads_the_real_proc_of_this_process() {
         let fs = ProcFs::default();
         let me = std::process::id() as i32;
@@ -447,6 +416,5 @@ mod tests {
         assert!(!p.is_qemu());
         let threads = fs.threads(me).unwrap();
         assert!(threads.iter().any(|t| t.task.id == me && t.role == ThreadRole::Main));
-        assert!(fs.thread_runtime_ns(me, me).unwrap() > 0);
     }
 }

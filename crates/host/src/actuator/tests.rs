@@ -1,43 +1,48 @@
 //! Actuator and restore logic on a fake `/proc` tree and a fake scheduler.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use cosched_procfs::fake;
 
 use super::*;
 use crate::sched::SCHED_OTHER;
-use crate::store::restore_all;
+use crate::store::{restore_all, VmRecord};
 
-/// A scheduler that keeps attributes in a map; threads not in the map do not exist.
+/// A scheduler that keeps attributes in a map; threads not in the map do not exist. Shared
+/// (`Rc`) so the test can look inside while the [`Host`] owns it.
 #[derive(Default)]
-struct FakeSched {
+struct FakeState {
     attrs: HashMap<i32, SchedAttr>,
     sets: Vec<(i32, SchedAttr)>,
     fail_with: Option<i32>,
 }
 
+#[derive(Default, Clone)]
+struct FakeSched(Rc<RefCell<FakeState>>);
+
 impl SchedOps for FakeSched {
     fn get(&mut self, tid: i32) -> io::Result<SchedAttr> {
-        self.attrs.get(&tid).copied().ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
+        self.0.borrow().attrs.get(&tid).copied().ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
     }
     fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()> {
-        if let Some(errno) = self.fail_with {
+        let mut st = self.0.borrow_mut();
+        if let Some(errno) = st.fail_with {
             return Err(io::Error::from_raw_os_error(errno));
         }
-        let slot = self.attrs.get_mut(&tid).ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+        let slot = st.attrs.get_mut(&tid).ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
         *slot = *attr;
-        self.sets.push((tid, *attr));
+        st.sets.push((tid, *attr));
         Ok(())
     }
 }
 
 struct World {
     proc_dir: tempfile::TempDir,
-    state_dir: tempfile::TempDir,
-    procfs: ProcFs,
-    store: StateDir,
+    _state_dir: tempfile::TempDir,
+    host: Host,
     sched: FakeSched,
-    class: BoostClass,
 }
 
 const PID: i32 = 500;
@@ -50,32 +55,39 @@ impl World {
             proc_dir.path(),
             PID,
             "/usr/bin/qemu-system-x86_64",
-            0,
             &[(PID, "qemu-system-x86"), (501, "call_rcu"), (502, "CPU 0/TCG"), (503, "worker")],
         );
         // Another process: must never be touched.
-        fake::add_process(proc_dir.path(), 900, "/usr/bin/bash", 0, &[(900, "bash")]);
-        let mut sched = FakeSched::default();
+        fake::add_process(proc_dir.path(), 900, "/usr/bin/bash", &[(900, "bash")]);
+        let sched = FakeSched::default();
         for tid in [500, 501, 502, 503, 900] {
-            sched.attrs.insert(tid, SchedAttr::other(0, 0));
+            sched.0.borrow_mut().attrs.insert(tid, SchedAttr::other(0, 0));
         }
-        sched.attrs.insert(501, SchedAttr::other(5, 0)); // a niced thread
-        let procfs = ProcFs::new(proc_dir.path());
-        let store = StateDir::open(state_dir.path().join("state")).unwrap();
-        World { proc_dir, state_dir, procfs, store, sched, class: BoostClass::default() }
-    }
-
-    fn env(&mut self) -> Env<'_> {
-        Env { procfs: &self.procfs, sched: &mut self.sched, store: &self.store, class: &self.class }
+        sched.0.borrow_mut().attrs.insert(501, SchedAttr::other(5, 0)); // a niced thread
+        let host = Host {
+            procfs: ProcFs::new(proc_dir.path()),
+            sched: Box::new(sched.clone()),
+            store: StateDir::open(state_dir.path().join("state")).unwrap(),
+            class: BoostClass::default(),
+        };
+        World { proc_dir, _state_dir: state_dir, host, sched }
     }
 
     fn vm(&mut self) -> VmCpu {
-        let process = self.procfs.process(PID).unwrap().task;
-        VmCpu::new("vm1", process, &mut self.env()).unwrap()
+        let process = self.host.procfs.process(PID).unwrap().task;
+        VmCpu::new("vm1", process, &mut self.host).unwrap()
     }
 
     fn attr(&self, tid: i32) -> SchedAttr {
-        self.sched.attrs[&tid]
+        self.sched.0.borrow().attrs[&tid]
+    }
+
+    fn put(&self, tid: i32, attr: SchedAttr) {
+        self.sched.0.borrow_mut().attrs.insert(tid, attr);
+    }
+
+    fn records(&self) -> Vec<VmRecord> {
+        self.host.store.load_all().unwrap().into_iter().filter_map(|(_, r)| r.ok()).collect()
     }
 }
 
@@ -87,59 +99,105 @@ fn rr(prio: u32) -> SchedAttr {
 fn boost_sets_every_thread_and_deboost_restores_exactly() {
     let mut w = World::new();
     let mut vm = w.vm();
-    let out = vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    let out = vm.set_level(&mut w.host, Level::Boosted, 1, false);
     assert_eq!(out, Outcome { changed: 4, ..Default::default() });
     for tid in 500..=503 {
         assert_eq!(w.attr(tid), rr(1), "tid {tid}");
     }
     assert_eq!(w.attr(900), SchedAttr::other(0, 0), "outside the VM");
-    let out = vm.set_level(&mut w.env(), Level::Normal, 1, false);
+    let out = vm.set_level(&mut w.host, Level::Normal, 1, false);
     assert_eq!(out.changed, 4);
     assert_eq!(w.attr(501), SchedAttr::other(5, 0), "nice 5 comes back");
     assert_eq!(w.attr(502), SchedAttr::other(0, 0));
-    assert!(w.sched.sets.iter().all(|(tid, _)| (500..=503).contains(tid)));
+    assert!(w.sched.0.borrow().sets.iter().all(|(tid, _)| (500..=503).contains(tid)));
 }
 
 #[test]
 fn originals_are_on_disk_before_the_first_change() {
     let mut w = World::new();
     let mut vm = w.vm();
-    assert!(w.store.load_all().unwrap().is_empty(), "tracking alone writes nothing");
+    assert!(w.host.store.load_all().unwrap().is_empty(), "tracking alone writes nothing");
     // Make every set fail: the record must be on disk anyway, written before.
-    w.sched.fail_with = Some(libc::EPERM);
-    let out = vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    w.sched.0.borrow_mut().fail_with = Some(libc::EPERM);
+    let out = vm.set_level(&mut w.host, Level::Boosted, 1, false);
     assert_eq!(out.changed, 0);
     assert!(out.errors[0].contains("CAP_SYS_NICE"), "{:?}", out.errors);
-    let recs = w.store.load_all().unwrap();
+    let recs = w.host.store.load_all().unwrap();
     let rec = recs[0].1.as_ref().unwrap();
     assert_eq!(rec.threads.len(), 4);
     assert_eq!(rec.threads[1].original, SchedAttr::other(5, 0));
 }
 
 #[test]
-fn unwritable_state_dir_means_no_boost() {
+fn unwritable_state_dir_means_no_boost_until_it_is_writable_again() {
     let mut w = World::new();
     let mut vm = w.vm();
-    std::fs::remove_dir_all(w.store.path()).unwrap();
-    std::fs::write(w.store.path(), b"not a dir").unwrap();
-    let out = vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    let dir = w.host.store.path().to_path_buf();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"not a dir").unwrap();
+    let out = vm.set_level(&mut w.host, Level::Boosted, 1, false);
     assert!(out.errors[0].contains("not boosting"), "{:?}", out.errors);
-    assert!(w.sched.sets.is_empty());
-    assert_eq!(vm.level(), Level::Normal);
+    assert!(w.sched.0.borrow().sets.is_empty(), "nothing changed without the originals on disk");
+    assert_eq!(vm.level(), Level::Boosted, "the level asked for stays, so a refresh tries again");
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    let out = vm.refresh(&mut w.host);
+    assert_eq!(out.changed, 4, "{out:?}");
+    assert_eq!(w.attr(502), rr(1));
+}
+
+#[test]
+fn a_thread_made_realtime_after_connect_is_not_lowered() {
+    let mut w = World::new();
+    let mut vm = w.vm();
+    w.put(503, SchedAttr::rt(SCHED_FIFO, 50, 0)); // the operator, after we started tracking
+    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    assert_eq!(w.attr(503), SchedAttr::rt(SCHED_FIFO, 50, 0));
+    assert_eq!(w.attr(502), rr(1));
+    vm.set_level(&mut w.host, Level::Normal, 1, false);
+    assert_eq!(w.attr(503), SchedAttr::rt(SCHED_FIFO, 50, 0));
+}
+
+#[test]
+fn a_record_left_on_disk_keeps_the_true_originals_across_a_reconnect() {
+    let mut w = World::new();
+    let mut vm = w.vm();
+    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    // The restore fails (say EPERM) and the record stays; the VM reconnects.
+    w.sched.0.borrow_mut().fail_with = Some(libc::EPERM);
+    assert!(!vm.restore(&mut w.host).errors.is_empty());
+    w.sched.0.borrow_mut().fail_with = None;
+    assert_eq!(w.attr(501), rr(1), "still boosted");
+    let mut vm = w.vm();
+    assert_eq!(w.records()[0].threads[1].original, SchedAttr::other(5, 0), "record untouched by tracking");
+    // A boost and deboost later, nice 5 comes back: the disk's original won over what we read.
+    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Level::Normal, 1, false);
+    assert_eq!(w.attr(501), SchedAttr::other(5, 0));
+    assert_eq!(w.attr(502), SchedAttr::other(0, 0));
+    // Even without a new boost, restoring puts them back.
+    let mut w = World::new();
+    let mut vm = w.vm();
+    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    drop(vm);
+    let mut vm = w.vm();
+    assert!(vm.restore(&mut w.host).errors.is_empty());
+    assert_eq!(w.attr(501), SchedAttr::other(5, 0));
+    assert!(w.records().is_empty());
 }
 
 #[test]
 fn guarded_moves_only_vcpus_to_the_fair_class() {
     let mut w = World::new();
-    w.class.other_threads_priority_offset = 1;
+    w.host.class.other_threads_priority_offset = 1;
     let mut vm = w.vm();
-    vm.set_level(&mut w.env(), Level::Boosted, 3, false);
+    vm.set_level(&mut w.host, Level::Boosted, 3, false);
     assert_eq!(w.attr(502), rr(3), "vCPU");
     assert_eq!(w.attr(500), rr(4), "main loop one above");
-    vm.set_level(&mut w.env(), Level::Guarded, 3, false);
+    vm.set_level(&mut w.host, Level::Guarded, 3, false);
     assert_eq!(w.attr(502), SchedAttr::other(-20, SCHED_FLAG_RESET_ON_FORK));
     assert_eq!(w.attr(500), rr(4));
-    vm.set_level(&mut w.env(), Level::Normal, 3, false);
+    vm.set_level(&mut w.host, Level::Normal, 3, false);
     assert_eq!(w.attr(502), SchedAttr::other(0, 0));
 }
 
@@ -158,18 +216,18 @@ fn without_thread_names_every_non_main_thread_is_guarded() {
 fn new_threads_are_boosted_on_refresh_and_gone_ones_dropped() {
     let mut w = World::new();
     let mut vm = w.vm();
-    vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Level::Boosted, 1, false);
     fake::add_thread(w.proc_dir.path(), PID, 510, "worker");
-    w.sched.attrs.insert(510, SchedAttr::other(0, 0));
+    w.put(510, SchedAttr::other(0, 0));
     fake::remove_thread(w.proc_dir.path(), PID, 503);
-    w.sched.attrs.remove(&503);
-    let out = vm.refresh(&mut w.env());
+    w.sched.0.borrow_mut().attrs.remove(&503);
+    let out = vm.refresh(&mut w.host);
     assert_eq!(out.changed, 1);
     assert_eq!(w.attr(510), rr(1));
     assert_eq!(vm.thread_count(), 4);
-    let rec = w.store.load_all().unwrap().remove(0).1.unwrap();
+    let rec = w.host.store.load_all().unwrap().remove(0).1.unwrap();
     assert!(rec.threads.iter().any(|t| t.task.id == 510), "newcomer persisted before its change");
-    vm.set_level(&mut w.env(), Level::Normal, 1, false);
+    vm.set_level(&mut w.host, Level::Normal, 1, false);
     assert_eq!(w.attr(510), SchedAttr::other(0, 0));
 }
 
@@ -179,24 +237,24 @@ fn a_thread_id_outside_the_process_is_never_touched() {
     let mut vm = w.vm();
     // Thread 503 exits; its id now names a thread of process 900.
     fake::remove_thread(w.proc_dir.path(), PID, 503);
-    w.sched.attrs.insert(503, SchedAttr::other(0, 0));
-    let out = vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    w.put(503, SchedAttr::other(0, 0));
+    let out = vm.set_level(&mut w.host, Level::Boosted, 1, false);
     assert_eq!(out.gone, 1);
     assert_eq!(w.attr(503), SchedAttr::other(0, 0));
-    assert!(!w.sched.sets.iter().any(|(tid, _)| *tid == 503));
+    assert!(!w.sched.0.borrow().sets.iter().any(|(tid, _)| *tid == 503));
 }
 
 #[test]
 fn foreign_changes_are_left_alone_and_realtime_threads_never_lowered() {
     let mut w = World::new();
-    w.sched.attrs.insert(503, SchedAttr::rt(SCHED_FIFO, 50, 0));
+    w.put(503, SchedAttr::rt(SCHED_FIFO, 50, 0));
     let mut vm = w.vm();
-    vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Level::Boosted, 1, false);
     assert_eq!(w.attr(503), SchedAttr::rt(SCHED_FIFO, 50, 0), "FIFO 50 is not lowered to RR 1");
     // The operator moves thread 502 somewhere else while boosted.
     let operators = SchedAttr::rt(SCHED_FIFO, 10, 0);
-    w.sched.attrs.insert(502, operators);
-    let out = vm.set_level(&mut w.env(), Level::Normal, 1, false);
+    w.put(502, operators);
+    let out = vm.set_level(&mut w.host, Level::Normal, 1, false);
     assert_eq!(out.foreign, 1);
     assert_eq!(w.attr(502), operators);
     assert_eq!(w.attr(500), SchedAttr::other(0, 0));
@@ -206,13 +264,13 @@ fn foreign_changes_are_left_alone_and_realtime_threads_never_lowered() {
 fn originals_are_refreshed_between_boosts() {
     let mut w = World::new();
     let mut vm = w.vm();
-    vm.set_level(&mut w.env(), Level::Boosted, 1, false);
-    vm.set_level(&mut w.env(), Level::Normal, 1, false);
-    w.sched.attrs.insert(502, SchedAttr::other(-5, 0)); // operator renices between boosts
-    vm.set_level(&mut w.env(), Level::Boosted, 1, false);
-    vm.set_level(&mut w.env(), Level::Normal, 1, false);
+    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Level::Normal, 1, false);
+    w.put(502, SchedAttr::other(-5, 0)); // operator renices between boosts
+    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Level::Normal, 1, false);
     assert_eq!(w.attr(502), SchedAttr::other(-5, 0));
-    let rec = w.store.load_all().unwrap().remove(0).1.unwrap();
+    let rec = w.host.store.load_all().unwrap().remove(0).1.unwrap();
     assert_eq!(rec.threads.iter().find(|t| t.task.id == 502).unwrap().original, SchedAttr::other(-5, 0));
 }
 
@@ -220,53 +278,52 @@ fn originals_are_refreshed_between_boosts() {
 fn restore_all_after_a_crash_puts_back_only_our_changes() {
     let mut w = World::new();
     let mut vm = w.vm();
-    vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Level::Boosted, 1, false);
     drop(vm); // the daemon dies: nothing restored
     assert_eq!(w.attr(500), rr(1));
     // Meanwhile: 503 exits, 502 is changed by the operator (no RESET_ON_FORK).
     fake::remove_thread(w.proc_dir.path(), PID, 503);
-    w.sched.attrs.insert(502, SchedAttr::rt(SCHED_FIFO, 20, 0));
-    let report = restore_all(&w.store, &w.procfs, &mut w.sched).unwrap();
+    w.put(502, SchedAttr::rt(SCHED_FIFO, 20, 0));
+    let report = restore_all(&w.host.store, &w.host.procfs, w.host.sched.as_mut()).unwrap();
     assert_eq!((report.restored, report.gone, report.untouched), (2, 1, 1), "{report:?}");
     assert!(report.errors.is_empty());
     assert_eq!(w.attr(500), SchedAttr::other(0, 0));
     assert_eq!(w.attr(501), SchedAttr::other(5, 0));
     assert_eq!(w.attr(502), SchedAttr::rt(SCHED_FIFO, 20, 0));
-    assert!(w.store.load_all().unwrap().is_empty(), "record removed");
+    assert!(w.host.store.load_all().unwrap().is_empty(), "record removed");
     // Running it again is harmless.
-    assert_eq!(restore_all(&w.store, &w.procfs, &mut w.sched).unwrap(), Default::default());
+    assert_eq!(restore_all(&w.host.store, &w.host.procfs, w.host.sched.as_mut()).unwrap(), Default::default());
 }
 
 #[test]
 fn restore_all_keeps_records_it_could_not_finish_and_reports_bad_files() {
     let mut w = World::new();
     let mut vm = w.vm();
-    vm.set_level(&mut w.env(), Level::Boosted, 1, false);
-    std::fs::write(w.store.path().join("1-2.json"), b"{garbage").unwrap();
-    std::fs::write(w.store.path().join("3-4.json.tmp"), b"{half").unwrap();
-    w.sched.fail_with = Some(libc::EPERM);
-    let report = restore_all(&w.store, &w.procfs, &mut w.sched).unwrap();
+    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    std::fs::write(w.host.store.path().join("1-2.json"), b"{garbage").unwrap();
+    std::fs::write(w.host.store.path().join("3-4.json.tmp"), b"{half").unwrap();
+    w.sched.0.borrow_mut().fail_with = Some(libc::EPERM);
+    let report = restore_all(&w.host.store, &w.host.procfs, w.host.sched.as_mut()).unwrap();
     assert_eq!(report.errors.len(), 5, "{:?}", report.errors);
     assert!(report.errors[0].contains("unreadable"));
-    let left: Vec<_> = w.store.load_all().unwrap().into_iter().map(|(p, _)| p).collect();
+    let left: Vec<_> = w.host.store.load_all().unwrap().into_iter().map(|(p, _)| p).collect();
     assert_eq!(left.len(), 2, "bad file and unfinished record kept, tmp file dropped: {left:?}");
-    w.sched.fail_with = None;
-    let report = restore_all(&w.store, &w.procfs, &mut w.sched).unwrap();
+    w.sched.0.borrow_mut().fail_with = None;
+    let report = restore_all(&w.host.store, &w.host.procfs, w.host.sched.as_mut()).unwrap();
     assert_eq!(report.restored, 4);
     assert_eq!(w.attr(502).policy, SCHED_OTHER);
-    let _ = &w.state_dir;
 }
 
 #[test]
 fn restore_removes_the_record_when_the_vm_exits() {
     let mut w = World::new();
     let mut vm = w.vm();
-    vm.set_level(&mut w.env(), Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Level::Boosted, 1, false);
     std::fs::remove_dir_all(w.proc_dir.path().join(PID.to_string())).unwrap();
     for tid in 500..=503 {
-        w.sched.attrs.remove(&tid);
+        w.sched.0.borrow_mut().attrs.remove(&tid);
     }
-    let out = vm.restore(&mut w.env());
+    let out = vm.restore(&mut w.host);
     assert!(out.errors.is_empty(), "{:?}", out.errors);
-    assert!(w.store.load_all().unwrap().is_empty());
+    assert!(w.host.store.load_all().unwrap().is_empty());
 }

@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
@@ -96,8 +96,13 @@ impl World {
         std::fs::create_dir_all(&bin_dir).unwrap();
         let exe = bin_dir.join(exe_name);
         std::fs::copy(env!("CARGO_BIN_EXE_cosched-fake-qemu"), &exe).unwrap();
+        self.vm_from(&exe, name, threads, listener)
+    }
+
+    /// Starts the fake QEMU from `exe` (already in place).
+    fn vm_from(&self, exe: &Path, name: &str, threads: &[&str], listener: Option<UnixListener>) -> FakeVm {
         std::fs::create_dir_all(self.socket_dir()).unwrap();
-        let mut cmd = Command::new(&exe);
+        let mut cmd = Command::new(exe);
         cmd.arg("--socket").arg(self.socket_dir().join(format!("{name}.sock")));
         for t in threads {
             cmd.arg("--thread").arg(t);
@@ -377,6 +382,48 @@ fn budget_exhaustion_deboosts_and_denies() {
 }
 
 #[test]
+fn a_flooding_guest_cannot_hold_off_its_budget() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let d = w.daemon(
+        "[policy]\nmax_continuous_boost_ms = 300\nbudget_cooldown_ms = 100\nmax_boost_share_permille = 1000\n\
+         rt_guard_max_share_permille = 0\nhost_reserve_cpus = 0\n",
+    );
+    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    vm.register();
+    vm.request(Kind::Cpu, 1);
+    assert!(vm.all_boosted(1));
+    // Keep the channel full of CPU 1 frames: the daemon is never out of bytes to read.
+    let mut stdin = vm.stdin.take().unwrap();
+    let flood = std::thread::spawn(move || {
+        let chunk: Vec<u8> = (0..4096).flat_map(|i| Frame::cpu(10 + i, true).encode()).collect();
+        let end = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < end {
+            if stdin.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        stdin
+    });
+    let t0 = Instant::now();
+    let budget = wait_for("DENY(budget) during the flood", Duration::from_secs(2), || loop {
+        match vm.rx.try_recv() {
+            Ok(f) if f == Frame::deny(0, DenyReason::Budget) => return Some(t0.elapsed()),
+            Ok(_) => continue,
+            Err(_) => return None,
+        }
+    });
+    assert!(budget < Duration::from_millis(1000), "budget enforced {budget:?} into the flood");
+    vm.stdin = Some(flood.join().unwrap());
+    let st = d.vm_status("vm1").unwrap();
+    assert!(st["counters"]["budget_exhausted"].as_u64().unwrap() >= 1);
+    assert!(st["counters"]["denied"]["rate_limited"].as_u64().unwrap() > 1000, "{}", st["counters"]);
+}
+
+#[test]
 fn operator_disable_enable_and_priority() {
     if !have_root() {
         return;
@@ -487,6 +534,57 @@ fn a_peer_that_is_not_qemu_is_refused() {
     });
     let log = std::fs::read_to_string(w.p("daemon.log")).unwrap();
     assert!(log.contains("(python3): not a QEMU process"), "{log}");
+}
+
+#[test]
+fn a_qemu_binary_that_is_not_root_owned_is_refused() {
+    if !have_root() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    let d = w.daemon(QUIET_POLICY);
+    // Any user can name a file qemu-system-x86_64: this one is owned by uid 1000.
+    let bin_dir = w.p("bin-user");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let exe = bin_dir.join("qemu-system-x86_64");
+    std::fs::copy(env!("CARGO_BIN_EXE_cosched-fake-qemu"), &exe).unwrap();
+    std::os::unix::fs::chown(&exe, Some(1000), Some(1000)).unwrap();
+    let _vm = w.vm_from(&exe, "user", &THREADS, None);
+    wait_for("the refusal in the daemon's log", Duration::from_secs(5), || {
+        std::fs::read_to_string(w.p("daemon.log"))
+            .unwrap()
+            .contains("is not root-owned and protected (uid 1000")
+            .then_some(())
+    });
+    assert!(d.vm_status("user").is_none());
+    // World-writable is refused too, even when root owns it.
+    std::os::unix::fs::chown(&exe, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let exe2 = w.p("bin-user2/qemu-system-x86_64");
+    std::fs::create_dir_all(exe2.parent().unwrap()).unwrap();
+    std::fs::copy(&exe, &exe2).unwrap();
+    std::fs::set_permissions(&exe2, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let _vm2 = w.vm_from(&exe2, "user2", &THREADS, None);
+    wait_for("the second refusal", Duration::from_secs(5), || {
+        std::fs::read_to_string(w.p("daemon.log")).unwrap().contains("mode 777").then_some(())
+    });
+    assert!(d.vm_status("user2").is_none());
+}
+
+#[test]
+fn vm_priority_must_stay_below_the_daemon() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let d = w.daemon(&format!("daemon_priority = 20\n{QUIET_POLICY}"));
+    let _vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    let out = d.cli(&["vm", "priority", "vm1", "20"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("below the daemon's own (daemon_priority = 20)"), "{out:?}");
+    assert!(d.cli(&["vm", "priority", "vm1", "19"]).status.success());
+    assert_eq!(d.vm_status("vm1").unwrap()["priority"], 19);
 }
 
 #[test]

@@ -114,7 +114,7 @@ impl Default for Policy {
             default_priority: 1,
             max_continuous_boost_ms: 10_000,
             max_boost_share_permille: 900,
-            budget_window_ms: 10_000,
+            budget_window_ms: 20_000,
             budget_cooldown_ms: 1_000,
             rt_guard_max_share_permille: 900,
             rt_guard_window_ms: 1_000,
@@ -168,11 +168,12 @@ impl Policy {
             .then(|| self.budget_window_ms * NS_PER_MS * self.max_boost_share_permille / 1000)
     }
 
-    fn rt_guard(&self) -> Option<(u64, u64, u64)> {
+    /// With the guard on: (real-time allowance per window, share to fall back to before
+    /// resuming), in ns.
+    fn rt_guard(&self) -> Option<(u64, u64)> {
         (self.rt_guard_max_share_permille > 0).then(|| {
-            let window = self.rt_guard_window_ms * NS_PER_MS;
-            let max = window * self.rt_guard_max_share_permille / 1000;
-            (window, max, max.saturating_sub(self.rt_guard_hysteresis_ms * NS_PER_MS))
+            let max = self.rt_guard_window_ms * NS_PER_MS * self.rt_guard_max_share_permille / 1000;
+            (max, max.saturating_sub(self.rt_guard_hysteresis_ms * NS_PER_MS))
         })
     }
 }
@@ -241,7 +242,7 @@ impl Vm {
     /// Boosted share of the budget window, in permille.
     pub fn boost_share_permille(&self, now: u64, policy: &Policy) -> u64 {
         let w = policy.budget_window_ms * NS_PER_MS;
-        self.boosted.used(now, w) * 1000 / w.max(1)
+        self.boosted.clone().used(now) * 1000 / w.max(1)
     }
 
     pub fn in_cooldown(&self, now: u64) -> bool {
@@ -319,8 +320,8 @@ impl Coordinator {
                 vcpus: 1,
                 counters: Counters::default(),
                 told_disabled: false,
-                boosted: OnTime::default(),
-                rt: OnTime::default(),
+                boosted: OnTime::new(p.budget_window_ms * NS_PER_MS),
+                rt: OnTime::new(p.rt_guard_window_ms.max(1) * NS_PER_MS),
                 cooldown_until_ns: 0,
                 frames: Bucket::new(p.frame_rate, p.frame_burst, now),
                 malformed: Bucket::new(p.malformed_rate, p.malformed_rate, now),
@@ -447,22 +448,22 @@ impl Coordinator {
     }
 
     /// Earliest time at which [`Coordinator::tick`] has something to do.
-    pub fn next_deadline(&self, now: u64) -> Option<u64> {
+    pub fn next_deadline(&mut self, now: u64) -> Option<u64> {
         let p = &self.policy;
         let mut next: Option<u64> = None;
         let mut consider = |t: u64| next = Some(next.map_or(t, |n| n.min(t)));
-        for vm in self.vms.values() {
+        for vm in self.vms.values_mut() {
             let Some(since) = vm.boosted.on_since() else { continue };
             if p.max_continuous_boost_ms > 0 {
                 consider(since + p.max_continuous_boost_ms * NS_PER_MS);
             }
             if let Some(limit) = p.share_limit_ns() {
-                let used = vm.boosted.used(now, p.budget_window_ms * NS_PER_MS);
+                let used = vm.boosted.used(now);
                 // Old boosts leave the window as time passes, so this is the earliest it can run out.
                 consider(now + limit.saturating_sub(used));
             }
-            if let Some((window, max, resume)) = p.rt_guard() {
-                let used = vm.rt.used(now, window);
+            if let Some((max, resume)) = p.rt_guard() {
+                let used = vm.rt.used(now);
                 match vm.level {
                     Level::Boosted => consider(now + max.saturating_sub(used)),
                     // The share falls by at most 1 ns per ns, so this is the earliest resume time.
@@ -478,17 +479,12 @@ impl Coordinator {
     pub fn tick(&mut self, now: u64, out: &mut Vec<Action>) {
         let p = &self.policy;
         for (&id, vm) in self.vms.iter_mut() {
-            vm.boosted.prune(now, p.budget_window_ms * NS_PER_MS);
-            if let Some((window, _, _)) = p.rt_guard() {
-                vm.rt.prune(now, window);
-            }
             if !vm.level.is_boosted() {
                 continue;
             }
             let over_continuous =
                 p.max_continuous_boost_ms > 0 && vm.boosted_for_ns(now) >= p.max_continuous_boost_ms * NS_PER_MS;
-            let over_share =
-                p.share_limit_ns().is_some_and(|limit| vm.boosted.used(now, p.budget_window_ms * NS_PER_MS) >= limit);
+            let over_share = p.share_limit_ns().is_some_and(|limit| vm.boosted.used(now) >= limit);
             if over_continuous || over_share {
                 end_boost(id, vm, now, out);
                 vm.wants_boost = false;
@@ -548,14 +544,13 @@ impl Coordinator {
 }
 
 fn budget_refuses(p: &Policy, vm: &mut Vm, now: u64) -> bool {
-    vm.in_cooldown(now)
-        || p.share_limit_ns().is_some_and(|limit| vm.boosted.used(now, p.budget_window_ms * NS_PER_MS) >= limit)
+    vm.in_cooldown(now) || p.share_limit_ns().is_some_and(|limit| vm.boosted.used(now) >= limit)
 }
 
 fn start_boost(p: &Policy, id: VmId, vm: &mut Vm, now: u64, out: &mut Vec<Action>) {
     vm.boosted.start(now);
     vm.counters.boosts += 1;
-    let rt_full = p.rt_guard().is_some_and(|(window, max, _)| vm.rt.used(now, window) >= max);
+    let rt_full = p.rt_guard().is_some_and(|(max, _)| vm.rt.used(now) >= max);
     vm.level = if rt_full {
         Level::Guarded
     } else {
@@ -578,8 +573,8 @@ fn end_boost(id: VmId, vm: &mut Vm, now: u64, out: &mut Vec<Action>) {
 
 /// The real-time guard: see the crate documentation.
 fn guard(p: &Policy, id: VmId, vm: &mut Vm, now: u64, out: &mut Vec<Action>) {
-    let Some((window, max, resume)) = p.rt_guard() else { return };
-    let used = vm.rt.used(now, window);
+    let Some((max, resume)) = p.rt_guard() else { return };
+    let used = vm.rt.used(now);
     let next = match vm.level {
         Level::Boosted if used >= max => {
             vm.rt.stop(now);

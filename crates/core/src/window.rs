@@ -1,18 +1,34 @@
 //! Time accounting over a sliding window, and token buckets. Pure: time is passed in (ns).
 
-use std::collections::VecDeque;
+/// Slots per window: the resolution of [`OnTime`] is the window / this.
+const SLOTS: usize = 250;
 
 /// Records when something was "on" (a VM boosted, a VM's vCPUs at a real-time class) and answers
-/// how long it was on within the last `window_ns`.
-#[derive(Debug, Clone, Default)]
+/// how long it was on within the last window.
+///
+/// Memory and cost are fixed whatever the guest does: on-time is kept per slot (window / 250) in
+/// a ring with a running total, so a guest that flaps a thousand times a second costs the same
+/// as one that never does. The oldest slot counts whole, so [`OnTime::used`] can be up to one
+/// slot too high: budgets and the guard err on the safe side.
+#[derive(Debug, Clone)]
 pub struct OnTime {
-    closed: VecDeque<(u64, u64)>,
+    slot_ns: u64,
+    /// On-time per slot; slot `i` of absolute index `a` (= time / slot_ns) is `slots[a % len]`.
+    slots: Vec<u64>,
+    total: u64,
+    /// Absolute index of the newest slot the ring holds.
+    head: u64,
     open: Option<u64>,
 }
 
 impl OnTime {
-    pub fn is_on(&self) -> bool {
-        self.open.is_some()
+    pub fn new(window_ns: u64) -> OnTime {
+        let slot_ns = (window_ns / SLOTS as u64).max(1);
+        OnTime { slot_ns, slots: vec![0; SLOTS + 1], total: 0, head: 0, open: None }
+    }
+
+    fn len(&self) -> u64 {
+        self.slots.len() as u64
     }
 
     /// When the current on-period started.
@@ -28,25 +44,47 @@ impl OnTime {
     pub fn stop(&mut self, now: u64) -> u64 {
         match self.open.take() {
             Some(s) if now > s => {
-                self.closed.push_back((s, now));
+                self.add(s, now);
                 now - s
             }
             _ => 0,
         }
     }
 
-    /// Time on within `[now - window_ns, now]`.
-    pub fn used(&self, now: u64, window_ns: u64) -> u64 {
-        let from = now.saturating_sub(window_ns);
-        let overlap = |s: u64, e: u64| e.min(now).saturating_sub(s.max(from));
-        self.closed.iter().map(|&(s, e)| overlap(s, e)).sum::<u64>() + self.open.map_or(0, |s| overlap(s, now))
+    /// On-time within the last window, ending at `now`.
+    pub fn used(&mut self, now: u64) -> u64 {
+        self.advance(now);
+        let window = (self.len() - 1) * self.slot_ns;
+        let from = now.saturating_sub(window);
+        self.total + self.open.map_or(0, |s| now.saturating_sub(s.max(from)))
     }
 
-    /// Forgets periods that ended before `now - window_ns`; keeps memory bounded.
-    pub fn prune(&mut self, now: u64, window_ns: u64) {
-        let from = now.saturating_sub(window_ns);
-        while self.closed.front().is_some_and(|&(_, e)| e <= from) {
-            self.closed.pop_front();
+    /// Moves the ring forward to `now`, dropping the slots that left the window.
+    fn advance(&mut self, now: u64) {
+        let cur = now / self.slot_ns;
+        if cur <= self.head {
+            return;
+        }
+        for k in 1..=(cur - self.head).min(self.len()) {
+            let i = ((self.head + k) % self.len()) as usize;
+            self.total -= self.slots[i];
+            self.slots[i] = 0;
+        }
+        self.head = cur;
+    }
+
+    /// Adds the on-period `[from, to)`, as far as it falls inside the ring.
+    fn add(&mut self, from: u64, to: u64) {
+        self.advance(to);
+        let oldest = (self.head + 1).saturating_sub(self.len()) * self.slot_ns;
+        let mut t = from.max(oldest);
+        while t < to {
+            let slot = t / self.slot_ns;
+            let end = ((slot + 1) * self.slot_ns).min(to);
+            let i = (slot % self.len()) as usize;
+            self.slots[i] += end - t;
+            self.total += end - t;
+            t = end;
         }
     }
 }
@@ -89,33 +127,66 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
+    /// Exact on-time of `periods` within `[now - window, now]`.
+    fn exact(periods: &[(u64, u64)], now: u64, window: u64) -> u64 {
+        let from = now.saturating_sub(window);
+        periods.iter().map(|&(s, e)| e.min(now).saturating_sub(s.max(from))).sum()
+    }
+
     #[test]
     fn on_time_in_window() {
-        let mut t = OnTime::default();
+        let mut t = OnTime::new(1000 * MS); // 4 ms slots
         t.start(0);
         t.stop(300 * MS);
         t.start(500 * MS);
-        assert_eq!(t.used(600 * MS, 1000 * MS), 400 * MS);
+        assert_eq!(t.used(600 * MS), 400 * MS);
         // Window [700, 1700]: only the open period from 700.
-        assert_eq!(t.used(1700 * MS, 1000 * MS), 1000 * MS);
+        assert_eq!(t.used(1700 * MS), 1000 * MS);
         t.stop(1700 * MS);
         // Window [1200, 2200]: 500 ms of the second period.
-        assert_eq!(t.used(2200 * MS, 1000 * MS), 500 * MS);
-        t.prune(2200 * MS, 1000 * MS);
-        assert_eq!(t.closed.len(), 1);
-        t.prune(2800 * MS, 1000 * MS);
-        assert!(t.closed.is_empty());
-        assert_eq!(t.used(2800 * MS, 1000 * MS), 0);
+        assert_eq!(t.used(2200 * MS), 500 * MS);
+        assert_eq!(t.used(3000 * MS), 0);
     }
 
     #[test]
     fn start_twice_keeps_first_start() {
-        let mut t = OnTime::default();
+        let mut t = OnTime::new(1000 * MS);
         t.start(10);
         t.start(20);
         assert_eq!(t.on_since(), Some(10));
         assert_eq!(t.stop(30), 20);
         assert_eq!(t.stop(40), 0);
+    }
+
+    #[test]
+    fn flapping_is_counted_within_one_slot_and_never_under() {
+        let window = 1000 * MS;
+        let mut t = OnTime::new(window);
+        let slot = window / SLOTS as u64;
+        let mut periods = Vec::new();
+        // 0.3 ms on every 0.7 ms, for 5 s: 7000 periods in a fixed 251-slot ring.
+        let mut now = 0;
+        while now < 5000 * MS {
+            t.start(now);
+            t.stop(now + 300_000);
+            periods.push((now, now + 300_000));
+            now += 700_000;
+            if periods.len() % 97 == 0 {
+                let got = t.used(now);
+                let want = exact(&periods, now, window);
+                assert!(got >= want && got <= want + slot, "at {now}: {got} vs {want}");
+            }
+        }
+        assert_eq!(t.slots.len(), SLOTS + 1);
+    }
+
+    #[test]
+    fn a_long_period_covers_the_whole_window() {
+        let mut t = OnTime::new(1000 * MS);
+        t.start(0);
+        t.stop(100_000 * MS);
+        assert!(t.used(100_000 * MS) >= 1000 * MS && t.used(100_000 * MS) <= 1004 * MS);
+        assert_eq!(t.used(200_000 * MS), 0);
     }
 
     #[test]

@@ -225,12 +225,31 @@ impl VmCpu {
                 t.role = info.role;
                 continue;
             }
-            let Ok(original) = env.sched.get(tid) else { continue }; // exited meanwhile
-            self.threads
-                .insert(tid, Tracked { task: info.task, comm: info.comm, role: info.role, original, applied: None });
-            self.persisted = false;
+            self.track(env, info);
         }
         Ok(())
+    }
+
+    /// Tracks threads that appeared since the last look, without re-reading the known ones:
+    /// one `readdir` plus a `stat` per newcomer, done on every boost.
+    fn add_newcomers(&mut self, env: &mut Host) -> io::Result<()> {
+        let ids = env.procfs.thread_ids(self.process.id).map_err(io::Error::other)?;
+        for tid in ids {
+            if self.threads.contains_key(&tid) {
+                continue;
+            }
+            if let Ok(info) = env.procfs.thread(self.process.id, tid) {
+                self.track(env, info);
+            }
+        }
+        Ok(())
+    }
+
+    fn track(&mut self, env: &mut Host, info: cosched_procfs::ThreadInfo) {
+        let Ok(original) = env.sched.get(info.task.id) else { return }; // exited meanwhile
+        let t = Tracked { task: info.task, comm: info.comm, role: info.role, original, applied: None };
+        self.threads.insert(info.task.id, t);
+        self.persisted = false;
     }
 
     fn record(&self) -> VmRecord {
@@ -241,14 +260,20 @@ impl VmCpu {
         }
     }
 
-    /// Puts every known thread at `level`. With `rescan`, the thread list is re-read first so
-    /// that threads that appeared since are included.
+    /// Puts every thread at `level`. Threads that appeared since the last look are found first
+    /// when leaving the normal level (cheaply: see `add_newcomers`), and with `rescan` the whole
+    /// list is re-read (names, roles, exits).
     pub fn set_level(&mut self, env: &mut Host, level: Level, priority: u8, rescan: bool) -> Outcome {
         let mut out = Outcome::default();
-        if rescan {
-            if let Err(e) = self.rescan(env) {
-                out.errors.push(format!("{}: reading threads: {e}", self.name));
-            }
+        let found = if rescan {
+            self.rescan(env)
+        } else if self.level == Level::Normal && level != Level::Normal {
+            self.add_newcomers(env)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = found {
+            out.errors.push(format!("{}: reading threads: {e}", self.name));
         }
         self.level = level;
         self.priority = priority;

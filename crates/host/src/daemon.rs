@@ -33,6 +33,12 @@ const METRICS: Token = Token(3);
 const FIRST_CONN: usize = 16;
 /// Replies queued for a guest that does not read them are dropped beyond this.
 const MAX_OUT: usize = 64 * 1024;
+/// Reads of 4 KiB from one VM per wake-up: a guest that floods its channel cannot keep the
+/// loop from enforcing budgets, the guard, other VMs and signals; the rest is read next round.
+const READS_PER_WAKEUP: usize = 8;
+/// Control and metrics clients at once, and how long one may take.
+const MAX_CLIENTS: usize = 64;
+const CLIENT_TIMEOUT_NS: u64 = 5_000 * NS_PER_MS;
 
 struct VmConn {
     id: VmId,
@@ -45,18 +51,42 @@ struct VmConn {
     actuation_errors: u64,
     dropped_replies: u64,
     last_warn_ns: Option<u64>,
+    /// WRITABLE is registered (replies are waiting).
+    want_write: bool,
 }
 
-/// A control client: one request line, one reply line.
-struct CtlConn {
-    stream: UnixStream,
+/// A control client (one request line, one reply line) or a metrics scrape (one HTTP request,
+/// one response). The reply is written without blocking; the connection closes after it.
+struct Client<S> {
+    stream: S,
     input: Vec<u8>,
+    reply: Vec<u8>,
+    written: usize,
+    since_ns: u64,
 }
 
-/// A metrics scrape: one HTTP request, one response.
-struct HttpConn {
-    stream: TcpStream,
-    input: Vec<u8>,
+impl<S: Read + Write + mio::event::Source> Client<S> {
+    fn new(stream: S, since_ns: u64) -> Client<S> {
+        Client { stream, input: Vec::new(), reply: Vec::new(), written: 0, since_ns }
+    }
+
+    /// Writes what the socket takes of the reply; true once all of it is out (or the client is
+    /// gone). Otherwise asks the poller to say when the socket is writable again.
+    fn send(&mut self, poll: &Poll, token: usize) -> bool {
+        while self.written < self.reply.len() {
+            match self.stream.write(&self.reply[self.written..]) {
+                Ok(0) => return true,
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let _ = poll.registry().reregister(&mut self.stream, Token(token), Interest::WRITABLE);
+                    return false;
+                }
+                Err(_) => return true,
+            }
+        }
+        true
+    }
 }
 
 /// Longest request a control or metrics client may send.
@@ -84,8 +114,8 @@ fn read_available(stream: &mut impl Read, input: &mut Vec<u8>) -> Result<bool, &
 
 enum Conn {
     Vm(Box<VmConn>),
-    Control(CtlConn),
-    Http(HttpConn),
+    Control(Client<UnixStream>),
+    Http(Client<TcpStream>),
 }
 
 /// A socket we could not use: when to try again, and whether we said so already.
@@ -118,6 +148,8 @@ pub struct Daemon {
     signals: OwnedFd,
     control: UnixListener,
     metrics: Option<TcpListener>,
+    /// VMs with bytes left to read after their last wake-up's share.
+    backlog: Vec<usize>,
     shutdown: bool,
     next_rescan_ns: u64,
     next_refresh_ns: u64,
@@ -193,22 +225,6 @@ fn drain_fd(fd: RawFd) -> Vec<u8> {
             return all;
         }
         all.extend_from_slice(&buf[..n as usize]);
-    }
-}
-
-/// Writes all of `buf` to a non-blocking socket, waiting (briefly) when it is full. Used only
-/// for control and metrics replies, which clients are waiting to read.
-fn write_blocking(stream: &mut impl Write, mut buf: &[u8]) {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while !buf.is_empty() && Instant::now() < deadline {
-        match stream.write(buf) {
-            Ok(0) => return,
-            Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
-                std::thread::sleep(Duration::from_millis(1))
-            }
-            Err(_) => return,
-        }
     }
 }
 
@@ -334,6 +350,7 @@ impl Daemon {
             signals,
             control,
             metrics,
+            backlog: Vec::new(),
             shutdown: false,
             next_rescan_ns: 0,
             next_refresh_ns: 0,
@@ -357,10 +374,16 @@ impl Daemon {
             if let Some(d) = self.coord.next_deadline(now) {
                 next = next.min(d);
             }
-            let timeout = Duration::from_nanos(next.saturating_sub(now));
+            let timeout =
+                if self.backlog.is_empty() { Duration::from_nanos(next.saturating_sub(now)) } else { Duration::ZERO };
             match self.poll.poll(&mut events, Some(timeout)) {
+                Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                r => r.context("epoll")?,
+                Err(e) => {
+                    // Whatever went wrong, nothing we changed may outlive us.
+                    self.restore_everything();
+                    return Err(e).context("epoll");
+                }
             }
             for ev in events.iter() {
                 match ev.token() {
@@ -371,6 +394,9 @@ impl Daemon {
                     Token(t) => self.on_conn(t, ev.is_readable(), ev.is_writable()),
                 }
             }
+            for token in std::mem::take(&mut self.backlog) {
+                self.read_vm(token);
+            }
             let now = self.now();
             let mut actions = Vec::new();
             self.coord.tick(now, &mut actions);
@@ -380,6 +406,7 @@ impl Daemon {
                 self.check_vms_alive();
                 self.refresh_threads(true);
                 self.scan_socket_dir();
+                self.expire_clients(now);
             } else if self.attempts.values().any(|a| now >= a.next_try_ns) {
                 self.scan_socket_dir();
             }
@@ -482,6 +509,7 @@ impl Daemon {
         let listener = self.host.procfs.process(pid).map_err(|e| format!("peer pid {pid}: {e}"))?;
         let process = if listener.is_qemu() { listener } else { self.qemu_behind(&stream, &listener)? };
         let pid = process.task.id;
+        self.check_binary(&process)?;
         let name = vm_name(path);
         let cpu = VmCpu::new(&name, process.task, &mut self.host)
             .map_err(|e| format!("reading threads of pid {pid}: {e}"))?;
@@ -511,6 +539,7 @@ impl Daemon {
                 actuation_errors: 0,
                 dropped_replies: 0,
                 last_warn_ns: None,
+                want_write: false,
             })),
         );
         Ok(())
@@ -550,6 +579,25 @@ impl Daemon {
         }
     }
 
+    /// The QEMU binary must be one only root could have put there: owned by root and writable
+    /// by nobody else. A file named qemu-system-* that any user can create is not enough.
+    fn check_binary(&self, p: &ProcessInfo) -> Result<(), String> {
+        use std::os::unix::fs::MetadataExt;
+        let exe = self.host.procfs.root().join(p.task.id.to_string()).join("exe");
+        let m = fs::metadata(&exe).map_err(|e| format!("pid {}: reading its executable: {e}", p.task.id))?;
+        if m.uid() != 0 || m.mode() & 0o022 != 0 {
+            return Err(format!(
+                "refusing pid {} ({}): its executable {:?} is not root-owned and protected (uid {}, mode {:o})",
+                p.task.id,
+                p.comm,
+                p.exe,
+                m.uid(),
+                m.mode() & 0o7777
+            ));
+        }
+        Ok(())
+    }
+
     fn on_conn(&mut self, token: usize, readable: bool, writable: bool) {
         match self.conns.get(&token) {
             Some(Conn::Vm(_)) => {
@@ -568,7 +616,7 @@ impl Daemon {
 
     fn read_vm(&mut self, token: usize) {
         let mut buf = [0u8; 4096];
-        loop {
+        for _ in 0..READS_PER_WAKEUP {
             let Some(Conn::Vm(vm)) = self.conns.get_mut(&token) else { return };
             let n = match vm.stream.read(&mut buf) {
                 Ok(0) => return self.drop_conn(token, "channel closed (QEMU exited?)"),
@@ -603,6 +651,10 @@ impl Daemon {
                 self.execute(actions, Some(rx_ns));
             }
         }
+        // Edge-triggered: no new wake-up comes for bytes already waiting; read them next round.
+        if !self.backlog.contains(&token) {
+            self.backlog.push(token);
+        }
     }
 
     fn vm_label(&self, token: usize) -> String {
@@ -625,6 +677,7 @@ impl Daemon {
 
     /// Carries out the coordinator's actions. `rx_ns`: when the frame that caused them was read.
     fn execute(&mut self, actions: Vec<Action>, rx_ns: Option<u64>) {
+        let mut to_flush: Vec<usize> = Vec::new();
         for a in actions {
             match a {
                 Action::Send { vm, frame } => {
@@ -636,11 +689,16 @@ impl Daemon {
                         } else {
                             c.out.extend_from_slice(&frame.encode());
                         }
-                        self.flush_vm(token);
+                        if !to_flush.contains(&token) {
+                            to_flush.push(token);
+                        }
                     }
                 }
                 Action::SetCpu { vm, level, priority } => self.set_cpu(vm.0 as usize, level, priority, rx_ns),
             }
+        }
+        for token in to_flush {
+            self.flush_vm(token);
         }
     }
 
@@ -655,13 +713,9 @@ impl Daemon {
             self.latency.record(ns);
         }
         debug!("{}: {} -> {} ({} thread(s) changed)", c.cpu.name, was.name(), level.name(), out.changed);
-        // Threads may have appeared since the last look: re-read on each boost.
-        let refreshed =
-            if was == Level::Normal && level != Level::Normal { Some(c.cpu.refresh(&mut self.host)) } else { None };
-        let errors: Vec<String> = out.errors.into_iter().chain(refreshed.into_iter().flat_map(|o| o.errors)).collect();
-        if !errors.is_empty() {
-            c.actuation_errors += errors.len() as u64;
-            let msg = errors.join("; ");
+        if !out.errors.is_empty() {
+            c.actuation_errors += out.errors.len() as u64;
+            let msg = out.errors.join("; ");
             self.warn_vm(token, &msg);
         }
     }
@@ -677,8 +731,12 @@ impl Daemon {
                 Err(_) => break, // WouldBlock: wait for WRITABLE; other errors show up on read
             }
         }
-        let interest = if c.out.is_empty() { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
-        let _ = self.poll.registry().reregister(&mut c.stream, Token(token), interest);
+        let want_write = !c.out.is_empty();
+        if want_write != c.want_write {
+            let interest = if want_write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+            let _ = self.poll.registry().reregister(&mut c.stream, Token(token), interest);
+            c.want_write = want_write;
+        }
     }
 
     fn drop_conn(&mut self, token: usize, why: &str) {
@@ -697,9 +755,11 @@ impl Daemon {
             }
             Conn::Control(mut c) => {
                 let _ = self.poll.registry().deregister(&mut c.stream);
+                debug!("control client: {why}");
             }
             Conn::Http(mut c) => {
                 let _ = self.poll.registry().deregister(&mut c.stream);
+                debug!("metrics client: {why}");
             }
         }
     }
@@ -711,8 +771,11 @@ impl Daemon {
             .iter()
             .filter_map(|(t, c)| match c {
                 Conn::Vm(vm) => {
-                    let alive = self.host.procfs.process(vm.cpu.process.id).is_ok_and(|p| p.task == vm.cpu.process);
-                    (!alive).then_some(*t)
+                    let gone = match self.host.procfs.process(vm.cpu.process.id) {
+                        Ok(p) => p.task != vm.cpu.process, // the pid names another process now
+                        Err(e) => e.is_gone(),             // EMFILE and the like are not an exit
+                    };
+                    gone.then_some(*t)
                 }
                 _ => None,
             })
@@ -769,63 +832,95 @@ impl Daemon {
                     continue;
                 }
             }
-            self.add_client(stream, |stream| Conn::Control(CtlConn { stream, input: Vec::new() }));
+            self.add_client(stream, Conn::Control);
         }
     }
 
-    /// Registers a request/reply client (control or metrics) with the poller.
-    fn add_client<S: mio::event::Source>(&mut self, mut stream: S, conn: impl FnOnce(S) -> Conn) {
+    /// Registers a control or metrics client with the poller; beyond MAX_CLIENTS it is closed.
+    fn add_client<S: Read + Write + mio::event::Source>(&mut self, mut stream: S, conn: fn(Client<S>) -> Conn) {
+        let clients = self.conns.values().filter(|c| !matches!(c, Conn::Vm(_))).count();
+        if clients >= MAX_CLIENTS {
+            warn!("more than {MAX_CLIENTS} control/metrics clients at once: closing a new one");
+            return;
+        }
         let token = self.next_token;
         self.next_token += 1;
         if self.poll.registry().register(&mut stream, Token(token), Interest::READABLE).is_ok() {
-            self.conns.insert(token, conn(stream));
+            self.conns.insert(token, conn(Client::new(stream, self.now())));
+        }
+    }
+
+    /// Closes control and metrics clients that have taken longer than CLIENT_TIMEOUT_NS.
+    fn expire_clients(&mut self, now: u64) {
+        let old: Vec<usize> = self
+            .conns
+            .iter()
+            .filter_map(|(t, c)| {
+                let since = match c {
+                    Conn::Control(c) => c.since_ns,
+                    Conn::Http(c) => c.since_ns,
+                    Conn::Vm(_) => return None,
+                };
+                (now >= since + CLIENT_TIMEOUT_NS).then_some(*t)
+            })
+            .collect();
+        for t in old {
+            self.drop_conn(t, "client timed out");
         }
     }
 
     fn on_control(&mut self, token: usize) {
         let Some(Conn::Control(c)) = self.conns.get_mut(&token) else { return };
-        if let Err(why) = read_available(&mut c.stream, &mut c.input) {
-            return self.drop_conn(token, why);
+        if c.reply.is_empty() {
+            if let Err(why) = read_available(&mut c.stream, &mut c.input) {
+                return self.drop_conn(token, why);
+            }
+            let Some(nl) = c.input.iter().position(|b| *b == b'\n') else { return };
+            let line = String::from_utf8_lossy(&c.input[..nl]).into_owned();
+            let reply = match serde_json::from_str::<Request>(&line) {
+                Ok(req) => self.handle(req),
+                Err(e) => Reply::err(format!("bad request: {e}")),
+            };
+            let Some(Conn::Control(c)) = self.conns.get_mut(&token) else { return };
+            c.reply = serde_json::to_vec(&reply).unwrap_or_default();
+            c.reply.push(b'\n');
         }
-        let Some(nl) = c.input.iter().position(|b| *b == b'\n') else { return };
-        let line = String::from_utf8_lossy(&c.input[..nl]).into_owned();
-        let reply = match serde_json::from_str::<Request>(&line) {
-            Ok(req) => self.handle(req),
-            Err(e) => Reply::err(format!("bad request: {e}")),
-        };
         let Some(Conn::Control(c)) = self.conns.get_mut(&token) else { return };
-        let mut out = serde_json::to_vec(&reply).unwrap_or_default();
-        out.push(b'\n');
-        // The client waits for this reply; write it out even if that takes a few rounds.
-        write_blocking(&mut c.stream, &out);
-        self.drop_conn(token, "control request done");
+        if c.send(&self.poll, token) {
+            self.drop_conn(token, "control request done");
+        }
     }
 
     fn accept_metrics(&mut self) {
         while let Some(Ok((stream, _))) = self.metrics.as_ref().map(|l| l.accept()) {
-            self.add_client(stream, |stream| Conn::Http(HttpConn { stream, input: Vec::new() }));
+            let _ = stream.set_nodelay(true);
+            self.add_client(stream, Conn::Http);
         }
     }
 
     fn on_http(&mut self, token: usize) {
         let Some(Conn::Http(c)) = self.conns.get_mut(&token) else { return };
-        let closed = match read_available(&mut c.stream, &mut c.input) {
-            Ok(closed) => closed,
-            Err(why) => return self.drop_conn(token, why),
-        };
-        // Any request gets the metrics; answer once its headers are in.
-        if !closed && !c.input.windows(4).any(|w| w == b"\r\n\r\n") {
-            return;
+        if c.reply.is_empty() {
+            let closed = match read_available(&mut c.stream, &mut c.input) {
+                Ok(closed) => closed,
+                Err(why) => return self.drop_conn(token, why),
+            };
+            // Any request gets the metrics; answer once its headers are in.
+            if !closed && !c.input.windows(4).any(|w| w == b"\r\n\r\n") {
+                return;
+            }
+            let body = self.prometheus();
+            let Some(Conn::Http(c)) = self.conns.get_mut(&token) else { return };
+            c.reply = format!(
+                "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes();
         }
-        let body = self.prometheus();
         let Some(Conn::Http(c)) = self.conns.get_mut(&token) else { return };
-        let response = format!(
-            "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        let _ = c.stream.set_nodelay(true);
-        write_blocking(&mut c.stream, response.as_bytes());
-        self.drop_conn(token, "metrics served");
+        if c.send(&self.poll, token) {
+            self.drop_conn(token, "metrics served");
+        }
     }
 
     /// Finds a VM by name or QEMU pid.
@@ -850,6 +945,29 @@ impl Daemon {
             })
     }
 
+    /// Runs an operator command on the VM named `key`; the settings it returns are kept for the
+    /// VM's name, so they survive a reconnect.
+    fn vm_command(
+        &mut self,
+        key: &str,
+        actions: &mut Vec<Action>,
+        f: impl FnOnce(&mut Self, VmId, &mut Vec<Action>) -> Result<VmSettings, String>,
+    ) -> Reply {
+        let id = match self.find_vm(key) {
+            Ok(id) => id,
+            Err(e) => return Reply::err(e),
+        };
+        match f(self, id, actions) {
+            Ok(settings) => {
+                let name = self.coord.vm(id).map(|v| v.name.clone()).unwrap_or_default();
+                info!("operator: {name}: enabled={} priority={}", settings.enabled, settings.priority);
+                self.settings.insert(name, settings);
+                Reply::ok(None)
+            }
+            Err(e) => Reply::err(e),
+        }
+    }
+
     fn handle(&mut self, req: Request) -> Reply {
         let now = self.now();
         let mut actions = Vec::new();
@@ -864,33 +982,25 @@ impl Daemon {
             }
             Request::Enable { vm: Some(ref key) } | Request::Disable { vm: Some(ref key) } => {
                 let on = matches!(req, Request::Enable { .. });
-                match self.find_vm(key) {
-                    Ok(id) => {
-                        self.coord.set_vm_enabled(id, on, now, &mut actions);
-                        let name = self.coord.vm(id).map(|v| v.name.clone()).unwrap_or_default();
-                        if let Some(s) = self.settings.get_mut(&name) {
-                            s.enabled = on;
-                        }
-                        info!("operator: CPU coordination {} for {name}", if on { "enabled" } else { "disabled" });
-                        Reply::ok(None)
-                    }
-                    Err(e) => Reply::err(e),
+                self.vm_command(key, &mut actions, |d, id, actions| {
+                    d.coord.set_vm_enabled(id, on, now, actions);
+                    Ok(VmSettings { enabled: on, ..d.coord.vm(id).expect("found").settings })
+                })
+            }
+            Request::Priority { vm: ref key, priority } => {
+                let ceiling = self.cfg.daemon_priority;
+                let offset = self.cfg.boost.other_threads_priority_offset;
+                if (1..=98).contains(&priority) && ceiling != 0 && priority + offset >= ceiling {
+                    Reply::err(format!(
+                        "priority {priority} would not stay below the daemon's own (daemon_priority = {ceiling})"
+                    ))
+                } else {
+                    self.vm_command(key, &mut actions, |d, id, actions| {
+                        d.coord.set_vm_priority(id, priority, actions)?;
+                        Ok(d.coord.vm(id).expect("found").settings)
+                    })
                 }
             }
-            Request::Priority { vm: ref key, priority } => match self.find_vm(key) {
-                Ok(id) => match self.coord.set_vm_priority(id, priority, &mut actions) {
-                    Ok(()) => {
-                        let name = self.coord.vm(id).map(|v| v.name.clone()).unwrap_or_default();
-                        if let Some(s) = self.settings.get_mut(&name) {
-                            s.priority = priority;
-                        }
-                        info!("operator: {name} priority {priority}");
-                        Reply::ok(None)
-                    }
-                    Err(e) => Reply::err(e),
-                },
-                Err(e) => Reply::err(e),
-            },
         };
         self.execute(actions, None);
         reply

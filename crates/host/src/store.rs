@@ -36,10 +36,15 @@ pub struct StateDir {
 }
 
 impl StateDir {
-    /// Creates the directory (mode 0700) if needed.
+    /// Creates the directory (mode 0700) if needed. Its parents get the usual 0755: the
+    /// socket directory usually sits beside it (`/run/cosched/vms`), and a QEMU that does not
+    /// run as root must reach that.
     pub fn open(dir: impl Into<PathBuf>) -> io::Result<StateDir> {
         use std::os::unix::fs::DirBuilderExt;
         let dir = dir.into();
+        if let Some(parent) = dir.parent() {
+            fs::create_dir_all(parent)?;
+        }
         fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
         Ok(StateDir { dir })
     }

@@ -177,6 +177,21 @@ impl ProcFs {
         Ok(ProcessInfo { task: TaskId { id: pid, start_time }, comm, exe })
     }
 
+    /// The thread ids of `pid` (one `readdir`; cheap enough for every boost).
+    pub fn thread_ids(&self, pid: i32) -> Result<Vec<i32>> {
+        let dir = self.root.join(pid.to_string()).join("task");
+        let entries = fs::read_dir(&dir).map_err(|source| Error::Io { path: dir.clone(), source })?;
+        Ok(entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect())
+    }
+
+    /// One thread of `pid`.
+    pub fn thread(&self, pid: i32, tid: i32) -> Result<ThreadInfo> {
+        let path = self.task_dir(pid, tid).join("stat");
+        let (comm, start_time) = parse_stat(&path, &read(&path)?)?;
+        let role = ThreadRole::classify(pid, tid, &comm);
+        Ok(ThreadInfo { task: TaskId { id: tid, start_time }, comm, role })
+    }
+
     /// Every thread of `pid`, sorted by tid. Threads that exit while we read are skipped; the
     /// process itself being gone is an error.
     pub fn threads(&self, pid: i32) -> Result<Vec<ThreadInfo>> {
@@ -188,15 +203,11 @@ impl ProcFs {
             let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
                 continue;
             };
-            let stat = entry.path().join("stat");
-            let content = match read(&stat) {
-                Ok(c) => c,
+            match self.thread(pid, tid) {
+                Ok(t) => out.push(t),
                 Err(e) if e.is_gone() => continue,
                 Err(e) => return Err(e),
-            };
-            let (comm, start_time) = parse_stat(&stat, &content)?;
-            let role = ThreadRole::classify(pid, tid, &comm);
-            out.push(ThreadInfo { task: TaskId { id: tid, start_time }, comm, role });
+            }
         }
         out.sort_by_key(|t| t.task.id);
         Ok(out)

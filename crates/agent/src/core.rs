@@ -62,6 +62,8 @@ pub struct AgentCore {
     cpu_wants: Vec<bool>,
     /// What the host has applied as far as we know (`None`: unknown, e.g. after registering).
     sent: Option<bool>,
+    /// Seq of the last `CPU` frame sent: only a denial of that one changes what the host has.
+    last_cpu_seq: u32,
     backoff_until_ns: u64,
     pub counters: Counters,
 }
@@ -74,6 +76,7 @@ impl AgentCore {
             seq: 0,
             cpu_wants: Vec::new(),
             sent: None,
+            last_cpu_seq: 0,
             backoff_until_ns: 0,
             counters: Counters::default(),
         }
@@ -122,6 +125,7 @@ impl AgentCore {
             return;
         }
         let seq = self.next_seq();
+        self.last_cpu_seq = seq;
         out.push(Out::Send(Frame::cpu(seq, want)));
         if want {
             self.counters.boosts_sent += 1;
@@ -193,6 +197,9 @@ impl AgentCore {
             (Kind::Deny, phase) => {
                 let reason = f.deny_reason();
                 let is_reply_to_register = matches!(phase, Phase::Registering { seq, .. } if seq == f.seq);
+                // The host's own end of a boost (seq 0), or a refusal of our latest request; a
+                // refusal of an older one says nothing about what the host has now.
+                let about_now = f.seq == 0 || f.seq == self.last_cpu_seq;
                 match reason {
                     Some(DenyReason::Disabled) => {
                         out.push(Out::Log("the host operator disabled coordination; waiting for ENABLE".into()));
@@ -209,16 +216,20 @@ impl AgentCore {
                         self.register(now, out);
                     }
                     Some(DenyReason::Budget) => {
-                        // The host ended (or refused) a boost: it is deboosted now.
                         self.counters.budget_denials += 1;
-                        self.sent = Some(false);
-                        self.backoff_until_ns = now + self.cfg.budget_backoff_ns;
+                        if about_now {
+                            // The host ended (or refused) a boost: it is deboosted now.
+                            self.sent = Some(false);
+                            self.backoff_until_ns = now + self.cfg.budget_backoff_ns;
+                        }
                     }
                     Some(DenyReason::RateLimited) => {
                         self.counters.other_denials += 1;
-                        // Only boosts are ever refused for rate: the host is deboosted.
-                        self.sent = Some(false);
-                        self.backoff_until_ns = now + self.cfg.rate_backoff_ns;
+                        if about_now {
+                            // Only boosts are refused for rate: the host is deboosted.
+                            self.sent = Some(false);
+                            self.backoff_until_ns = now + self.cfg.rate_backoff_ns;
+                        }
                     }
                     _ => {
                         self.counters.other_denials += 1;
@@ -345,6 +356,29 @@ mod tests {
         a.on_transition(0, false, 2_000, &mut out);
         a.tick(200_000_000, &mut out);
         assert!(sent(&out).is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn a_denial_of_an_older_frame_does_not_change_what_the_host_has() {
+        let (mut a, _) = registered();
+        let mut out = Vec::new();
+        a.on_transition(0, true, 0, &mut out); // CPU 1, seq 2
+        a.on_transition(0, false, 1, &mut out); // CPU 0, seq 3
+        a.on_transition(0, true, 2, &mut out); // CPU 1, seq 4
+        assert_eq!(sent(&out), vec![Frame::cpu(2, true), Frame::cpu(3, false), Frame::cpu(4, true)]);
+        out.clear();
+        // seq 2 was refused for rate, but seq 3 and 4 went through: the host is boosted.
+        a.on_frame(Frame::deny(2, DenyReason::RateLimited), 3, &mut out);
+        a.on_frame(Frame::ack(3, 0), 3, &mut out);
+        a.on_frame(Frame::ack(4, 0), 3, &mut out);
+        a.on_transition(0, false, 4, &mut out);
+        assert_eq!(sent(&out), vec![Frame::cpu(5, false)], "the deboost must go out");
+        // A refusal of the latest request does count.
+        out.clear();
+        a.on_transition(0, true, 5, &mut out); // seq 6
+        a.on_frame(Frame::deny(6, DenyReason::Budget), 6, &mut out);
+        a.on_transition(0, false, 7, &mut out);
+        assert_eq!(sent(&out), vec![Frame::cpu(6, true)], "host already deboosted: no CPU 0");
     }
 
     #[test]

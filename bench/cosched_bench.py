@@ -125,6 +125,9 @@ class Daemon:
         return json.loads(out.stdout) if out.returncode == 0 else None
 
     def stop(self):
+        """SIGTERM and wait (idempotent)."""
+        if self.log.closed:
+            return
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

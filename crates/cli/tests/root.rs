@@ -424,6 +424,74 @@ fn a_flooding_guest_cannot_hold_off_its_budget() {
 }
 
 #[test]
+fn rt_guard_moves_only_the_vcpus_to_the_guard_class_and_back() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    // Real time for at most 200 ms of every 400 ms.
+    let d = w.daemon(
+        "[policy]\nmax_continuous_boost_ms = 0\nmax_boost_share_permille = 1000\nhost_reserve_cpus = 0\n\
+         rt_guard_window_ms = 400\nrt_guard_max_share_permille = 500\nrt_guard_hysteresis_ms = 50\n",
+    );
+    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    vm.register();
+    vm.request(Kind::Cpu, 1);
+    let vcpu = vm.tid("CPU 0/TCG");
+    let guarded = SchedAttr::other(-20, SCHED_FLAG_RESET_ON_FORK);
+    let t0 = Instant::now();
+    wait_for("the vCPU at the guard class", Duration::from_secs(2), || {
+        sched::get(vcpu).unwrap().same_as(&guarded).then_some(())
+    });
+    let demoted = t0.elapsed();
+    assert!(demoted >= Duration::from_millis(150), "guarded after {demoted:?}");
+    for (comm, a) in vm.attrs() {
+        if comm != "CPU 0/TCG" {
+            assert!(a.policy == SCHED_RR && a.priority == 1, "{comm} stays real-time: {a}");
+        }
+    }
+    wait_for("the vCPU back at real time", Duration::from_secs(2), || {
+        let a = sched::get(vcpu).unwrap();
+        (a.policy == SCHED_RR).then_some(())
+    });
+    assert_eq!(d.vm_status("vm1").unwrap()["level"], "boosted");
+    assert!(d.vm_status("vm1").unwrap()["counters"]["guard_demotions"].as_u64().unwrap() >= 1);
+    vm.request(Kind::Cpu, 0);
+    assert!(vm.none_realtime());
+    assert!(sched::get(vcpu).unwrap().same_as(&SchedAttr::other(0, 0)), "nice -20 does not stick");
+}
+
+#[test]
+fn the_host_reserve_refuses_a_boost_past_it() {
+    if !have_root() {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let w = World::new();
+    // Keep all CPUs but one for the host: one 1-vCPU VM may be boosted at a time.
+    let d = w.daemon(&format!(
+        "[policy]\nmax_continuous_boost_ms = 0\nmax_boost_share_permille = 1000\nrt_guard_max_share_permille = 0\n\
+         host_reserve_cpus = {}\n",
+        cpus - 1
+    ));
+    let mut vm1 = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    let mut vm2 = w.vm("vm2", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    d.wait_vm("vm2");
+    assert_eq!(d.status()["boost_capacity_vcpus"], 1);
+    vm1.register();
+    vm2.register();
+    assert_eq!(vm1.request(Kind::Cpu, 1), Frame::ack(2, 0));
+    assert_eq!(vm2.request(Kind::Cpu, 1), Frame::deny(2, DenyReason::Budget));
+    assert!(vm2.none_realtime());
+    assert_eq!(d.vm_status("vm2").unwrap()["counters"]["reserve_denied"], 1);
+    vm1.request(Kind::Cpu, 0);
+    assert_eq!(vm2.request(Kind::Cpu, 1), Frame::ack(3, 0));
+    assert!(vm2.all_boosted(1));
+}
+
+#[test]
 fn operator_disable_enable_and_priority() {
     if !have_root() {
         return;

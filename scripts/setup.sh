@@ -24,7 +24,7 @@ if ! command -v cargo >/dev/null; then
     # shellcheck disable=SC1091
     [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 fi
-command -v cargo >/dev/null || { echo "setup.sh: cargo not found: install Rust (rustup, 1.80 or newer)" >&2; exit 1; }
+command -v cargo >/dev/null || { echo "setup.sh: cargo not found: install Rust (rustup, 1.85 or newer)" >&2; exit 1; }
 
 echo "setup.sh: building cosched (cargo build --release)"
 cargo build --release --locked --workspace --quiet

@@ -1,10 +1,10 @@
 //! `cosched`: one binary for the host daemon, the guest agent and the operator commands.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use cosched_host::config::{HostConfig, DEFAULT_CONTROL_SOCKET, DEFAULT_STATE_DIR};
+use cosched_host::config::HostConfig;
 use cosched_host::control::{request, Request};
 use serde_json::Value;
 
@@ -24,6 +24,10 @@ use serde_json::Value;
         -device virtserialport,chardev=cosched0,name=org.cosched.0"
 )]
 struct Cli {
+    /// Host configuration (TOML): the daemon's settings, and where the operator commands find
+    /// its control socket and state directory [default: /etc/cosched/host.toml if it exists]
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -39,36 +43,42 @@ enum Cmd {
         /// Machine-readable output
         #[arg(long)]
         json: bool,
-        #[arg(long, default_value = DEFAULT_CONTROL_SOCKET)]
-        control_socket: PathBuf,
+        /// [default: control_socket from the config, /run/cosched/control.sock]
+        #[arg(long)]
+        control_socket: Option<PathBuf>,
     },
     /// Turn CPU coordination on for the whole host (VMs told DISABLE get ENABLE)
     Enable {
-        #[arg(long, default_value = DEFAULT_CONTROL_SOCKET)]
-        control_socket: PathBuf,
+        /// [default: control_socket from the config, /run/cosched/control.sock]
+        #[arg(long)]
+        control_socket: Option<PathBuf>,
     },
     /// Turn CPU coordination off for the whole host: every VM is deboosted and told DISABLE
     Disable {
-        #[arg(long, default_value = DEFAULT_CONTROL_SOCKET)]
-        control_socket: PathBuf,
+        /// [default: control_socket from the config, /run/cosched/control.sock]
+        #[arg(long)]
+        control_socket: Option<PathBuf>,
     },
     /// Per-VM operator settings
     Vm {
         #[command(subcommand)]
         cmd: VmCmd,
-        #[arg(long, default_value = DEFAULT_CONTROL_SOCKET, global = true)]
-        control_socket: PathBuf,
+        /// [default: control_socket from the config, /run/cosched/control.sock]
+        #[arg(long, global = true)]
+        control_socket: Option<PathBuf>,
     },
     /// Print the daemon's metrics in the Prometheus text format
     Metrics {
-        #[arg(long, default_value = DEFAULT_CONTROL_SOCKET)]
-        control_socket: PathBuf,
+        /// [default: control_socket from the config, /run/cosched/control.sock]
+        #[arg(long)]
+        control_socket: Option<PathBuf>,
     },
     /// Put back the original scheduling of every thread a dead daemon left changed
     /// (a starting daemon does this too). Refuses while a daemon runs.
     Restore {
-        #[arg(long, default_value = DEFAULT_STATE_DIR)]
-        state_dir: PathBuf,
+        /// [default: state_dir from the config, /run/cosched/state]
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
 }
 
@@ -84,9 +94,6 @@ enum VmCmd {
 
 #[derive(clap::Args, Debug)]
 struct HostArgs {
-    /// TOML configuration [default: /etc/cosched/host.toml if it exists]
-    #[arg(long)]
-    config: Option<PathBuf>,
     /// Directory of QEMU chardev sockets, one per VM [default: /run/cosched/vms]
     #[arg(long)]
     socket_dir: Option<PathBuf>,
@@ -110,12 +117,12 @@ struct HostArgs {
     quiet: bool,
 }
 
-fn run_host(a: HostArgs) -> anyhow::Result<()> {
+fn run_host(config: Option<&Path>, a: HostArgs) -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         anyhow::bail!("`cosched host` must run as root (it changes the scheduling of QEMU threads)");
     }
-    let mut cfg = HostConfig::load(a.config.as_deref())?;
+    let mut cfg = HostConfig::load(config)?;
     if let Some(d) = a.socket_dir {
         cfg.socket_dir = d;
     }
@@ -207,13 +214,22 @@ fn print_status(s: &Value) {
     }
 }
 
+/// The control socket: given on the command line, or the config's.
+fn control(config: Option<&Path>, explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    Ok(match explicit {
+        Some(p) => p,
+        None => HostConfig::load(config)?.control_socket,
+    })
+}
+
 fn main() {
     let cli = Cli::parse();
+    let config = cli.config.as_deref();
     let result: anyhow::Result<()> = (|| match cli.cmd {
-        Cmd::Host(a) => run_host(a),
+        Cmd::Host(a) => run_host(config, a),
         Cmd::Guest(opts) => cosched_agent::run(opts),
         Cmd::Status { json, control_socket } => {
-            let s = request(&control_socket, &Request::Status)?.context("empty status")?;
+            let s = request(&control(config, control_socket)?, &Request::Status)?.context("empty status")?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {
@@ -221,22 +237,30 @@ fn main() {
             }
             Ok(())
         }
-        Cmd::Enable { control_socket } => request(&control_socket, &Request::Enable { vm: None }).map(drop),
-        Cmd::Disable { control_socket } => request(&control_socket, &Request::Disable { vm: None }).map(drop),
+        Cmd::Enable { control_socket } => {
+            request(&control(config, control_socket)?, &Request::Enable { vm: None }).map(drop)
+        }
+        Cmd::Disable { control_socket } => {
+            request(&control(config, control_socket)?, &Request::Disable { vm: None }).map(drop)
+        }
         Cmd::Vm { cmd, control_socket } => {
             let req = match cmd {
                 VmCmd::Enable { vm } => Request::Enable { vm: Some(vm) },
                 VmCmd::Disable { vm } => Request::Disable { vm: Some(vm) },
                 VmCmd::Priority { vm, priority } => Request::Priority { vm, priority },
             };
-            request(&control_socket, &req).map(drop)
+            request(&control(config, control_socket)?, &req).map(drop)
         }
         Cmd::Metrics { control_socket } => {
-            let m = request(&control_socket, &Request::Metrics)?.context("empty reply")?;
+            let m = request(&control(config, control_socket)?, &Request::Metrics)?.context("empty reply")?;
             print!("{}", m["text"].as_str().unwrap_or_default());
             Ok(())
         }
         Cmd::Restore { state_dir } => {
+            let state_dir = match state_dir {
+                Some(d) => d,
+                None => HostConfig::load(config)?.state_dir,
+            };
             let r = cosched_host::daemon::restore_command(&state_dir)?;
             println!(
                 "restored {} thread(s); {} gone; {} left as they were (changed by someone else or never changed)",

@@ -725,6 +725,52 @@ fn kill_9_then_restore_command_and_restarted_daemon_put_everything_back() {
 }
 
 #[test]
+fn operator_commands_find_the_daemon_through_its_config() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let cfg = w.p("only.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "socket_dir = {:?}\nstate_dir = {:?}\ncontrol_socket = {:?}\n",
+            w.socket_dir(),
+            w.state_dir(),
+            w.p("from-config.sock")
+        ),
+    )
+    .unwrap();
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_cosched"))
+        .args(["--config"])
+        .arg(&cfg)
+        .arg("host")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = || {
+        Command::new(env!("CARGO_BIN_EXE_cosched"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(["status", "--json"])
+            .output()
+            .unwrap()
+    };
+    let out = wait_for("status through the config", Duration::from_secs(10), || {
+        let o = status();
+        o.status.success().then_some(o)
+    });
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["daemon"]["state_dir"], w.state_dir().to_str().unwrap());
+    // restore also reads state_dir from it, and sees the running daemon's lock.
+    let out = Command::new(env!("CARGO_BIN_EXE_cosched")).arg("--config").arg(&cfg).arg("restore").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another cosched host daemon is running"), "{out:?}");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    assert!(daemon.wait().unwrap().success());
+}
+
+#[test]
 fn restore_refuses_while_a_daemon_runs() {
     if !have_root() {
         return;

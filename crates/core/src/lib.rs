@@ -18,8 +18,8 @@
 //!   (`sched_rt_runtime_us`), which would stall the VM for ~50 ms, never fires;
 //! - the host reserve: boosted VMs together never hold more vCPUs than the host has CPUs minus
 //!   `host_reserve_cpus`; a boost that would go past it is refused with `DENY(budget)`. A boosted
-//!   vCPU occupies at most one CPU, so that many CPUs always stay with the host's own tasks,
-//!   whatever the guests ask;
+//!   vCPU occupies at most one CPU, so about that many CPUs stay with the host's own tasks (the
+//!   VMs' main-loop and I/O threads are boosted too; they are not counted, as they mostly wait);
 //! - rate limits: frames beyond `frame_rate` are refused with `DENY(rate_limited)` (a deboost is
 //!   always honoured), and a VM sending more than `malformed_rate` malformed frames per second is
 //!   deregistered.

@@ -120,8 +120,9 @@ impl Default for Policy {
             rt_guard_window_ms: 1_000,
             rt_guard_hysteresis_ms: 50,
             host_reserve_cpus: 1,
-            frame_rate: 5_000,
-            frame_burst: 500,
+            // The agent sends at most one transition per MIN_BOOST_TIME (500 µs): 2000/s.
+            frame_rate: 2_000,
+            frame_burst: 200,
             malformed_rate: 20,
         }
     }

@@ -712,7 +712,15 @@ impl Daemon {
             c.latency.record(ns);
             self.latency.record(ns);
         }
-        debug!("{}: {} -> {} ({} thread(s) changed)", c.cpu.name, was.name(), level.name(), out.changed);
+        debug!(
+            "{}: {} -> {} ({} thread(s) changed, {} gone, {} left as someone else set them)",
+            c.cpu.name,
+            was.name(),
+            level.name(),
+            out.changed,
+            out.gone,
+            out.foreign
+        );
         if !out.errors.is_empty() {
             c.actuation_errors += out.errors.len() as u64;
             let msg = out.errors.join("; ");

@@ -298,7 +298,7 @@ def targets(m):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=["demo", "bench", "one"])
-    ap.add_argument("--runs", type=int, default=5, help="runs per scenario, interleaved (bench; default 5)")
+    ap.add_argument("--runs", type=int, default=8, help="runs per scenario, interleaved (bench; default 8)")
     ap.add_argument("--loops", type=int, default=5000, help="cyclictest loops per run (1 ms each)")
     ap.add_argument("--scenario", action="append", choices=list(SCENARIOS),
                     help="scenarios to run (default: all of the mode's)")

@@ -45,9 +45,9 @@ pub struct Options {
     /// (seed 000 sec. VIII uses 500 µs)
     #[arg(long, default_value_t = 500)]
     pub min_boost_us: u64,
-    /// When needs recur with a period below this, hold the boost for 1.5 periods instead of
-    /// MIN_BOOST_TIME, so a periodic RT task keeps its VM boosted between activations (0 = off:
-    /// the paper's behaviour)
+    /// When needs recur with a period below this, hold the boost for 2 periods + MIN_BOOST_TIME
+    /// instead of MIN_BOOST_TIME, so a periodic RT task keeps its VM boosted between activations,
+    /// even past one late activation (0 = off: the paper's behaviour)
     #[arg(long, default_value_t = 10_000)]
     pub hold_periodic_max_us: u64,
     /// Deboost a CPU that runs a task needing no boost for this long without a context switch
@@ -122,8 +122,41 @@ struct Detectors {
     /// Declared before `skel`: fields drop in order, and the ring buffer uses the map's fd.
     ring: libbpf_rs::RingBuffer<'static>,
     skel: CoschedSkel<'static>,
-    events: Rc<RefCell<Vec<(usize, bool)>>>,
+    events: Rc<RefCell<Vec<Transition>>>,
     ncpus: usize,
+}
+
+/// One `struct cosched_event` from the ring buffer.
+#[derive(Debug, Clone, Copy)]
+struct Transition {
+    ts_ns: u64,
+    cpu: usize,
+    want: bool,
+    reason: u32,
+    pid: u32,
+}
+
+impl Transition {
+    fn parse(data: &[u8]) -> Option<Transition> {
+        let u32_at = |o: usize| Some(u32::from_ne_bytes(data.get(o..o + 4)?.try_into().ok()?));
+        Some(Transition {
+            ts_ns: u64::from_ne_bytes(data.get(0..8)?.try_into().ok()?),
+            cpu: u32_at(8)? as usize,
+            want: u32_at(12)? != 0,
+            reason: u32_at(16)?,
+            pid: u32_at(20)?,
+        })
+    }
+
+    fn reason_name(&self) -> &'static str {
+        match self.reason {
+            1 => "rt task",
+            2 => "watched task",
+            3 => "no-switch timer",
+            _ if self.want => "?",
+            _ => "hold elapsed at a switch",
+        }
+    }
 }
 
 /// Byte offset of `boosted` in `struct cpu_state` (4 u64 fields before it).
@@ -150,11 +183,8 @@ impl Detectors {
         let sink = events.clone();
         let mut rb = RingBufferBuilder::new();
         rb.add(&skel.maps.events, move |data: &[u8]| {
-            // struct cosched_event { u64 ts_ns; u32 cpu, want, reason, pid; }
-            if data.len() >= 16 {
-                let cpu = u32::from_ne_bytes(data[8..12].try_into().unwrap()) as usize;
-                let want = u32::from_ne_bytes(data[12..16].try_into().unwrap()) != 0;
-                sink.borrow_mut().push((cpu, want));
+            if let Some(t) = Transition::parse(data) {
+                sink.borrow_mut().push(t);
             }
             0
         })?;
@@ -358,9 +388,19 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
 
         if let Some(d) = &detectors {
             let _ = d.ring.consume();
-            let events: Vec<(usize, bool)> = d.events.borrow_mut().drain(..).collect();
-            for (cpu, want) in events {
-                core.on_transition(cpu, want, t, &mut out);
+            let events: Vec<Transition> = d.events.borrow_mut().drain(..).collect();
+            for e in events {
+                if opts.verbose {
+                    log(&format!(
+                        "cpu {} {} at {} µs: {} (pid {})",
+                        e.cpu,
+                        if e.want { "wants a boost" } else { "done" },
+                        e.ts_ns / 1000,
+                        e.reason_name(),
+                        e.pid
+                    ));
+                }
+                core.on_transition(e.cpu, e.want, t, &mut out);
             }
             // Events can be lost when the ring is full; the map is the truth.
             if Instant::now() >= next_reconcile {

@@ -10,8 +10,9 @@
  *     gives one back (up to watch_count); at 0 the task leaves the list.
  * State machine, per CPU: on need -> remember the time, send boost if not boosted; otherwise, if
  * boosted and now >= last_need + hold -> send deboost. hold is MIN_BOOST_TIME (min_boost_ns), or,
- * when needs recur with a period below hold_periodic_max_ns, 1.5 periods: a periodic RT task then
- * keeps its VM boosted across the stray switches (kworkers) between two activations. A timer
+ * when needs recur with a period below hold_periodic_max_ns, 2 periods + MIN_BOOST_TIME: a periodic
+ * RT task then keeps its VM boosted across the stray switches (kworkers) between two activations,
+ * even when one activation comes late. A timer
  * deboosts a CPU that stays on a task that needs no boost without switching (a lone CPU hog).
  */
 #include "vmlinux.h"
@@ -82,7 +83,7 @@ static __always_inline u64 hold_ns(struct cpu_state *st)
 	u64 hold = min_boost_ns;
 
 	if (hold_periodic_max_ns && st->period_ns && st->period_ns <= hold_periodic_max_ns) {
-		u64 h = st->period_ns + st->period_ns / 2;
+		u64 h = 2 * st->period_ns + min_boost_ns;
 
 		if (h > hold)
 			hold = h;

@@ -290,6 +290,26 @@ impl Drop for FakeVm {
     }
 }
 
+/// A world with a daemon (config `config`) connected to one fake QEMU named vm1. Fields drop in
+/// order: the VM, then the daemon (which restores), then the directories.
+struct Setup {
+    vm: FakeVm,
+    d: Daemon,
+    w: World,
+}
+
+/// `None` without root (see [`have_root`]).
+fn one_vm(config: &str) -> Option<Setup> {
+    if !have_root() {
+        return None;
+    }
+    let w = World::new();
+    let d = w.daemon(config);
+    let vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    Some(Setup { vm, d, w })
+}
+
 const QUIET_POLICY: &str = "[policy]\nmax_continuous_boost_ms = 0\nmax_boost_share_permille = 1000\n\
     rt_guard_max_share_permille = 0\nhost_reserve_cpus = 0\n";
 const THREADS: [&str; 3] = ["CPU 0/TCG", "IO iothread0", "worker"];
@@ -351,15 +371,9 @@ fn boost_and_deboost_real_threads() {
 
 #[test]
 fn budget_exhaustion_deboosts_and_denies() {
-    if !have_root() {
-        return;
-    }
-    let w = World::new();
-    let d = w.daemon(
+    let Some(Setup { w: _w, d, mut vm }) = one_vm(
         "[policy]\nmax_continuous_boost_ms = 300\nbudget_cooldown_ms = 500\nmax_boost_share_permille = 1000\nrt_guard_max_share_permille = 0\n",
-    );
-    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
-    d.wait_vm("vm1");
+    ) else { return };
     vm.register();
     let t0 = Instant::now();
     assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(2, 0));
@@ -383,16 +397,12 @@ fn budget_exhaustion_deboosts_and_denies() {
 
 #[test]
 fn a_flooding_guest_cannot_hold_off_its_budget() {
-    if !have_root() {
-        return;
-    }
-    let w = World::new();
-    let d = w.daemon(
+    let Some(Setup { w: _w, d, mut vm }) = one_vm(
         "[policy]\nmax_continuous_boost_ms = 300\nbudget_cooldown_ms = 100\nmax_boost_share_permille = 1000\n\
          rt_guard_max_share_permille = 0\nhost_reserve_cpus = 0\n",
-    );
-    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
-    d.wait_vm("vm1");
+    ) else {
+        return;
+    };
     vm.register();
     vm.request(Kind::Cpu, 1);
     assert!(vm.all_boosted(1));
@@ -493,13 +503,7 @@ fn the_host_reserve_refuses_a_boost_past_it() {
 
 #[test]
 fn operator_disable_enable_and_priority() {
-    if !have_root() {
-        return;
-    }
-    let w = World::new();
-    let d = w.daemon(QUIET_POLICY);
-    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
-    d.wait_vm("vm1");
+    let Some(Setup { w: _w, d, mut vm }) = one_vm(QUIET_POLICY) else { return };
     vm.register();
     vm.request(Kind::Cpu, 1);
     assert!(d.cli(&["vm", "priority", "vm1", "7"]).status.success());
@@ -536,13 +540,7 @@ fn operator_disable_enable_and_priority() {
 
 #[test]
 fn malformed_frames_are_counted_refused_and_resynchronised() {
-    if !have_root() {
-        return;
-    }
-    let w = World::new();
-    let d = w.daemon(&format!("{QUIET_POLICY}malformed_rate = 5\n"));
-    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
-    d.wait_vm("vm1");
+    let Some(Setup { w: _w, d, mut vm }) = one_vm(&format!("{QUIET_POLICY}malformed_rate = 5\n")) else { return };
     // 61 bytes of garbage then a valid REGISTER: DENY(malformed), then the ACK.
     let mut bytes: Vec<u8> = (0..61u32).map(|i| ((i * 37 + 11) % 256) as u8).collect();
     bytes.extend_from_slice(&Frame::register(1, caps::CPU).encode());
@@ -829,13 +827,9 @@ fn sigterm_and_vm_exit_leave_nothing_behind() {
 
 #[test]
 fn metrics_endpoint_serves_prometheus_text() {
-    if !have_root() {
+    let Some(Setup { w: _w, d, mut vm }) = one_vm(&format!("metrics_listen = \"127.0.0.1:0\"\n{QUIET_POLICY}")) else {
         return;
-    }
-    let w = World::new();
-    let d = w.daemon(&format!("metrics_listen = \"127.0.0.1:0\"\n{QUIET_POLICY}"));
-    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
-    d.wait_vm("vm1");
+    };
     vm.register();
     vm.request(Kind::Cpu, 1);
     let out = d.cli(&["metrics"]);

@@ -15,199 +15,14 @@ SCHED_RR 1 for the whole run. Needs root (the daemon, chrt) and a built tree (RE
 import argparse
 import json
 import os
-import signal
-import subprocess
+import statistics
 import sys
-import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-COSCHED = Path(os.environ.get("COSCHED_BIN", REPO / "target/release/cosched"))
-RUN_SH = REPO / "guest/run.sh"
-HIST_US = 30000  # cyclictest histogram range; longer samples count as overflows (max is exact)
-
-
-# ---------------------------------------------------------------------------------------------
-# Results
-
-
-def parse_histogram(console):
-    """Parses the block the guest workload prints between COSCHED-HIST-BEGIN and -END:
-    one line of `bucket_us count` pairs (non-zero buckets), then cyclictest's summary lines."""
-    lines = [l.rstrip("\r") for l in console.splitlines()]
-    try:
-        start = lines.index("COSCHED-HIST-BEGIN")
-        end = lines.index("COSCHED-HIST-END", start)
-    except ValueError:
-        raise RuntimeError("no cyclictest histogram in the guest's output:\n" + "\n".join(lines[-30:]))
-    block = lines[start + 1:end]
-    nums = block[0].split()
-    hist = {int(nums[i], 10): int(nums[i + 1], 10) for i in range(0, len(nums) - 1, 2)}
-    summary = {}
-    for l in block[1:]:
-        if l.startswith("# ") and ":" in l:
-            k, v = l[2:].split(":", 1)
-            v = v.split()
-            if v:
-                summary[k.strip()] = int(v[0], 10)
-    return hist, summary
-
-
-def stats(hist, summary):
-    """avg / p50 / p99 / p99.9 / max in µs. avg and max are cyclictest's own (they include the
-    samples beyond the histogram range); percentiles come from the histogram."""
-    total = summary.get("Total", sum(hist.values()))
-    if total == 0:
-        raise RuntimeError("cyclictest recorded no samples")
-
-    def pct(p):
-        need = p * total
-        seen = 0
-        for b in sorted(hist):
-            seen += hist[b]
-            if seen >= need:
-                return b
-        return HIST_US  # in the overflow
-    return {
-        "n": total,
-        "avg": summary.get("Avg Latencies", 0),
-        "p50": pct(0.50),
-        "p99": pct(0.99),
-        "p999": pct(0.999),
-        "max": summary.get("Max Latencies", max(hist) if hist else 0),
-        "overflows": summary.get("Histogram Overflows", 0),
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# Host load, daemon, guest
-
-
-@contextmanager
-def host_hogs(n):
-    """n CPU hogs on the host (a shell busy loop: no system calls, no memory traffic)."""
-    procs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            p.kill()
-        for p in procs:
-            p.wait()
-
-
-class Daemon:
-    """`cosched host` in a private directory; stopped with SIGTERM (restores every thread)."""
-
-    def __init__(self, workdir, config=""):
-        self.dir = Path(workdir)
-        self.socket_dir = self.dir / "vms"
-        self.control = self.dir / "control.sock"
-        (self.dir / "host.toml").write_text(config)
-        self.log = open(self.dir / "daemon.log", "w")
-        self.proc = subprocess.Popen(
-            [str(COSCHED), "host", "--config", str(self.dir / "host.toml"),
-             "--socket-dir", str(self.socket_dir), "--state-dir", str(self.dir / "state"),
-             "--control-socket", str(self.control)],
-            stderr=self.log)
-        # Wait until this daemon answers (a socket file left by a killed one proves nothing).
-        deadline = time.time() + 10
-        while self.status() is None:
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("cosched host did not start:\n" + (self.dir / "daemon.log").read_text())
-            time.sleep(0.02)
-
-    def status(self):
-        out = subprocess.run([str(COSCHED), "status", "--json", "--control-socket", str(self.control)],
-                             capture_output=True, text=True)
-        return json.loads(out.stdout) if out.returncode == 0 else None
-
-    def stop(self):
-        """SIGTERM and wait (idempotent)."""
-        if self.log.closed:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise RuntimeError("cosched host did not exit on SIGTERM")
-        self.log.close()
-        if self.proc.returncode != 0:
-            raise RuntimeError(f"cosched host exited {self.proc.returncode}:\n" + (self.dir / "daemon.log").read_text())
-
-
-def guest_workload(agent, guest_hogs, loops, cyclictest_args="-p 80 -i 1000", agent_args=""):
-    """The shell script the guest runs (busybox sh)."""
-    agent_part = ""
-    if agent:
-        agent_part = f"""
-cosched guest {agent_args} 2>/tmp/agent.log &
-AGENT=$!
-i=0
-until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do
-    i=$((i+1)); [ $i -gt 200 ] && {{ echo "COSCHED-GUEST: agent did not register"; cat /tmp/agent.log; break; }}
-    sleep 0.05
-done
-"""
-    return f"""#!/bin/sh
-{agent_part}
-i=0; while [ $i -lt {guest_hogs} ]; do (while :; do :; done) & i=$((i+1)); done
-echo "COSCHED-MEASURE-START"
-cyclictest {cyclictest_args} -l {loops} -q -m -h {HIST_US} --histfile=/tmp/hist >/dev/null
-echo "COSCHED-MEASURE-END"
-echo "COSCHED-HIST-BEGIN"
-grep -v '^#' /tmp/hist | grep -v ' 000000$' | tr '\\n' ' '; echo
-grep -E '^# (Total|Min Latencies|Avg Latencies|Max Latencies|Histogram Overflows):' /tmp/hist
-echo "COSCHED-HIST-END"
-{"kill $AGENT; wait $AGENT; sed 's/^/COSCHED-AGENT: /' /tmp/agent.log" if agent else ""}
-"""
-
-
-def set_static_rr(pid, prio=1):
-    """All threads of `pid` to SCHED_RR `prio` (the static prioritization of seed 000 sec. VI)."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            os.sched_setscheduler(int(tid), os.SCHED_RR, os.sched_param(prio))
-        except ProcessLookupError:
-            pass
-
-
-def boot_guest(workload, sock=None, on_line=None, timeout=240, extra_args=()):
-    """Boots the test guest with `workload`; returns (console output, QEMU pid).
-    on_line(line, pid) is called for every console line as it arrives."""
-    with tempfile.TemporaryDirectory(prefix="cosched-guest-") as tmp:
-        wl = Path(tmp) / "workload.sh"
-        wl.write_text(workload)
-        pidfile = Path(tmp) / "qemu.pid"
-        cmd = [str(RUN_SH), "--workload", str(wl), "--add", f"{COSCHED}:/bin/cosched",
-               "--pidfile", str(pidfile), "--timeout", str(timeout), *extra_args]
-        if sock:
-            cmd += ["--sock", str(sock)]
-        out = []
-        pid = None
-        errfile = Path(tmp) / "run.err"
-        with open(errfile, "w") as errf, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True,
-                                                          errors="replace") as proc:
-            for line in proc.stdout:
-                line = line.rstrip("\r\n")
-                out.append(line)
-                if pid is None and pidfile.exists():
-                    try:
-                        pid = int(pidfile.read_text().strip())
-                    except ValueError:
-                        pass
-                if on_line:
-                    on_line(line, pid)
-        err = errfile.read_text()
-        console = "\n".join(out)
-        if proc.returncode != 0 or "COSCHED-GUEST: workload exit 0" not in console:
-            raise RuntimeError(f"guest run failed (exit {proc.returncode}):\n{err}\n" + "\n".join(out[-40:]))
-        return console, pid
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import (COSCHED, RUN_SH, Daemon, boot_guest, cyclictest_body, host_hogs,  # noqa: E402,F401
+                     parse_histogram, run, stats)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,39 +36,18 @@ SCENARIOS = {
 }
 
 
-def run_scenario(name, loops, guest_hogs=1, daemon_config="", agent_args="", verbose=False):
-    sc = SCENARIOS[name]
-    result = {"scenario": name, "label": sc["label"]}
-    with tempfile.TemporaryDirectory(prefix="cosched-bench-") as tmp, host_hogs(sc["host_hogs"]):
-        daemon = Daemon(tmp, daemon_config) if sc["mode"] == "cosched" else None
-        seen = {"registered": False, "boosts": 0}
+SCENARIO_POLICY = {"none": "none", "cosched": "cosched", "static": "static_rr"}
 
-        def on_line(line, pid):
-            if verbose:
-                print("   | " + line, file=sys.stderr)
-            if line == "COSCHED-MEASURE-START" and pid and sc["mode"] == "static":
-                set_static_rr(pid)
-            if line == "COSCHED-MEASURE-END" and daemon:
-                st = daemon.status()
-                for vm in (st or {}).get("vms", []):
-                    seen["registered"] = vm["registered"]
-                    seen["boosts"] = vm["counters"]["boosts"]
-                    result["daemon"] = {k: vm["counters"][k] for k in
-                                        ("boosts", "budget_exhausted", "guard_demotions", "frames", "malformed")}
-                    result["hint_to_applied_us"] = vm["latency"]
-        try:
-            console, _ = boot_guest(
-                guest_workload(agent=daemon is not None, guest_hogs=guest_hogs, loops=loops, agent_args=agent_args),
-                sock=daemon.socket_dir / "bench.sock" if daemon else None,
-                on_line=on_line)
-        finally:
-            if daemon:
-                daemon.stop()
-        result.update(stats(*parse_histogram(console)))
-        if daemon:
-            result["registered"] = seen["registered"]
-            result["agent_log"] = [l[len("COSCHED-AGENT: "):] for l in console.splitlines() if l.startswith("COSCHED-AGENT: ")]
-    return result
+
+def run_scenario(name, loops, guest_hogs=1, daemon_config="", agent_args="", verbose=False):
+    """One run of a scenario: the guest runs `guest_hogs` hogs and cyclictest -p 80 -i 1000."""
+    sc = SCENARIOS[name]
+    r = run(cyclictest_body("-p 80 -i 1000", loops), host_hogs_n=sc["host_hogs"], guest_hogs=guest_hogs,
+            policy=SCENARIO_POLICY[sc["mode"]], daemon_config=daemon_config, agent_args=agent_args,
+            verbose=verbose)
+    r.update(stats(*parse_histogram(r["console"])))
+    r.update(scenario=name, label=sc["label"])
+    return r
 
 
 def fmt_table(rows, cols=("avg", "p99", "max")):
@@ -267,7 +61,6 @@ def fmt_table(rows, cols=("avg", "p99", "max")):
 
 def merge_runs(runs):
     """Mean of avg, median of p99, max of max over repeated runs of one scenario."""
-    import statistics
     return {
         "scenario": runs[0]["scenario"], "label": runs[0]["label"], "runs": len(runs),
         "avg": round(statistics.mean(r["avg"] for r in runs), 1),
@@ -343,6 +136,9 @@ def main():
             print(f"{desc:<40} {r:6.2f}")
         print("(one run each; `bench` repeats the runs and checks the targets)")
     if a.json:
+        for rs in results.values():
+            for r in rs:
+                r.pop("console", None)
         Path(a.json).write_text(json.dumps({"runs": results, "merged": merged,
                                             "targets": [dict(zip(("what", "ratio", "target", "met"), t)) for t in tg]},
                                            indent=1))

@@ -21,6 +21,9 @@ Options:
   --add HOST:GUEST       put file HOST into the guest at GUEST (repeatable; a GUEST ending
                          in / gets HOST's basename). For a dynamic ELF the libraries ldd
                          lists are added too, at the same paths.
+  --layer FILE           append a prebuilt compressed cpio archive to the initramfs
+                         (repeatable; e.g. build/guest/python.cpio.gz from
+                         guest/build-python-layer.sh)
   --sock PATH            add a virtio-serial port named org.cosched.0 whose host end is the
                          unix socket PATH (QEMU is the server; wait=off). In the guest:
                          /dev/virtio-ports/org.cosched.0 -> ../vport0p1
@@ -48,6 +51,7 @@ die() { echo "run.sh: $*" >&2; exit 2; }
 
 workload=
 adds=()
+layers=()
 sock=
 accel=auto
 smp=1
@@ -64,6 +68,7 @@ while [ $# -gt 0 ]; do
     case $1 in
         --workload) need "$@"; workload=$2; shift ;;
         --add) need "$@"; adds+=("$2"); shift ;;
+        --layer) need "$@"; layers+=("$2"); shift ;;
         --sock) need "$@"; sock=$2; shift ;;
         --accel) need "$@"; accel=$2; shift ;;
         --smp) need "$@"; smp=$2; shift ;;
@@ -149,13 +154,20 @@ for spec in "${adds[@]}"; do
     fi
 done
 
+for layer in "${layers[@]}"; do
+    [ -f "$layer" ] || die "--layer: $layer not found"
+done
 initrd=$out/base.cpio.gz
-if [ -n "$(ls -A "$stage")" ]; then
+if [ -n "$(ls -A "$stage")" ] || [ ${#layers[@]} -gt 0 ]; then
     # The kernel unpacks concatenated (compressed) cpio archives one after the other;
     # later files replace earlier ones.
-    (cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0) \
-        | gzip -1 >"$tmp/extra.cpio.gz"
-    cat "$out/base.cpio.gz" "$tmp/extra.cpio.gz" >"$tmp/initrd.cpio.gz"
+    parts=("$out/base.cpio.gz" "${layers[@]}")
+    if [ -n "$(ls -A "$stage")" ]; then
+        (cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0) \
+            | gzip -1 >"$tmp/extra.cpio.gz"
+        parts+=("$tmp/extra.cpio.gz")
+    fi
+    cat "${parts[@]}" >"$tmp/initrd.cpio.gz"
     initrd=$tmp/initrd.cpio.gz
 fi
 

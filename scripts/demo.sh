@@ -9,4 +9,4 @@ if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then
     exec sudo -E env "PATH=$PATH" bash "${BASH_SOURCE[0]}" "$@"
 fi
 "$repo/scripts/setup.sh"
-exec python3 "$repo/bench/cosched_bench.py" demo "$@"
+exec /usr/bin/python3 "$repo/bench/cosched_bench.py" demo "$@"

@@ -7,8 +7,10 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 [ "$(id -u)" = 0 ] || { echo "setup.sh: run as root (it installs packages; the daemon and tests need root too)" >&2; exit 1; }
 
-# Build: clang for the BPF programs, libelf/zlib (static) for libbpf. Guest: guest/DEPS.
-pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config gcc make seabios)
+# Build: clang for the BPF programs, libelf/zlib (static) for libbpf; gcc and libc6-dev for the
+# static guest tools. Guest: guest/DEPS. Experiments: Debian's python3 with matplotlib, and gzip,
+# bzip2 as host jobs.
+pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config gcc libc6-dev make seabios python3 python3-matplotlib gzip bzip2)
 while read -r p; do pkgs+=("$p"); done < <(sed 's/#.*//' guest/DEPS | tr -s ' \t' '\n' | grep -v '^$')
 missing=()
 for p in "${pkgs[@]}"; do
@@ -28,6 +30,11 @@ command -v cargo >/dev/null || { echo "setup.sh: cargo not found: install Rust (
 
 echo "setup.sh: building cosched (cargo build --release)"
 cargo build --release --locked --workspace --quiet
-echo "setup.sh: building the test guest (guest/build.sh)"
+echo "setup.sh: building the test guest (guest/build.sh, guest/build-python-layer.sh)"
 guest/build.sh --quiet
+guest/build-python-layer.sh >/dev/null
+mkdir -p build/guest-tools
+if [ ! build/guest-tools/cosched-tools -nt bench/guest-tools/cosched-tools.c ]; then
+    gcc -O2 -Wall -static -o build/guest-tools/cosched-tools bench/guest-tools/cosched-tools.c
+fi
 echo "setup.sh: ready: $repo/target/release/cosched"

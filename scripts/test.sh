@@ -21,7 +21,7 @@ export COSCHED_REQUIRE_ROOT=1
 echo "== unit and root tests (cargo test)"
 cargo test --release --locked --workspace
 echo "== harness and VM tests (bench/tests)"
-python3 -m unittest discover -s bench/tests -v
+/usr/bin/python3 -m unittest discover -s bench/tests -v
 echo "== no thread left at a real-time policy by the tests"
 left=$(comm -13 <(echo "$before") <(rt_threads))
 if [ -n "$left" ]; then

@@ -473,6 +473,31 @@ fn rt_guard_moves_only_the_vcpus_to_the_guard_class_and_back() {
 }
 
 #[test]
+fn deadline_and_nice_boost_classes_on_the_real_kernel() {
+    for (class, check) in
+        [("deadline", "SCHED_DEADLINE 900/1000/1000 us|RESET_ON_FORK"), ("nice", "SCHED_OTHER nice -20|RESET_ON_FORK")]
+    {
+        let Some(Setup { w: _w, d, mut vm }) = one_vm(&format!("{QUIET_POLICY}[boost]\npolicy = \"{class}\"\n")) else {
+            return;
+        };
+        vm.register();
+        vm.request(Kind::Cpu, 1);
+        let vcpu = sched::get(vm.tid("CPU 0/TCG")).unwrap();
+        assert_eq!(vcpu.to_string(), check, "{class}");
+        let main = sched::get(vm.pid).unwrap();
+        if class == "deadline" {
+            assert_eq!(main.to_string(), "SCHED_FIFO 1|RESET_ON_FORK", "other threads real-time");
+            // No vCPU at an RT class: the guard is off.
+            assert_eq!(d.status()["policy"]["rt_guard_max_share_permille"], 0);
+        } else {
+            assert_eq!(main.to_string(), check);
+        }
+        vm.request(Kind::Cpu, 0);
+        assert!(vm.attrs().iter().all(|(_, a)| a.same_as(&SchedAttr::other(0, 0))), "{class}: {:?}", vm.attrs());
+    }
+}
+
+#[test]
 fn the_host_reserve_refuses_a_boost_past_it() {
     if !have_root() {
         return;

@@ -101,6 +101,9 @@ pub struct Policy {
     pub rt_guard_hysteresis_ms: u64,
     /// CPUs kept for the host: boosted VMs together hold at most (host CPUs - this) vCPUs.
     pub host_reserve_cpus: u32,
+    /// If > 0, the most vCPUs boosted at once instead of (host CPUs - host_reserve_cpus): for
+    /// guests whose vCPUs mostly wait, or for measuring the daemon itself.
+    pub max_boosted_vcpus: u32,
     /// Frames per second a VM may send (token bucket refill rate); deboosts always pass.
     pub frame_rate: u64,
     pub frame_burst: u64,
@@ -120,6 +123,7 @@ impl Default for Policy {
             rt_guard_window_ms: 1_000,
             rt_guard_hysteresis_ms: 50,
             host_reserve_cpus: 1,
+            max_boosted_vcpus: 0,
             // The agent sends at most one transition per MIN_BOOST_TIME (500 µs): 2000/s.
             frame_rate: 2_000,
             frame_burst: 200,
@@ -270,9 +274,12 @@ impl Coordinator {
         Coordinator { policy, supported_caps: caps::CPU, host_cpus, cpu_enabled: true, vms: BTreeMap::new() }
     }
 
-    /// How many vCPUs may be boosted at once (host CPUs minus the reserve).
+    /// How many vCPUs may be boosted at once (host CPUs minus the reserve, or the explicit cap).
     pub fn boost_capacity(&self) -> u32 {
-        self.host_cpus.saturating_sub(self.policy.host_reserve_cpus)
+        match self.policy.max_boosted_vcpus {
+            0 => self.host_cpus.saturating_sub(self.policy.host_reserve_cpus),
+            cap => cap,
+        }
     }
 
     /// vCPUs of boosted VMs other than `except`.

@@ -338,6 +338,14 @@ fn host_reserve_limits_boosted_vcpus_across_vms() {
     c.frame(a, Frame::cpu(3, false), 0, &mut out);
     c.frame(b, Frame::cpu(3, true), 0, &mut out);
     assert_eq!(sends(&out).last(), Some(&Frame::ack(3, 0)));
+    // An explicit cap replaces the reserve.
+    let mut capped = Coordinator::new(Policy { max_boosted_vcpus: 10, ..no_budget_no_guard() }, 4);
+    assert_eq!(capped.boost_capacity(), 10);
+    capped.vm_connected(a, "x", capped.default_settings(), 0);
+    capped.set_vm_vcpus(a, 8);
+    capped.frame(a, Frame::register(1, caps::CPU), 0, &mut out);
+    capped.frame(a, Frame::cpu(2, true), 0, &mut out);
+    assert_eq!(capped.vm(a).unwrap().level, Level::Boosted);
     // A VM as large as the host can never be boosted: the reserve holds.
     let mut c = Coordinator::new(no_budget_no_guard(), 2);
     c.vm_connected(a, "big", c.default_settings(), 0);

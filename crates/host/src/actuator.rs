@@ -37,19 +37,34 @@ impl SchedOps for RealSched {
     }
 }
 
+/// The scheduling class of a boost (config `[boost] policy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum RtPolicy {
+pub enum BoostPolicy {
+    /// Every thread `SCHED_RR` at the VM's priority (seed 000).
     Rr,
+    /// Every thread `SCHED_FIFO` at the VM's priority.
     Fifo,
+    /// vCPU threads get a `SCHED_DEADLINE` reservation (`deadline_runtime_us` every
+    /// `deadline_period_us`); the other threads `SCHED_FIFO` at the VM's priority.
+    Deadline,
+    /// Every thread `SCHED_OTHER` at `boost_nice`: no real-time class at all.
+    Nice,
+}
+
+impl BoostPolicy {
+    /// Whether vCPU threads run at an RT class the kernel's RT throttling applies to, and so
+    /// need the real-time guard.
+    pub fn needs_rt_guard(self) -> bool {
+        matches!(self, BoostPolicy::Rr | BoostPolicy::Fifo)
+    }
 }
 
 /// How a boosted VM's threads are scheduled (config section `[boost]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BoostClass {
-    /// Real-time policy of boosted threads (seed 000 uses `SCHED_RR` priority 1).
-    pub policy: RtPolicy,
+    pub policy: BoostPolicy,
     /// Non-vCPU threads (main loop, I/O threads, workers) run this many priority levels above
     /// the vCPUs. Under TCG the main loop delivers the guest's timer interrupts (seed 002 puts
     /// the I/O thread above the vCPU).
@@ -57,45 +72,72 @@ pub struct BoostClass {
     /// Nice value of the vCPU threads while the real-time guard holds them off the real-time
     /// class ([`Level::Guarded`]).
     pub guard_nice: i32,
+    /// `policy = "deadline"`: each vCPU thread's reservation.
+    pub deadline_runtime_us: u64,
+    pub deadline_period_us: u64,
+    /// `policy = "nice"`: the nice value of every thread.
+    pub boost_nice: i32,
 }
 
 impl Default for BoostClass {
     fn default() -> Self {
-        BoostClass { policy: RtPolicy::Rr, other_threads_priority_offset: 0, guard_nice: -20 }
+        BoostClass {
+            policy: BoostPolicy::Rr,
+            other_threads_priority_offset: 0,
+            guard_nice: -20,
+            deadline_runtime_us: 900,
+            deadline_period_us: 1000,
+            boost_nice: -20,
+        }
     }
 }
 
 impl BoostClass {
     pub fn validate(&self) -> Result<(), String> {
-        if !(-20..=19).contains(&self.guard_nice) {
-            return Err(format!("guard_nice = {} out of range -20..=19", self.guard_nice));
+        for (name, v) in [("guard_nice", self.guard_nice), ("boost_nice", self.boost_nice)] {
+            if !(-20..=19).contains(&v) {
+                return Err(format!("{name} = {v} out of range -20..=19"));
+            }
         }
         if self.other_threads_priority_offset > 10 {
             return Err("other_threads_priority_offset must be 0..=10".into());
+        }
+        if self.deadline_runtime_us == 0 || self.deadline_runtime_us > self.deadline_period_us {
+            return Err(format!(
+                "deadline_runtime_us = {} must be > 0 and at most deadline_period_us = {}",
+                self.deadline_runtime_us, self.deadline_period_us
+            ));
         }
         Ok(())
     }
 
     /// Target attributes of a thread, or `None` for its original ones. `vcpus_known` is false
     /// when QEMU runs without `debug-threads=on`: then every thread but the main one is treated
-    /// as a vCPU by the guard.
+    /// as a vCPU.
     pub fn target(&self, level: Level, role: ThreadRole, vcpus_known: bool, priority: u8) -> Option<SchedAttr> {
         let is_vcpu = role == ThreadRole::Vcpu || (!vcpus_known && role != ThreadRole::Main);
-        let policy = match self.policy {
-            RtPolicy::Rr => SCHED_RR,
-            RtPolicy::Fifo => SCHED_FIFO,
-        };
-        let rt = |offset: u8| {
+        let rt = |policy: u32, offset: u8| {
             let prio = (priority as u32 + offset as u32).min(98);
             SchedAttr::rt(policy, prio, SCHED_FLAG_RESET_ON_FORK)
         };
         let offset = if is_vcpu { 0 } else { self.other_threads_priority_offset };
-        match level {
-            Level::Normal => None,
-            Level::Boosted => Some(rt(offset)),
-            Level::Guarded if is_vcpu => Some(SchedAttr::other(self.guard_nice, SCHED_FLAG_RESET_ON_FORK)),
-            Level::Guarded => Some(rt(offset)),
+        if level == Level::Normal {
+            return None;
         }
+        Some(match self.policy {
+            BoostPolicy::Rr | BoostPolicy::Fifo if level == Level::Guarded && is_vcpu => {
+                SchedAttr::other(self.guard_nice, SCHED_FLAG_RESET_ON_FORK)
+            }
+            BoostPolicy::Rr => rt(SCHED_RR, offset),
+            BoostPolicy::Fifo => rt(SCHED_FIFO, offset),
+            BoostPolicy::Deadline if is_vcpu => SchedAttr::deadline(
+                self.deadline_runtime_us * 1000,
+                self.deadline_period_us * 1000,
+                SCHED_FLAG_RESET_ON_FORK,
+            ),
+            BoostPolicy::Deadline => rt(SCHED_FIFO, offset),
+            BoostPolicy::Nice => SchedAttr::other(self.boost_nice, SCHED_FLAG_RESET_ON_FORK),
+        })
     }
 }
 

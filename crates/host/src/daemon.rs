@@ -307,7 +307,12 @@ impl Daemon {
                 .context("daemon_priority (set it to 0 to run at SCHED_OTHER)")?;
         }
         let host_cpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
-        let mut coord = Coordinator::new(cfg.policy.clone(), host_cpus);
+        let mut policy = cfg.policy.clone();
+        if !cfg.boost.policy.needs_rt_guard() && policy.rt_guard_max_share_permille != 0 {
+            // SCHED_DEADLINE and nice boosts put no vCPU at an RT class: nothing to guard.
+            policy.rt_guard_max_share_permille = 0;
+        }
+        let mut coord = Coordinator::new(policy, host_cpus);
         if coord.boost_capacity() == 0 {
             warn!(
                 "this host has {host_cpus} CPU(s) and host_reserve_cpus = {}: no VM can be boosted",

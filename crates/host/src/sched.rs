@@ -39,6 +39,11 @@ impl SchedAttr {
         SchedAttr { policy, priority, flags, ..Default::default() }
     }
 
+    /// A `SCHED_DEADLINE` reservation: `runtime_ns` every `period_ns` (deadline = period).
+    pub fn deadline(runtime_ns: u64, period_ns: u64, flags: u64) -> SchedAttr {
+        SchedAttr { policy: SCHED_DEADLINE, flags, runtime_ns, deadline_ns: period_ns, period_ns, ..Default::default() }
+    }
+
     pub fn is_realtime(&self) -> bool {
         matches!(self.policy, SCHED_FIFO | SCHED_RR | SCHED_DEADLINE)
     }

@@ -213,6 +213,27 @@ fn without_thread_names_every_non_main_thread_is_guarded() {
 }
 
 #[test]
+fn deadline_and_nice_classes() {
+    let dl = BoostClass { policy: BoostPolicy::Deadline, ..BoostClass::default() };
+    let reservation = SchedAttr::deadline(900_000, 1_000_000, SCHED_FLAG_RESET_ON_FORK);
+    assert_eq!(dl.target(Level::Boosted, ThreadRole::Vcpu, true, 1), Some(reservation));
+    assert_eq!(dl.target(Level::Guarded, ThreadRole::Vcpu, true, 1), Some(reservation), "nothing to guard");
+    assert_eq!(
+        dl.target(Level::Boosted, ThreadRole::Main, true, 3),
+        Some(SchedAttr::rt(SCHED_FIFO, 3, SCHED_FLAG_RESET_ON_FORK))
+    );
+    assert!(!BoostPolicy::Deadline.needs_rt_guard() && BoostPolicy::Rr.needs_rt_guard());
+    let nice = BoostClass { policy: BoostPolicy::Nice, boost_nice: -15, ..BoostClass::default() };
+    for role in [ThreadRole::Vcpu, ThreadRole::Main, ThreadRole::Worker] {
+        for level in [Level::Boosted, Level::Guarded] {
+            assert_eq!(nice.target(level, role, true, 1), Some(SchedAttr::other(-15, SCHED_FLAG_RESET_ON_FORK)));
+        }
+    }
+    let bad = BoostClass { deadline_runtime_us: 2000, ..dl };
+    assert!(bad.validate().unwrap_err().contains("deadline_runtime_us"));
+}
+
+#[test]
 fn new_threads_are_boosted_on_refresh_and_gone_ones_dropped() {
     let mut w = World::new();
     let mut vm = w.vm();

@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * cosched-tools: the measuring programs the experiments run inside the test guest.
+ * Built static (scripts/setup.sh) so it needs nothing from the guest image.
+ *
+ *   cosched-tools launch N CMD [ARGS...]
+ *       Starts CMD N times, one after the other. Each time prints "launch <i> <us>": the time from
+ *       fork() to the moment CMD writes a line "ready" on its standard output (seed 000's start-up
+ *       time: "from when an application is launched to when it is ready").
+ *   cosched-tools primes LIMIT
+ *       Counts the primes below LIMIT by trial division (seed 001, sec. 4.5) and prints
+ *       "primes <count> <us>".
+ *   cosched-tools pingpong N
+ *       Two processes pass one byte back and forth over two pipes N times (2N context switches)
+ *       and print "pingpong <N> <us>".
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "cosched-tools: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+/* Time from fork to "ready" on the child's stdout; -1 if it exited without saying it. */
+static int64_t launch_once(char **argv)
+{
+	int fd[2];
+	char buf[4096];
+	size_t have = 0;
+	int64_t ready_us = -1;
+	uint64_t t0;
+	pid_t pid;
+	int status;
+
+	if (pipe(fd))
+		die("pipe");
+	t0 = now_us();
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		dup2(fd[1], 1);
+		close(fd[0]);
+		close(fd[1]);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	close(fd[1]);
+	for (;;) {
+		ssize_t n = read(fd[0], buf + have, sizeof(buf) - 1 - have);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		have += n;
+		buf[have] = 0;
+		if (ready_us < 0 && (strstr(buf, "ready\n") == buf || strstr(buf, "\nready\n"))) {
+			ready_us = now_us() - t0;
+		}
+		if (have > sizeof(buf) / 2) /* keep the tail only */
+			have = 0;
+	}
+	close(fd[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return ready_us;
+}
+
+static int cmd_launch(int argc, char **argv)
+{
+	int n, i;
+
+	if (argc < 4) {
+		fprintf(stderr, "usage: cosched-tools launch N CMD [ARGS...]\n");
+		return 2;
+	}
+	n = atoi(argv[2]);
+	for (i = 1; i <= n; i++) {
+		int64_t us = launch_once(argv + 3);
+
+		if (us < 0) {
+			fprintf(stderr, "cosched-tools: %s did not print \"ready\"\n", argv[3]);
+			return 1;
+		}
+		printf("launch %d %lld\n", i, (long long)us);
+		fflush(stdout);
+	}
+	return 0;
+}
+
+static int cmd_primes(int argc, char **argv)
+{
+	long limit, n, d, count = 0;
+	uint64_t t0;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: cosched-tools primes LIMIT\n");
+		return 2;
+	}
+	limit = atol(argv[2]);
+	t0 = now_us();
+	for (n = 2; n < limit; n++) {
+		for (d = 2; d * d <= n; d++)
+			if (n % d == 0)
+				break;
+		if (d * d > n)
+			count++;
+	}
+	printf("primes %ld %llu\n", count, (unsigned long long)(now_us() - t0));
+	return 0;
+}
+
+static int cmd_pingpong(int argc, char **argv)
+{
+	int ab[2], ba[2];
+	long n, i;
+	char c = 'x';
+	uint64_t t0;
+	pid_t pid;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: cosched-tools pingpong N\n");
+		return 2;
+	}
+	n = atol(argv[2]);
+	if (pipe(ab) || pipe(ba))
+		die("pipe");
+	t0 = now_us();
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		for (i = 0; i < n; i++) {
+			if (read(ab[0], &c, 1) != 1 || write(ba[1], &c, 1) != 1)
+				_exit(1);
+		}
+		_exit(0);
+	}
+	for (i = 0; i < n; i++) {
+		if (write(ab[1], &c, 1) != 1 || read(ba[0], &c, 1) != 1)
+			die("pingpong");
+	}
+	waitpid(pid, NULL, 0);
+	printf("pingpong %ld %llu\n", n, (unsigned long long)(now_us() - t0));
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && !strcmp(argv[1], "launch"))
+		return cmd_launch(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "primes"))
+		return cmd_primes(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "pingpong"))
+		return cmd_pingpong(argc, argv);
+	fprintf(stderr, "usage: cosched-tools launch N CMD [ARGS...] | primes LIMIT | pingpong N\n");
+	return 2;
+}

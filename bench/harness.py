@@ -1,0 +1,363 @@
+"""What every cosched experiment is made of: host load, the host daemon, the test guest, the host
+policies the experiments compare, and the parsing of what the guest prints.
+
+One run (`run`) boots the test guest once. The guest starts the agent (policy "cosched"), its CPU
+hogs, then the experiment's measurement script (`body`), which prints COSCHED-MEASURE-START and
+COSCHED-MEASURE-END around what it measures. The host applies the static policies, starts the
+timed host job, and snapshots the daemon at those two lines.
+
+Needs root and a built tree (scripts/setup.sh). Runs on Debian's /usr/bin/python3.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+COSCHED = Path(os.environ.get("COSCHED_BIN", REPO / "target/release/cosched"))
+RUN_SH = REPO / "guest/run.sh"
+GUEST_DIR = Path(os.environ.get("COSCHED_GUEST_DIR", REPO / "build/guest"))
+TOOLS = REPO / "build/guest-tools/cosched-tools"
+PYTHON_LAYER = GUEST_DIR / "python.cpio.gz"
+HIST_US = 30000  # cyclictest histogram range; longer samples count as overflows (max is exact)
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+NCPUS = os.cpu_count() or 1
+
+# Host policies for the QEMU threads (seed 000 sec. VI, seed 002 sec. 5.4).
+POLICIES = ("none", "cosched", "static_rr", "static_fifo", "shield")
+
+
+# ---------------------------------------------------------------------------------------------
+# What the guest prints
+
+
+def block(console, name):
+    """The lines between COSCHED-<name>-BEGIN and COSCHED-<name>-END."""
+    lines = [l.rstrip("\r") for l in console.splitlines()]
+    try:
+        start = lines.index(f"COSCHED-{name}-BEGIN")
+        end = lines.index(f"COSCHED-{name}-END", start)
+    except ValueError:
+        raise RuntimeError(f"no {name} block in the guest's output:\n" + "\n".join(lines[-30:]))
+    return lines[start + 1:end]
+
+
+def parse_histogram(console):
+    """cyclictest's histogram as the guest prints it (`HIST_DUMP`): one line of `bucket_us count`
+    pairs (non-zero buckets), then cyclictest's summary lines. Zero-padded numbers are decimal."""
+    lines = block(console, "HIST")
+    nums = lines[0].split()
+    hist = {int(nums[i], 10): int(nums[i + 1], 10) for i in range(0, len(nums) - 1, 2)}
+    summary = {}
+    for l in lines[1:]:
+        if l.startswith("# ") and ":" in l:
+            k, v = l[2:].split(":", 1)
+            v = v.split()
+            if v:
+                summary[k.strip()] = int(v[0], 10)
+    return hist, summary
+
+
+def stats(hist, summary):
+    """avg / p50 / p99 / p99.9 / max in µs. avg and max are cyclictest's own (they include the
+    samples beyond the histogram range); percentiles come from the histogram."""
+    total = summary.get("Total", sum(hist.values()))
+    if total == 0:
+        raise RuntimeError("cyclictest recorded no samples")
+
+    def pct(p):
+        need = p * total
+        seen = 0
+        for b in sorted(hist):
+            seen += hist[b]
+            if seen >= need:
+                return b
+        return HIST_US  # in the overflow
+    return {
+        "n": total,
+        "avg": summary.get("Avg Latencies", 0),
+        "p50": pct(0.50),
+        "p99": pct(0.99),
+        "p999": pct(0.999),
+        "max": summary.get("Max Latencies", max(hist) if hist else 0),
+        "overflows": summary.get("Histogram Overflows", 0),
+    }
+
+
+def tool_lines(console, word):
+    """Lines `word ...` printed by cosched-tools, split into ints after the word."""
+    out = []
+    for l in console.splitlines():
+        parts = l.strip().split()
+        if parts and parts[0] == word:
+            out.append([int(x) for x in parts[1:]])
+    return out
+
+
+# The guest script's pieces. busybox sh.
+HIST_DUMP = """echo "COSCHED-HIST-BEGIN"
+grep -v '^#' /tmp/hist | grep -v ' 000000$' | tr '\\n' ' '; echo
+grep -E '^# (Total|Min Latencies|Avg Latencies|Max Latencies|Histogram Overflows):' /tmp/hist
+echo "COSCHED-HIST-END"
+"""
+
+
+def cyclictest_body(args, loops):
+    """Measures with cyclictest (`args`, e.g. "-p 80 -i 1000") and prints its histogram."""
+    return f"""echo "COSCHED-MEASURE-START"
+cyclictest {args} -l {loops} -q -m -h {HIST_US} --histfile=/tmp/hist >/dev/null
+echo "COSCHED-MEASURE-END"
+{HIST_DUMP}"""
+
+
+def guest_script(body, agent=False, guest_hogs=0, agent_args=""):
+    start_agent = ""
+    if agent:
+        start_agent = f"""cosched guest {agent_args} 2>/tmp/agent.log &
+AGENT=$!
+i=0
+until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do
+    i=$((i+1)); [ $i -gt 200 ] && {{ echo "COSCHED-GUEST: agent did not register"; cat /tmp/agent.log; break; }}
+    sleep 0.05
+done
+"""
+    stop_agent = "kill $AGENT; wait $AGENT; sed 's/^/COSCHED-AGENT: /' /tmp/agent.log\n" if agent else ""
+    return f"""#!/bin/sh
+{start_agent}i=0; while [ $i -lt {guest_hogs} ]; do (while :; do :; done) & i=$((i+1)); done
+{body}
+{stop_agent}"""
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side
+
+
+def cpu_time_s(pid):
+    """CPU time (user + system) of a process so far, in seconds; 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+@contextmanager
+def host_hogs(n, cpus=None):
+    """n CPU hogs on the host (a shell busy loop: no system calls, no memory traffic),
+    optionally confined to `cpus`."""
+    procs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
+    try:
+        if cpus:
+            for p in procs:
+                os.sched_setaffinity(p.pid, cpus)
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+class Daemon:
+    """`cosched host` in a private directory; stopped with SIGTERM (restores every thread)."""
+
+    def __init__(self, workdir, config=""):
+        self.dir = Path(workdir)
+        self.socket_dir = self.dir / "vms"
+        self.control = self.dir / "control.sock"
+        (self.dir / "host.toml").write_text(config)
+        self.log = open(self.dir / "daemon.log", "w")
+        self.proc = subprocess.Popen(
+            [str(COSCHED), "--config", str(self.dir / "host.toml"), "host",
+             "--socket-dir", str(self.socket_dir), "--state-dir", str(self.dir / "state"),
+             "--control-socket", str(self.control)],
+            stderr=self.log)
+        # Wait until this daemon answers (a socket file left by a killed one proves nothing).
+        deadline = time.time() + 10
+        while self.status() is None:
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("cosched host did not start:\n" + (self.dir / "daemon.log").read_text())
+            time.sleep(0.02)
+
+    def status(self):
+        out = subprocess.run([str(COSCHED), "status", "--json", "--control-socket", str(self.control)],
+                             capture_output=True, text=True)
+        return json.loads(out.stdout) if out.returncode == 0 else None
+
+    def stop(self):
+        """SIGTERM and wait (idempotent)."""
+        if self.log.closed:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError("cosched host did not exit on SIGTERM")
+        self.log.close()
+        if self.proc.returncode != 0:
+            raise RuntimeError(f"cosched host exited {self.proc.returncode}:\n" + (self.dir / "daemon.log").read_text())
+
+
+def qemu_threads(pid):
+    """(tid, comm) of every thread of QEMU process `pid`."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out.append((int(tid), Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()))
+        except OSError:
+            pass
+    return out
+
+
+def is_vcpu(comm):
+    return comm.startswith("CPU ") and (comm.endswith("/TCG") or comm.endswith("/KVM"))
+
+
+def apply_static(pid, policy):
+    """The static host policies, applied to every QEMU thread:
+    static_rr   all SCHED_RR 1 (seed 000 sec. VI.A);
+    static_fifo vCPU SCHED_FIFO 97, the other threads 98 (seed 002 sec. 5.4; under TCG the main
+                loop delivers the guest's timer interrupts, it is the "I/O thread");
+    shield      vCPU threads pinned to the last CPU, every other QEMU thread to the others (the host
+                load is confined to those too, see `run`)."""
+    for tid, comm in qemu_threads(pid):
+        try:
+            if policy == "static_rr":
+                os.sched_setscheduler(tid, os.SCHED_RR, os.sched_param(1))
+            elif policy == "static_fifo":
+                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(97 if is_vcpu(comm) else 98))
+            elif policy == "shield":
+                os.sched_setaffinity(tid, shield_cpus()[1] if is_vcpu(comm) else shield_cpus()[0])
+        except ProcessLookupError:
+            pass
+
+
+def shield_cpus():
+    """(CPUs for everything else, CPUs for the vCPU) under the shield policy."""
+    return set(range(NCPUS - 1)) or {0}, {NCPUS - 1}
+
+
+def boot_guest(workload, sock=None, on_line=None, timeout=900, layers=(), adds=()):
+    """Boots the test guest with `workload`; returns (console output, QEMU pid).
+    on_line(line, pid) is called for every console line as it arrives."""
+    with tempfile.TemporaryDirectory(prefix="cosched-guest-") as tmp:
+        wl = Path(tmp) / "workload.sh"
+        wl.write_text(workload)
+        pidfile = Path(tmp) / "qemu.pid"
+        cmd = [str(RUN_SH), "--workload", str(wl), "--add", f"{COSCHED}:/bin/cosched",
+               "--pidfile", str(pidfile), "--timeout", str(timeout)]
+        for layer in layers:
+            cmd += ["--layer", str(layer)]
+        for a in adds:
+            cmd += ["--add", a]
+        if sock:
+            cmd += ["--sock", str(sock)]
+        out = []
+        pid = None
+        errfile = Path(tmp) / "run.err"
+        with open(errfile, "w") as errf, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True,
+                                                          errors="replace") as proc:
+            for line in proc.stdout:
+                line = line.rstrip("\r\n")
+                out.append(line)
+                if pid is None and pidfile.exists():
+                    try:
+                        pid = int(pidfile.read_text().strip())
+                    except ValueError:
+                        pass
+                if on_line:
+                    on_line(line, pid)
+        err = errfile.read_text()
+        console = "\n".join(out)
+        if proc.returncode != 0 or "COSCHED-GUEST: workload exit 0" not in console:
+            raise RuntimeError(f"guest run failed (exit {proc.returncode}):\n{err}\n" + "\n".join(out[-40:]))
+        return console, pid
+
+
+def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agent_args="",
+        host_job=None, layers=(), tools=False, verbose=False):
+    """One boot of the test guest under a host load and a host policy (see POLICIES).
+
+    body        the guest's measurement script (see cyclictest_body); prints COSCHED-MEASURE-START/END
+    host_job    a command run on the host from MEASURE-START until it exits; its wall time is
+                returned as job_s
+    Returns a dict: console, job_s, measure_s (host clock between the two lines), hog_cpu_s (CPU
+    time the host hogs got meanwhile), and for "cosched" the daemon's counters and hint-to-applied
+    latency at MEASURE-END, and whether the VM was registered."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r} (one of {POLICIES})")
+    result = {"policy": policy, "host_hogs": host_hogs_n, "guest_hogs": guest_hogs}
+    others = shield_cpus()[0] if policy == "shield" else None
+    with tempfile.TemporaryDirectory(prefix="cosched-run-") as tmp, host_hogs(host_hogs_n, cpus=others) as hogs:
+        daemon = Daemon(tmp, daemon_config) if policy == "cosched" else None
+        marks = {}
+        job = {}
+
+        def on_line(line, pid):
+            if verbose:
+                print("   | " + line, flush=True)
+            if line == "COSCHED-MEASURE-START":
+                marks["start"] = time.monotonic()
+                marks["hog_cpu0"] = sum(cpu_time_s(h.pid) for h in hogs)
+                if pid and policy in ("static_rr", "static_fifo", "shield"):
+                    apply_static(pid, policy)
+                if host_job:
+                    job["proc"] = subprocess.Popen(host_job, stdout=subprocess.DEVNULL)
+                    job["t0"] = time.monotonic()
+                    if others:
+                        os.sched_setaffinity(job["proc"].pid, others)
+            elif line == "COSCHED-MEASURE-END":
+                marks["end"] = time.monotonic()
+                marks["hog_cpu1"] = sum(cpu_time_s(h.pid) for h in hogs)
+                if daemon:
+                    st = daemon.status() or {}
+                    for vm in st.get("vms", []):
+                        result["registered"] = vm["registered"]
+                        result["daemon"] = vm["counters"]
+                        result["hint_to_applied_us"] = vm["latency"]
+        try:
+            console, _ = boot_guest(
+                guest_script(body, agent=daemon is not None, guest_hogs=guest_hogs, agent_args=agent_args),
+                sock=daemon.socket_dir / "bench.sock" if daemon else None,
+                on_line=on_line, layers=layers, adds=[f"{TOOLS}:/usr/bin/cosched-tools"] if tools else ())
+            if "proc" in job:
+                job["proc"].wait()
+                result["job_s"] = time.monotonic() - job["t0"]
+                if job["proc"].returncode != 0:
+                    raise RuntimeError(f"host job {host_job} exited {job['proc'].returncode}")
+        finally:
+            if "proc" in job and job["proc"].poll() is None:
+                job["proc"].kill()
+                job["proc"].wait()
+            if daemon:
+                daemon.stop()
+        if "start" not in marks or "end" not in marks:
+            raise RuntimeError("the guest did not print COSCHED-MEASURE-START/END:\n" + console[-2000:])
+        result["measure_s"] = marks["end"] - marks["start"]
+        result["hog_cpu_s"] = marks["hog_cpu1"] - marks["hog_cpu0"]
+        result["console"] = console
+        if daemon:
+            result["agent_log"] = [l[len("COSCHED-AGENT: "):] for l in console.splitlines()
+                                   if l.startswith("COSCHED-AGENT: ")]
+    return result
+
+
+def host_cyclictest(host_hogs_n, args, loops):
+    """cyclictest on the host itself ("no guest" in seed 000's figures), under `host_hogs_n` hogs."""
+    with tempfile.TemporaryDirectory(prefix="cosched-hostcyc-") as tmp, host_hogs(host_hogs_n):
+        hist = Path(tmp) / "hist"
+        subprocess.run(["cyclictest", *args.split(), "-l", str(loops), "-q", "-m", "-h", str(HIST_US),
+                        f"--histfile={hist}"], check=True, stdout=subprocess.DEVNULL)
+        lines = hist.read_text().splitlines()
+    console = "COSCHED-HIST-BEGIN\n" + " ".join(
+        " ".join(l.split()) for l in lines if l and not l.startswith("#") and int(l.split()[1], 10) > 0)
+    console += "\n" + "\n".join(l for l in lines if l.startswith("# ")) + "\nCOSCHED-HIST-END"
+    return stats(*parse_histogram(console))

@@ -283,12 +283,14 @@ def boot_guest(workload, sock=None, on_line=None, timeout=900, layers=(), adds=(
 
 
 def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agent_args="",
-        host_job=None, layers=(), tools=False, verbose=False):
+        host_job=None, layers=(), tools=False, start_agent=True, verbose=False):
     """One boot of the test guest under a host load and a host policy (see POLICIES).
 
     body        the guest's measurement script (see cyclictest_body); prints COSCHED-MEASURE-START/END
     host_job    a command run on the host from MEASURE-START until it exits; its wall time is
                 returned as job_s
+    start_agent with policy "cosched": start the guest agent before `body` (False: `body` does)
+    tools       add cosched-tools to the guest (/usr/bin/cosched-tools)
     Returns a dict: console, job_s, measure_s (host clock between the two lines), hog_cpu_s (CPU
     time the host hogs got meanwhile), and for "cosched" the daemon's counters and hint-to-applied
     latency at MEASURE-END, and whether the VM was registered."""
@@ -325,7 +327,8 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
                         result["hint_to_applied_us"] = vm["latency"]
         try:
             console, _ = boot_guest(
-                guest_script(body, agent=daemon is not None, guest_hogs=guest_hogs, agent_args=agent_args),
+                guest_script(body, agent=daemon is not None and start_agent, guest_hogs=guest_hogs,
+                             agent_args=agent_args),
                 sock=daemon.socket_dir / "bench.sock" if daemon else None,
                 on_line=on_line, layers=layers, adds=[f"{TOOLS}:/usr/bin/cosched-tools"] if tools else ())
             if "proc" in job:

@@ -272,6 +272,19 @@ impl FakeVm {
     fn attrs(&self) -> Vec<(String, SchedAttr)> {
         self.threads().into_iter().filter_map(|(tid, comm)| sched::get(tid).ok().map(|a| (comm, a))).collect()
     }
+    /// Every thread boosted, waiting up to a second: a thread born since the daemon last listed
+    /// the VM's threads is boosted by its next refresh (thread_refresh_ms, 100 ms).
+    fn boosted_soon(&self, prio: u32) -> bool {
+        let end = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < end {
+            if self.all_boosted(prio) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
     fn all_boosted(&self, prio: u32) -> bool {
         let a = self.attrs();
         !a.is_empty()
@@ -347,7 +360,7 @@ fn boost_and_deboost_real_threads() {
     assert_eq!(vm.request(Kind::Cpu, 1), Frame::new(Kind::Deny, 1, DenyReason::NotRegistered as u64));
     vm.register();
     assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(3, 0));
-    assert!(vm.all_boosted(1), "{:?}", vm.attrs());
+    assert!(vm.boosted_soon(1), "{:?}", vm.attrs());
     assert_eq!(state_files(&w).len(), 1, "originals persisted while boosted");
 
     // A thread that appears while boosted is boosted too.
@@ -377,7 +390,7 @@ fn budget_exhaustion_deboosts_and_denies() {
     vm.register();
     let t0 = Instant::now();
     assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(2, 0));
-    assert!(vm.all_boosted(1));
+    assert!(vm.boosted_soon(1));
     // The host ends the boost on its own, with an unsolicited DENY(budget).
     let f = vm.recv();
     let held = t0.elapsed();
@@ -389,7 +402,7 @@ fn budget_exhaustion_deboosts_and_denies() {
     assert!(vm.none_realtime());
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(4, 0));
-    assert!(vm.all_boosted(1));
+    assert!(vm.boosted_soon(1));
     let st = d.vm_status("vm1").unwrap();
     assert_eq!(st["counters"]["budget_exhausted"], 1);
     assert_eq!(st["counters"]["denied"]["budget"], 2);
@@ -405,7 +418,7 @@ fn a_flooding_guest_cannot_hold_off_its_budget() {
     };
     vm.register();
     vm.request(Kind::Cpu, 1);
-    assert!(vm.all_boosted(1));
+    assert!(vm.boosted_soon(1));
     // Keep the channel full of CPU 1 frames: the daemon is never out of bytes to read.
     let mut stdin = vm.stdin.take().unwrap();
     let flood = std::thread::spawn(move || {
@@ -472,17 +485,54 @@ fn rt_guard_moves_only_the_vcpus_to_the_guard_class_and_back() {
     assert!(sched::get(vcpu).unwrap().same_as(&SchedAttr::other(0, 0)), "nice -20 does not stick");
 }
 
+/// Whether the kernel admits a tiny SCHED_DEADLINE reservation right now. (On Linux 6.18 a
+/// thread that leaves SCHED_DEADLINE while asleep never gives its bandwidth back, so a host that
+/// has run such tests may have none left; the probe and the test use 0.1% and 1% to spare it.)
+fn deadline_admitted() -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        let _ = done_rx.recv();
+    });
+    let tid = rx.recv().unwrap();
+    let ok = sched::set(tid, &SchedAttr::deadline(1_000, 1_000_000, 0)).is_ok();
+    let _ = sched::set(tid, &SchedAttr::other(0, 0));
+    done_tx.send(()).unwrap();
+    t.join().unwrap();
+    ok
+}
+
 #[test]
 fn deadline_and_nice_boost_classes_on_the_real_kernel() {
+    if !have_root() {
+        return;
+    }
+    let admitted = deadline_admitted();
     for (class, check) in
-        [("deadline", "SCHED_DEADLINE 900/1000/1000 us|RESET_ON_FORK"), ("nice", "SCHED_OTHER nice -20|RESET_ON_FORK")]
+        [("deadline", "SCHED_DEADLINE 10/1000/1000 us|RESET_ON_FORK"), ("nice", "SCHED_OTHER nice -20|RESET_ON_FORK")]
     {
-        let Some(Setup { w: _w, d, mut vm }) = one_vm(&format!("{QUIET_POLICY}[boost]\npolicy = \"{class}\"\n")) else {
-            return;
-        };
+        let config = format!("{QUIET_POLICY}[boost]\npolicy = \"{class}\"\ndeadline_runtime_us = 10\n");
+        let Some(Setup { w: _w, d, mut vm }) = one_vm(&config) else { return };
         vm.register();
         vm.request(Kind::Cpu, 1);
         let vcpu = sched::get(vm.tid("CPU 0/TCG")).unwrap();
+        if class == "deadline" && !admitted {
+            // This kernel refuses any SCHED_DEADLINE reservation now: the daemon must say why and
+            // leave the thread as it was.
+            eprintln!("SCHED_DEADLINE admission is refused on this host: checking the error path only");
+            assert_eq!(vcpu.to_string(), "SCHED_OTHER nice 0");
+            wait_for("the admission error in the log", Duration::from_secs(3), || {
+                std::fs::read_to_string(&d.log)
+                    .unwrap()
+                    .contains("admission control refused the bandwidth")
+                    .then_some(())
+            });
+            vm.request(Kind::Cpu, 0);
+            assert!(vm.none_realtime());
+            continue;
+        }
         assert_eq!(vcpu.to_string(), check, "{class}");
         let main = sched::get(vm.pid).unwrap();
         if class == "deadline" {
@@ -523,7 +573,7 @@ fn the_host_reserve_refuses_a_boost_past_it() {
     assert_eq!(d.vm_status("vm2").unwrap()["counters"]["reserve_denied"], 1);
     vm1.request(Kind::Cpu, 0);
     assert_eq!(vm2.request(Kind::Cpu, 1), Frame::ack(3, 0));
-    assert!(vm2.all_boosted(1));
+    assert!(vm2.boosted_soon(1));
 }
 
 #[test]
@@ -579,7 +629,7 @@ fn malformed_frames_are_counted_refused_and_resynchronised() {
     assert_eq!(vm.recv(), Frame::deny(2, DenyReason::Malformed));
     vm.seq = 2;
     assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(3, 0));
-    assert!(vm.all_boosted(1));
+    assert!(vm.boosted_soon(1));
     // A flood of garbage deregisters the VM and deboosts it.
     for _ in 0..20 {
         vm.write(b"\xff\xfe garbage");
@@ -693,7 +743,7 @@ fn libvirt_style_fd_passing_finds_the_qemu_behind_the_listener() {
     assert_eq!(st["pid"], vm.pid, "the VM is the QEMU that accepted, not the listener");
     vm.register();
     vm.request(Kind::Cpu, 1);
-    assert!(vm.all_boosted(1));
+    assert!(vm.boosted_soon(1));
     let me = sched::get(std::process::id() as i32).unwrap();
     assert!(!me.is_realtime(), "the listener (us) is not touched");
 }
@@ -712,10 +762,10 @@ fn kill_9_then_restore_command_and_restarted_daemon_put_everything_back() {
         sched::set(worker, &SchedAttr::other(-3, 0)).unwrap();
         vm.register();
         vm.request(Kind::Cpu, 1);
-        assert!(vm.all_boosted(1));
+        assert!(vm.boosted_soon(1));
         let n = vm.threads().len();
         d.signal(libc::SIGKILL);
-        assert!(vm.all_boosted(1), "kill -9 restores nothing by itself");
+        assert!(vm.boosted_soon(1), "kill -9 restores nothing by itself");
         assert_eq!(state_files(&w).len(), 1);
         match how {
             "restore command" => {
@@ -834,7 +884,7 @@ fn sigterm_and_vm_exit_leave_nothing_behind() {
     for vm in [&mut vm1, &mut vm2] {
         vm.register();
         vm.request(Kind::Cpu, 1);
-        assert!(vm.all_boosted(1));
+        assert!(vm.boosted_soon(1));
     }
     assert_eq!(state_files(&w).len(), 2);
     // vm2 exits while boosted: its record goes.

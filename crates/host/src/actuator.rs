@@ -2,14 +2,17 @@
 //!
 //! Invariants:
 //! - a thread's original attributes are on disk ([`StateDir`]) before its first change;
-//! - only threads listed under `/proc/<qemu pid>/task/` are touched, checked right before each
-//!   change, so a thread id can never lead outside the VM's own process;
+//! - only threads listed under `/proc/<qemu pid>/task/` are touched, and the list is re-read
+//!   before a change whenever it is older than [`Host::fresh`] (100 ms by default): a thread id
+//!   seen there that recently cannot name another process's thread, since the kernel hands out
+//!   ids cyclically and would have to go through all `pid_max` of them first;
 //! - going back to [`Level::Normal`] restores a thread only if it still has what we set; if
 //!   someone else changed it meanwhile, their change stays;
 //! - a thread that already runs at a real-time class is never touched (a boost never lowers).
 
 use std::collections::BTreeMap;
 use std::io;
+use std::time::{Duration, Instant};
 
 use cosched_core::Level;
 use cosched_procfs::{ProcFs, TaskId, ThreadRole};
@@ -147,6 +150,8 @@ pub struct Host {
     pub sched: Box<dyn SchedOps>,
     pub store: StateDir,
     pub class: BoostClass,
+    /// How long a listing of a VM's threads is trusted before a change needs a new one.
+    pub fresh: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -192,6 +197,8 @@ pub struct VmCpu {
     persisted: bool,
     /// vCPUs from QEMU's command line, for when its threads have no names.
     smp: u32,
+    /// When the task directory was last listed (membership of every tracked thread verified).
+    listed_at: Option<Instant>,
 }
 
 impl VmCpu {
@@ -207,8 +214,9 @@ impl VmCpu {
             priority: 1,
             persisted: false,
             smp: env.procfs.cmdline(process.id).map(|a| cosched_procfs::qemu_smp(&a)).unwrap_or(1),
+            listed_at: None,
         };
-        vm.rescan(env)?;
+        vm.rescan(env).map_err(io::Error::other)?;
         if let Some(rec) = env.store.load(process) {
             for r in rec.threads {
                 let Some(t) = vm.threads.get_mut(&r.task.id).filter(|t| t.task == r.task) else { continue };
@@ -256,10 +264,14 @@ impl VmCpu {
 
     /// Re-reads the thread list: new threads are tracked (their attributes read as original),
     /// exited ones dropped. Does not change anything.
-    fn rescan(&mut self, env: &mut Host) -> io::Result<()> {
-        let list = env.procfs.threads(self.process.id).map_err(io::Error::other)?;
+    /// Returns how many tracked threads were gone.
+    fn rescan(&mut self, env: &mut Host) -> Result<u32, cosched_procfs::Error> {
+        let list = env.procfs.threads(self.process.id)?;
+        self.listed_at = Some(Instant::now());
         let live: BTreeMap<i32, _> = list.into_iter().map(|t| (t.task.id, t)).collect();
+        let before = self.threads.len();
         self.threads.retain(|tid, t| live.get(tid).is_some_and(|l| l.task == t.task));
+        let gone = (before - self.threads.len()) as u32;
         for (tid, info) in live {
             if let Some(t) = self.threads.get_mut(&tid) {
                 // QEMU names a thread from inside it, after creation: the role may change.
@@ -269,13 +281,18 @@ impl VmCpu {
             }
             self.track(env, info);
         }
-        Ok(())
+        Ok(gone)
     }
 
-    /// Tracks threads that appeared since the last look, without re-reading the known ones:
-    /// one `readdir` plus a `stat` per newcomer, done on every boost.
-    fn add_newcomers(&mut self, env: &mut Host) -> io::Result<()> {
-        let ids = env.procfs.thread_ids(self.process.id).map_err(io::Error::other)?;
+    /// Lists the task directory without re-reading the known threads: drops threads that
+    /// exited and tracks newcomers (one `readdir` plus a `stat` per newcomer).
+    /// Returns how many tracked threads were gone.
+    fn list(&mut self, env: &mut Host) -> Result<u32, cosched_procfs::Error> {
+        let ids: std::collections::BTreeSet<i32> = env.procfs.thread_ids(self.process.id)?.into_iter().collect();
+        self.listed_at = Some(Instant::now());
+        let before = self.threads.len();
+        self.threads.retain(|tid, _| ids.contains(tid));
+        let gone = (before - self.threads.len()) as u32;
         for tid in ids {
             if self.threads.contains_key(&tid) {
                 continue;
@@ -284,7 +301,7 @@ impl VmCpu {
                 self.track(env, info);
             }
         }
-        Ok(())
+        Ok(gone)
     }
 
     fn track(&mut self, env: &mut Host, info: cosched_procfs::ThreadInfo) {
@@ -302,25 +319,34 @@ impl VmCpu {
         }
     }
 
-    /// Puts every thread at `level`. Threads that appeared since the last look are found first
-    /// when leaving the normal level (cheaply: see `add_newcomers`), and with `rescan` the whole
-    /// list is re-read (names, roles, exits).
+    /// Puts every thread at `level`. With `rescan` the whole thread list is re-read (names,
+    /// roles, exits, newcomers); otherwise it is listed again only if the last listing is older
+    /// than [`Host::fresh`] (see the module documentation).
     pub fn set_level(&mut self, env: &mut Host, level: Level, priority: u8, rescan: bool) -> Outcome {
         let mut out = Outcome::default();
+        let stale = self.listed_at.is_none_or(|t| t.elapsed() >= env.fresh);
         let found = if rescan {
             self.rescan(env)
-        } else if self.level == Level::Normal && level != Level::Normal {
-            self.add_newcomers(env)
+        } else if stale {
+            self.list(env)
         } else {
-            Ok(())
+            Ok(0)
         };
-        if let Err(e) = found {
-            out.errors.push(format!("{}: reading threads: {e}", self.name));
+        match found {
+            Ok(gone) => out.gone = gone,
+            Err(e) if e.is_gone() => {
+                out.gone = self.threads.len() as u32; // the process exited: nothing to change
+                self.threads.clear();
+            }
+            Err(e) => {
+                // Never touch threads whose membership we could not check.
+                out.errors.push(format!("{}: reading threads: {e}", self.name));
+                return out;
+            }
         }
         self.level = level;
         self.priority = priority;
         let vcpus_known = self.vcpus_known();
-        let pid = self.process.id;
         // Threads at their own attributes: read them again before deciding (the operator may
         // have changed them since we last looked, e.g. to a real-time class we must not lower).
         if level != Level::Normal {
@@ -367,11 +393,6 @@ impl VmCpu {
             if target == t.applied {
                 continue;
             }
-            // The id must still name a thread of this QEMU process.
-            if !env.procfs.has_task(pid, tid) {
-                gone.push(tid);
-                continue;
-            }
             let result = match target {
                 Some(attr) => env.sched.set(tid, &attr).map(|()| Some(attr)),
                 None => {
@@ -399,7 +420,7 @@ impl VmCpu {
                 Err(e) => out.errors.push(sched::explain_set_error(tid, &target.unwrap_or(t.original), &e)),
             }
         }
-        out.gone = gone.len() as u32;
+        out.gone += gone.len() as u32;
         for tid in gone {
             self.threads.remove(&tid);
         }

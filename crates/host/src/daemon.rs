@@ -308,6 +308,13 @@ impl Daemon {
         }
         let host_cpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
         let mut policy = cfg.policy.clone();
+        if cfg.boost.policy == crate::actuator::BoostPolicy::Deadline {
+            warn!(
+                "[boost] policy = \"deadline\" is experimental: on some kernels (seen on Linux 6.18) a \
+                 thread that leaves SCHED_DEADLINE while asleep never returns its bandwidth, so after a \
+                 few deboosts no SCHED_DEADLINE reservation is admitted on this host until it reboots"
+            );
+        }
         if !cfg.boost.policy.needs_rt_guard() && policy.rt_guard_max_share_permille != 0 {
             // SCHED_DEADLINE and nice boosts put no vCPU at an RT class: nothing to guard.
             policy.rt_guard_max_share_permille = 0;
@@ -338,7 +345,8 @@ impl Daemon {
             cfg.control_socket.display(),
             if cfg.enabled { "enabled" } else { "disabled" }
         );
-        let host = Host { procfs, sched, store, class: cfg.boost.clone() };
+        let fresh = Duration::from_millis(cfg.thread_refresh_ms);
+        let host = Host { procfs, sched, store, class: cfg.boost.clone(), fresh };
         Ok(Daemon {
             cfg,
             host,
@@ -654,6 +662,11 @@ impl Daemon {
                     }
                 }
                 self.execute(actions, Some(rx_ns));
+            }
+            if n < buf.len() {
+                // A short read drained the socket; bytes arriving later raise a new edge. This
+                // spares the read that would only say EAGAIN.
+                return;
             }
         }
         // Edge-triggered: no new wake-up comes for bytes already waiting; read them next round.

@@ -109,16 +109,11 @@ pub fn get(tid: i32) -> io::Result<SchedAttr> {
 /// The slice of a fair thread that never asked for one. Since Linux 6.12 `sched_getattr`
 /// reports a fair thread's slice in `sched_runtime`, and passing it back to `sched_setattr` would
 /// mark the slice as the thread's own ("custom"); restoring the default means passing 0.
-/// Read from debugfs when mounted, else from our own thread, which never sets a slice.
+/// Read from our own thread, which never sets a slice (debugfs has the same number, but reading
+/// it under kernel lockdown logs a warning each time).
 fn default_fair_slice_ns() -> u64 {
     static SLICE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *SLICE.get_or_init(|| {
-        std::fs::read_to_string("/sys/kernel/debug/sched/base_slice_ns")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .or_else(|| get(0).ok().filter(|a| !a.is_realtime()).map(|a| a.runtime_ns))
-            .unwrap_or(0)
-    })
+    *SLICE.get_or_init(|| get(0).ok().filter(|a| !a.is_realtime()).map(|a| a.runtime_ns).unwrap_or(0))
 }
 
 /// Sets the scheduling attributes of thread `tid`.

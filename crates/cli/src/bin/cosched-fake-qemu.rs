@@ -6,6 +6,10 @@
 //! daemon's connection and its stdin/stdout, so a test plays the guest through the pipes.
 //! SIGUSR1 starts one more `worker` thread; the process exits when stdin closes. With
 //! `--listen-fd N` it uses an inherited listening socket, as QEMU does under libvirt.
+//!
+//! With `--drive HZ` it is its own guest instead (for the daemon scale experiment): once the
+//! daemon connects it registers, then sends `CPU 1` and `CPU 0` alternately, HZ frames a second,
+//! discarding the replies, until killed.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
@@ -39,6 +43,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mut socket = None;
     let mut listen_fd = None;
+    let mut drive_hz: Option<u32> = None;
     let mut threads = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -46,6 +51,7 @@ fn main() {
             // Like QEMU under libvirt (`-chardev socket,fd=N`): the listening socket is inherited.
             "--listen-fd" => listen_fd = args.next().map(|n| n.parse::<i32>().expect("--listen-fd N")),
             "--thread" => threads.push((args.next().expect("--thread NAME"), false)),
+            "--drive" => drive_hz = args.next().and_then(|n| n.parse().ok()),
             "--spin" => threads.push((args.next().expect("--spin NAME"), true)),
             other => panic!("unknown argument {other}"),
         }
@@ -72,6 +78,9 @@ fn main() {
         }
     };
     eprintln!("fake-qemu: listening on {socket} (pid {})", std::process::id());
+    if let Some(hz) = drive_hz {
+        drive(listener, hz);
+    }
     std::thread::spawn(move || {
         // Like QEMU's chardev: one client at a time, the next one after it leaves.
         for conn in listener.incoming() {
@@ -110,3 +119,26 @@ fn main() {
 }
 
 static CURRENT: std::sync::Mutex<Option<std::os::unix::net::UnixStream>> = std::sync::Mutex::new(None);
+
+/// Plays the guest: register, then alternate CPU 1 / CPU 0 at `hz` frames a second.
+fn drive(listener: UnixListener, hz: u32) -> ! {
+    use cosched_proto::{caps, Frame};
+    let (conn, _) = listener.accept().expect("accept");
+    let mut reader = conn.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    let mut w = conn;
+    w.write_all(&Frame::register(1, caps::CPU).encode()).expect("register");
+    let period = Duration::from_secs(1) / hz.max(1);
+    let mut next = std::time::Instant::now() + period;
+    for seq in 2u32.. {
+        std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
+        next += period;
+        if w.write_all(&Frame::cpu(seq, seq % 2 == 0).encode()).is_err() {
+            std::process::exit(0);
+        }
+    }
+    unreachable!()
+}

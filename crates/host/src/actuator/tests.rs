@@ -69,6 +69,8 @@ impl World {
             sched: Box::new(sched.clone()),
             store: StateDir::open(state_dir.path().join("state")).unwrap(),
             class: BoostClass::default(),
+            // Re-list before every change, so each test sees the tree as it is now.
+            fresh: std::time::Duration::ZERO,
         };
         World { proc_dir, _state_dir: state_dir, host, sched }
     }
@@ -210,6 +212,28 @@ fn without_thread_names_every_non_main_thread_is_guarded() {
     assert_eq!(c.target(Level::Normal, ThreadRole::Vcpu, true, 1), None);
     let c = BoostClass { other_threads_priority_offset: 5, ..c };
     assert_eq!(c.target(Level::Boosted, ThreadRole::Io, true, 97), Some(rr(98)), "capped at 98");
+}
+
+#[test]
+fn a_fresh_listing_is_trusted_and_a_stale_one_is_redone() {
+    let mut w = World::new();
+    w.host.fresh = std::time::Duration::from_secs(3600);
+    let mut vm = w.vm();
+    // A thread appears after the listing: within `fresh` it is not seen by a boost...
+    fake::add_thread(w.proc_dir.path(), PID, 510, "worker");
+    w.put(510, SchedAttr::other(0, 0));
+    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    assert_eq!(w.attr(510), SchedAttr::other(0, 0));
+    // ...the next refresh (a rescan) finds and boosts it.
+    vm.refresh(&mut w.host);
+    assert_eq!(w.attr(510), rr(1));
+    // Once the listing is stale, the next change lists again first.
+    w.host.fresh = std::time::Duration::ZERO;
+    vm.set_level(&mut w.host, Level::Normal, 1, false);
+    fake::add_thread(w.proc_dir.path(), PID, 511, "worker");
+    w.put(511, SchedAttr::other(0, 0));
+    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    assert_eq!(w.attr(511), rr(1));
 }
 
 #[test]

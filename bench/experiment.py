@@ -1,0 +1,52 @@
+#!/usr/bin/python3
+"""cosched experiments: reproduce the papers' figures on this host.
+
+  sudo /usr/bin/python3 bench/experiment.py NAME [--quick] [--out DIR]
+  sudo /usr/bin/python3 bench/experiment.py all [--quick]
+
+Each experiment boots the test guest under controlled host load and writes data.csv, plot.png
+and summary.md (our numbers beside the papers') to results/NAME/ (full run) or
+build/results-quick/NAME/ (--quick: a few points, to check that everything works, not to judge
+the effect). Needs root and a built tree (scripts/setup.sh).
+"""
+
+import argparse
+import importlib
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+EXPERIMENTS = {
+    "latency-vs-load": "latency_vs_load",
+    "histogram": "histogram",
+    "startup": "startup",
+    "rt-vs-static": "rt_vs_static",
+    "overhead": "overhead",
+    "scale": "scale",
+    "boost-classes": "boost_classes",
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("name", choices=[*EXPERIMENTS, "all"])
+    ap.add_argument("--quick", action="store_true", help="a few short points (CI)")
+    ap.add_argument("--out", help="output directory (default results/NAME or build/results-quick/NAME)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="echo the guest console")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("experiment.py: must run as root (daemon, real-time policies, QEMU)")
+    names = list(EXPERIMENTS) if a.name == "all" else [a.name]
+    for name in names:
+        mod = importlib.import_module(f"experiments.{EXPERIMENTS[name]}")
+        t0 = time.time()
+        out = Path(a.out) / name if (a.out and len(names) > 1) else a.out
+        d = mod.main(a.quick, out=out, verbose=a.verbose)
+        print(f"{name}: {d} ({(time.time() - t0) / 60:.1f} min)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""What the experiments share: where results go, CSV/PNG/markdown writing, the setup line."""
+
+import csv
+import os
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from harness import REPO, stats, parse_histogram  # noqa: E402,F401
+
+RESULTS = REPO / "results"
+QUICK_RESULTS = REPO / "build/results-quick"
+
+# How each curve is drawn, the same in every plot.
+STYLE = {
+    "no guest": dict(color="black", marker="o", linestyle="-"),
+    "none": dict(color="tab:red", marker="s", linestyle="-"),
+    "cosched": dict(color="tab:green", marker="^", linestyle="-"),
+    "static_rr": dict(color="tab:blue", marker="v", linestyle="--"),
+    "static_fifo": dict(color="tab:blue", marker="v", linestyle="--"),
+    "shield": dict(color="tab:purple", marker="D", linestyle=":"),
+}
+POLICY_LABEL = {
+    "none": "uncoordinated",
+    "cosched": "cosched",
+    "static_rr": "static SCHED_RR 1",
+    "static_fifo": "static FIFO 97/98",
+    "shield": "shielding",
+}
+
+
+def accel():
+    """"KVM" or "TCG": what guest/run.sh will use on this machine."""
+    r = subprocess.run([str(REPO / "guest/kvm-usable.sh")], capture_output=True, text=True)
+    return "KVM" if r.returncode == 0 else "TCG"
+
+
+def setup_line():
+    return (f"Our setup: {os.cpu_count()} x86 cores ({platform.processor() or platform.machine()}, "
+            f"Linux {platform.release()}, a shared VM), a 1-vCPU {accel()} guest running Debian's "
+            "Linux 6.1, QEMU 7.2; the papers used a 2-core Cortex-A15 (Samsung Chromebook) with "
+            "KVM/ARM and Linux 3.17 (seed 000), Xen (seed 001) or a Core i5 with KVM (seed 002).")
+
+
+class Output:
+    """One experiment's output directory: data.csv, plot.png, summary.md."""
+
+    def __init__(self, name, quick, out=None):
+        self.name = name
+        self.quick = quick
+        self.dir = Path(out) if out else (QUICK_RESULTS if quick else RESULTS) / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.t0 = time.time()
+
+    def csv(self, rows, columns):
+        with open(self.dir / "data.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+            w.writeheader()
+            for r in rows:
+                w.writerow(r)
+
+    def png(self, fig):
+        fig.savefig(self.dir / "plot.png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+
+    def summary(self, title, body):
+        took = time.time() - self.t0
+        text = (f"# {title}\n\n"
+                f"Command: `sudo /usr/bin/python3 bench/experiment.py {self.name}{' --quick' if self.quick else ''}`"
+                f" ({'quick mode: too short to judge the effect' if self.quick else 'full run'}, "
+                f"took {took / 60:.1f} min on {time.strftime('%Y-%m-%d')}).\n\n"
+                f"{body.strip()}\n\n{setup_line()}\n")
+        (self.dir / "summary.md").write_text(text)
+
+
+def md_table(rows, columns, headers=None):
+    headers = headers or columns
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        out.append("| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |")
+    return "\n".join(out)
+
+
+def fmt(v):
+    if isinstance(v, float):
+        return f"{v:.1f}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def mean_sd(xs):
+    xs = list(xs)
+    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)

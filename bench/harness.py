@@ -325,6 +325,9 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
                         result["registered"] = vm["registered"]
                         result["daemon"] = vm["counters"]
                         result["hint_to_applied_us"] = vm["latency"]
+                        result["actuation_errors"] = vm["actuation_errors"]
+                    log = (Path(tmp) / "daemon.log").read_text()
+                    result["daemon_warnings"] = [l for l in log.splitlines() if "warning:" in l]
         try:
             console, _ = boot_guest(
                 guest_script(body, agent=daemon is not None and start_agent, guest_hogs=guest_hogs,

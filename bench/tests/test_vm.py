@@ -12,6 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cosched_bench as cb  # noqa: E402
+import harness  # noqa: E402
 
 SCHED_DEADLINE = 6
 
@@ -71,6 +72,40 @@ class RtThreadProbe(unittest.TestCase):
         finally:
             done.set()
             t.join()
+
+
+class WatchList(unittest.TestCase):
+    """The new-task heuristic in the real guest (SCHED_OTHER tasks): an interactive task stays on
+    the watch list for as long as it keeps sleeping, a CPU-bound one drops off. Judged by how
+    much of the measured window the host kept the VM boosted (idle host: fast, and the boost is
+    what is observed, not its effect)."""
+
+    def boosted_share(self, body):
+        r = harness.run(body, guest_hogs=1, policy="cosched", daemon_config=harness.NO_BUDGETS)
+        # (not r["registered"]: the guest deregisters right after MEASURE-END, racing the query)
+        self.assertIn("daemon", r, r.get("agent_log"))
+        self.assertGreaterEqual(r["daemon"]["frames"], 2, r.get("agent_log"))
+        share = (r["daemon"]["boosted_ns"] / 1e9 + r["boosted_for_ms"] / 1e3) / r["measure_s"]
+        stats = [l for l in r["agent_log"] if "detector stats" in l]
+        print(f"\n  boosted {100 * share:.0f}% of {r['measure_s']:.1f} s; {stats}", file=sys.stderr)
+        return share, stats
+
+    def test_a_sleeping_task_stays_boosted_for_its_whole_run(self):
+        """cyclictest (SCHED_OTHER) beside a guest CPU hog for 12 s. Each hint wakes the agent,
+        which preempts cyclictest; if that return were charged, cyclictest would leave the list
+        within seconds (it did, before the agent's returns were made free)."""
+        need_root(self)
+        share, _ = self.boosted_share("echo COSCHED-MEASURE-START\ncyclictest -i 1000 -l 12000 -q >/dev/null\n"
+                                      "echo COSCHED-MEASURE-END\n")
+        self.assertGreater(share, 0.8)
+
+    def test_a_cpu_bound_new_task_drops_off(self):
+        """A new CPU hog beside the guest's hog: preempted every few ms, it spends its units and
+        leaves the list, so the VM is not kept boosted for it."""
+        need_root(self)
+        share, _ = self.boosted_share("echo COSCHED-MEASURE-START\ntimeout 4 sh -c 'while :; do :; done'\n"
+                                      "echo COSCHED-MEASURE-END\n")
+        self.assertLess(share, 0.3)
 
 
 class EndToEnd(unittest.TestCase):

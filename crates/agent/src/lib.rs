@@ -47,8 +47,10 @@ pub struct Options {
     pub min_boost_us: u64,
     /// When needs recur with a period below this, hold the boost for 2 periods + MIN_BOOST_TIME
     /// instead of MIN_BOOST_TIME, so a periodic RT task keeps its VM boosted between activations,
-    /// even past one late activation (0 = off: the paper's behaviour)
-    #[arg(long, default_value_t = 10_000)]
+    /// even past one late activation (0 = off: the paper's behaviour). The default covers the
+    /// common 1 to 20 ms control periods with room for jitter: a bound equal to a task's period
+    /// would flip between holding and not holding from one activation to the next
+    #[arg(long, default_value_t = 25_000)]
     pub hold_periodic_max_us: u64,
     /// Deboost a CPU that runs a task needing no boost for this long without a context switch
     /// (a lone CPU hog); must be well above MIN_BOOST_TIME
@@ -211,7 +213,7 @@ impl Detectors {
 
     /// The detectors' counters summed over CPUs, as `name value` pairs.
     fn stats(&self) -> Vec<(&'static str, u64)> {
-        const NAMES: [&str; 8] = [
+        const NAMES: [&str; 9] = [
             "switches",
             "need_rt",
             "need_watched",
@@ -220,8 +222,9 @@ impl Detectors {
             "timer_deboosts",
             "watch_added",
             "events_dropped",
+            "watch_agent_returns",
         ];
-        let mut sums = [0u64; 8];
+        let mut sums = [0u64; NAMES.len()];
         if let Ok(Some(per_cpu)) = self.skel.maps.stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
             for v in per_cpu {
                 for (i, s) in sums.iter_mut().enumerate() {

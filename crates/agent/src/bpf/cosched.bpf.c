@@ -29,7 +29,7 @@ char LICENSE[] SEC("license") = "GPL";
 /* Knobs, set by the agent before load. */
 const volatile u64 min_boost_ns = 500000;
 const volatile u64 idle_deboost_ns = 20000000;
-const volatile u64 hold_periodic_max_ns = 10000000;
+const volatile u64 hold_periodic_max_ns = 25000000;
 const volatile u32 watch_count = 8;
 const volatile u32 agent_tgid = 0;
 
@@ -42,6 +42,8 @@ struct cpu_state {
 	u32 cur_needs;		/* the task switched in last needs a boost */
 	u32 timer_armed;
 	u32 timer_ready;
+	u32 agent_victim;	/* the task the agent preempted, if the agent runs now */
+	u32 pad;		/* bpf_timer must be 8-byte aligned */
 	struct bpf_timer timer;
 };
 
@@ -145,6 +147,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	struct cosched_stats *s = stats_get();
 	u32 reason = COSCHED_REASON_NONE;
 	u32 pid = next->pid;
+	bool back_from_agent;
 	u64 now;
 	u32 *cnt;
 
@@ -154,8 +157,13 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	s->switches++;
 	st->last_switch_ns = now;
 	/* The agent's own wake-ups say nothing about the guest's needs. */
-	if (agent_tgid && next->tgid == agent_tgid)
+	if (agent_tgid && next->tgid == agent_tgid) {
+		st->agent_victim = prev->pid;
 		return 0;
+	}
+	/* Back to the very task the agent preempted (victim -> agent -> victim). */
+	back_from_agent = agent_tgid && prev->tgid == agent_tgid && st->agent_victim == pid;
+	st->agent_victim = 0;
 
 	if (next->prio < MAX_RT_PRIO) {
 		reason = COSCHED_REASON_RT;
@@ -166,7 +174,15 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			if (*cnt > 0) {
 				reason = COSCHED_REASON_WATCHED;
 				s->need_watched++;
-				__sync_fetch_and_add(cnt, -1); /* BPF has no atomic sub */
+				/* Every hint wakes the agent, which preempts the task that caused it: coming
+				 * back from the agent is not the task's doing, and charging it would make a
+				 * task leave the list in proportion to the hints it caused. Only a direct
+				 * return is free: after task -> kworker -> agent -> task, the task pays for
+				 * the kworker's preemption as usual. */
+				if (back_from_agent)
+					s->watch_agent_returns++;
+				else
+					__sync_fetch_and_add(cnt, -1); /* BPF has no atomic sub */
 			}
 			if (*cnt == 0)
 				bpf_map_delete_elem(&watch, &pid);

@@ -33,6 +33,7 @@ struct cosched_stats {
 	unsigned long long timer_deboosts;
 	unsigned long long watch_added;
 	unsigned long long events_dropped;
+	unsigned long long watch_agent_returns;	/* victim -> agent -> victim: not charged */
 };
 
 #endif

@@ -7,7 +7,8 @@
 Each experiment boots the test guest under controlled host load and writes data.csv, plot.png
 and summary.md (our numbers beside the papers') to results/NAME/ (full run) or
 build/results-quick/NAME/ (--quick: a few points, to check that everything works, not to judge
-the effect). Needs root and a built tree (scripts/setup.sh).
+the effect). Needs root and a built tree (scripts/setup.sh). An interrupted full run resumes: the
+points it finished are kept in results/NAME/points.jsonl and are not measured again.
 """
 
 import argparse
@@ -35,6 +36,9 @@ def main():
     ap.add_argument("name", choices=[*EXPERIMENTS, "all"])
     ap.add_argument("--quick", action="store_true", help="a few short points (CI)")
     ap.add_argument("--out", help="output directory (default results/NAME or build/results-quick/NAME)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="discard the points an interrupted full run left in points.jsonl (by default a "
+                         "full run measures only the points still missing)")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo the guest console")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -44,7 +48,7 @@ def main():
         mod = importlib.import_module(f"experiments.{EXPERIMENTS[name]}")
         t0 = time.time()
         out = Path(a.out) / name if (a.out and len(names) > 1) else a.out
-        d = mod.main(a.quick, out=out, verbose=a.verbose)
+        d = mod.main(a.quick, out=out, verbose=a.verbose, fresh=a.fresh)
         print(f"{name}: {d} ({(time.time() - t0) / 60:.1f} min)", flush=True)
 
 

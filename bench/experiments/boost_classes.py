@@ -88,8 +88,8 @@ def plot(agg):
     return fig
 
 
-def main(quick, out=None, verbose=False):
-    o = Output(NAME, quick, out)
+def main(quick, out=None, verbose=False, fresh=False):
+    o = Output(NAME, quick, out, fresh)
     rows = measure(quick, verbose)
     agg = aggregate(rows)
     o.csv(rows, COLUMNS)

@@ -1,6 +1,7 @@
 """What the experiments share: where results go, CSV/PNG/markdown writing, the setup line."""
 
 import csv
+import json
 import os
 import platform
 import statistics
@@ -50,14 +51,47 @@ def setup_line():
 
 
 class Output:
-    """One experiment's output directory: data.csv, plot.png, summary.md."""
+    """One experiment's output directory: data.csv, plot.png, summary.md.
 
-    def __init__(self, name, quick, out=None):
+    A full run that takes hours keeps each finished point in points.jsonl (see point()): run the
+    same command again after an interruption and it measures only the missing points. The file is
+    removed once the summary is written; --fresh discards it first."""
+
+    def __init__(self, name, quick, out=None, fresh=False):
         self.name = name
         self.quick = quick
         self.dir = Path(out) if out else (QUICK_RESULTS if quick else RESULTS) / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.t0 = time.time()
+        self.points_file = self.dir / "points.jsonl"
+        self.done = {}
+        self.resumed_s = 0.0
+        if fresh or quick:
+            self.points_file.unlink(missing_ok=True)
+        elif self.points_file.exists():
+            for line in self.points_file.read_text().splitlines():
+                try:
+                    p = json.loads(line)
+                    self.done[p["key"]] = p
+                except (ValueError, KeyError):
+                    continue  # a line cut by the interruption: that point is measured again
+            self.resumed_s = sum(p.get("seconds", 0.0) for p in self.done.values())
+            if self.done:
+                log(f"{name}: resuming, {len(self.done)} points already measured in {self.points_file}")
+
+    def point(self, key, measure):
+        """The row for point `key`: from an interrupted earlier run if it finished there,
+        otherwise measure() now (its row is recorded before it is returned)."""
+        if key in self.done:
+            return self.done[key]["row"]
+        t = time.time()
+        row = measure()
+        with open(self.points_file, "a") as f:
+            f.write(json.dumps({"key": key, "row": row, "seconds": time.time() - t}) + "\n")
+        return row
+
+    def minutes(self):
+        return (time.time() - self.t0 + self.resumed_s) / 60
 
     def csv(self, rows, columns):
         with open(self.dir / "data.csv", "w", newline="") as f:
@@ -71,13 +105,14 @@ class Output:
         plt.close(fig)
 
     def summary(self, title, body):
-        took = time.time() - self.t0
+        took = self.minutes()
         text = (f"# {title}\n\n"
                 f"Command: `sudo /usr/bin/python3 bench/experiment.py {self.name}{' --quick' if self.quick else ''}`"
                 f" ({'quick mode: too short to judge the effect' if self.quick else 'full run'}, "
-                f"took {took / 60:.1f} min on {time.strftime('%Y-%m-%d')}).\n\n"
+                f"took {took:.1f} min{' over several sessions' if self.resumed_s else ''} on {time.strftime('%Y-%m-%d')}).\n\n"
                 f"{body.strip()}\n\n{setup_line()}\n")
         (self.dir / "summary.md").write_text(text)
+        self.points_file.unlink(missing_ok=True)
 
 
 def md_table(rows, columns, headers=None):

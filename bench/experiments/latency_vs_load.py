@@ -27,28 +27,36 @@ def plan(quick):
     return list(range(0, 7)), [0, 1, 2], 5000
 
 
-def measure(quick, verbose=False):
+def measure(o, quick, verbose=False):
     totals, guest_counts, loops = plan(quick)
     rows = []
+
+    def host_point(cm, args, total):
+        s = harness.host_cyclictest(total, args, loops)
+        return dict(cyclictest=cm, curve="no guest", policy="", total_hogs=total, host_hogs=total, guest_hogs=0,
+                    avg_us=s["avg"], p50_us=s["p50"], p99_us=s["p99"], max_us=s["max"], samples=s["n"])
+
+    def vm_point(cm, args, total, g, policy):
+        r = harness.run(harness.cyclictest_body(args, loops), host_hogs_n=total - g, guest_hogs=g, policy=policy,
+                        verbose=verbose)
+        s = harness.stats(*harness.parse_histogram(r["console"]))
+        return dict(cyclictest=cm, curve=f"{g} guest wl", policy=policy, total_hogs=total, host_hogs=total - g,
+                    guest_hogs=g, avg_us=s["avg"], p50_us=s["p50"], p99_us=s["p99"], max_us=s["max"],
+                    samples=s["n"], boosts=r.get("daemon", {}).get("boosts", ""))
+
     for cm, args in CYCLICTEST.items():
         for total in totals:
-            s = harness.host_cyclictest(total, args, loops)
-            rows.append(dict(cyclictest=cm, curve="no guest", policy="", total_hogs=total, host_hogs=total,
-                             guest_hogs=0, avg_us=s["avg"], p50_us=s["p50"], p99_us=s["p99"], max_us=s["max"],
-                             samples=s["n"]))
-            log(f"{cm} total={total} no guest: avg {s['avg']} p99 {s['p99']} max {s['max']}")
+            rows.append(o.point(f"{cm} {total} no guest", lambda: host_point(cm, args, total)))
+            s = rows[-1]
+            log(f"{cm} total={total} no guest: avg {s['avg_us']} p99 {s['p99_us']} max {s['max_us']}")
             for g in guest_counts:
                 if g > total:
                     continue
                 for policy in POLICIES:
-                    r = harness.run(harness.cyclictest_body(args, loops), host_hogs_n=total - g, guest_hogs=g,
-                                    policy=policy, verbose=verbose)
-                    s = harness.stats(*harness.parse_histogram(r["console"]))
-                    rows.append(dict(cyclictest=cm, curve=f"{g} guest wl", policy=policy, total_hogs=total,
-                                     host_hogs=total - g, guest_hogs=g, avg_us=s["avg"], p50_us=s["p50"],
-                                     p99_us=s["p99"], max_us=s["max"], samples=s["n"],
-                                     boosts=r.get("daemon", {}).get("boosts", "")))
-                    log(f"{cm} total={total} {g} guest wl {policy}: avg {s['avg']} p99 {s['p99']} max {s['max']}")
+                    rows.append(o.point(f"{cm} {total} {g} {policy}", lambda: vm_point(cm, args, total, g, policy)))
+                    s = rows[-1]
+                    log(f"{cm} total={total} {g} guest wl {policy}: avg {s['avg_us']} p99 {s['p99_us']} "
+                        f"max {s['max_us']}")
     return rows
 
 
@@ -123,9 +131,9 @@ curves "are now almost completely horizontal". Their curves come from `cyclictes
 """
 
 
-def main(quick, out=None, verbose=False):
-    o = Output(NAME, quick, out)
-    rows = measure(quick, verbose)
+def main(quick, out=None, verbose=False, fresh=False):
+    o = Output(NAME, quick, out, fresh)
+    rows = measure(o, quick, verbose)
     o.csv(rows, COLUMNS)
     o.png(plot(rows))
     o.summary("Latency vs load (seed 000 Fig. 1 and 7)", summarize(rows, quick))

@@ -19,7 +19,7 @@ COLUMNS = ["round", "agent", "job", "us"]
 
 def plan(quick):
     """(rounds, primes limit, ping-pong round trips)."""
-    return (2, 300_000, 2_000) if quick else (12, 5_000_000, 30_000)
+    return (2, 300_000, 2_000) if quick else (20, 3_000_000, 20_000)
 
 
 def body(rounds, limit, trips):
@@ -82,8 +82,8 @@ def plot(rows):
     return fig
 
 
-def main(quick, out=None, verbose=False):
-    o = Output(NAME, quick, out)
+def main(quick, out=None, verbose=False, fresh=False):
+    o = Output(NAME, quick, out, fresh)
     rounds, limit, trips = plan(quick)
     r = harness.run(body(rounds, limit, trips), policy="cosched", start_agent=False, tools=True, verbose=verbose)
     rows = parse(r["console"])
@@ -95,7 +95,15 @@ def main(quick, out=None, verbose=False):
     for s in sd:
         log(f"{s['job']}: {s['off_ms']:.1f} ms -> {s['on_ms']:.1f} ms ({s['slowdown_pct']:+.2f}%)")
     primes = sd[0]
-    verdict = ("under" if primes["slowdown_pct"] < 0.5 else "NOT under") + " the 0.5% target"
+    # The resolution of this measurement: 2 standard errors of the paired differences.
+    res = 2 * primes["sd_pct"] / max(1, primes["runs"]) ** 0.5
+    if primes["slowdown_pct"] < 0.5 and primes["slowdown_pct"] + res < 0.5:
+        verdict = "under the 0.5% target"
+    elif abs(primes["slowdown_pct"]) <= res:
+        verdict = (f"within this machine's noise (2 standard errors of the paired differences: ±{res:.1f}%), so "
+                   f"the 0.5% target can be neither confirmed nor refuted here")
+    else:
+        verdict = f"NOT under the 0.5% target (beyond the ±{res:.1f}% noise of 2 standard errors)"
     o.summary("Guest agent overhead (seed 001 Table 2)", f"""
 A prime search below {limit} by trial division (CPU-bound, as seed 001) and {trips} pipe
 ping-pong round trips (2 context switches each), alternately without and with `cosched guest`

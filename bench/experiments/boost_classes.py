@@ -82,7 +82,7 @@ def plot(agg):
     a2.set_ylabel("CPU the 2 host hogs got (% of 2 CPUs)")
     a2.set_title("Host fairness", fontsize=10)
     for a in (a1, a2):
-        a.set_xticks(list(xs), labels, fontsize=7, rotation=15)
+        a.set_xticks(list(xs), labels, fontsize=7, rotation=15, ha="right")
         a.grid(True, axis="y", alpha=0.3)
     a1.legend(fontsize=8)
     return fig

@@ -296,7 +296,7 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
     tools       add cosched-tools to the guest (/usr/bin/cosched-tools)
     Returns a dict: console, job_s, measure_s (host clock between the two lines), hog_cpu_s (CPU
     time the host hogs got meanwhile), and for "cosched" the daemon's counters and hint-to-applied
-    latency at MEASURE-END, and whether the VM was registered."""
+    latency at MEASURE-END, and whether the VM was registered during the run."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r} (one of {POLICIES})")
     result = {"policy": policy, "host_hogs": host_hogs_n, "guest_hogs": guest_hogs}
@@ -357,6 +357,11 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
         if daemon:
             result["agent_log"] = [l[len("COSCHED-AGENT: "):] for l in console.splitlines()
                                    if l.startswith("COSCHED-AGENT: ")]
+            # The guest stops its agent (DEREGISTER) right after MEASURE-END, racing the status
+            # query made on that line: the agent's own log says whether it was registered.
+            if start_agent:
+                result["registered"] = bool(result.get("registered")) or any(
+                    "registered with the host" in l for l in result["agent_log"])
     return result
 
 

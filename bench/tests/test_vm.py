@@ -82,8 +82,7 @@ class WatchList(unittest.TestCase):
 
     def boosted_share(self, body):
         r = harness.run(body, guest_hogs=1, policy="cosched", daemon_config=harness.NO_BUDGETS)
-        # (not r["registered"]: the guest deregisters right after MEASURE-END, racing the query)
-        self.assertIn("daemon", r, r.get("agent_log"))
+        self.assertTrue(r.get("registered"), r.get("agent_log"))
         self.assertGreaterEqual(r["daemon"]["frames"], 2, r.get("agent_log"))
         share = (r["daemon"]["boosted_ns"] / 1e9 + r["boosted_for_ms"] / 1e3) / r["measure_s"]
         stats = [l for l in r["agent_log"] if "detector stats" in l]

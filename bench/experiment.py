@@ -14,6 +14,7 @@ points it finished are kept in results/NAME/points.jsonl and are not measured ag
 import argparse
 import importlib
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,10 @@ EXPERIMENTS = {
 }
 
 
+def interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=[*EXPERIMENTS, "all"])
@@ -43,6 +48,9 @@ def main():
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("experiment.py: must run as root (daemon, real-time policies, QEMU)")
+    # `kill PID` interrupts like Ctrl-C: the harness stops its guest, daemon and hogs on the way
+    # out, and the finished points stay in points.jsonl for the next run.
+    signal.signal(signal.SIGTERM, interrupted)
     names = list(EXPERIMENTS) if a.name == "all" else [a.name]
     for name in names:
         mod = importlib.import_module(f"experiments.{EXPERIMENTS[name]}")

@@ -9,6 +9,7 @@ timed host job, and snapshots the daemon at those two lines.
 Needs root and a built tree (scripts/setup.sh). Runs on Debian's /usr/bin/python3.
 """
 
+import ctypes
 import json
 import os
 import signal
@@ -17,6 +18,16 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+
+
+def dies_with_us(sig):
+    """A preexec_fn: the child gets `sig` when this process dies, even by SIGKILL, so an
+    interrupted experiment leaves no hog spinning and no daemon running (SIGTERM: it restores)."""
+    return lambda: _libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
 
 REPO = Path(__file__).resolve().parents[1]
 COSCHED = Path(os.environ.get("COSCHED_BIN", REPO / "target/release/cosched"))
@@ -153,7 +164,8 @@ def cpu_time_s(pid):
 def host_hogs(n, cpus=None):
     """n CPU hogs on the host (a shell busy loop: no system calls, no memory traffic),
     optionally confined to `cpus`."""
-    procs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
+    procs = [subprocess.Popen(["sh", "-c", "while :; do :; done"], preexec_fn=dies_with_us(signal.SIGKILL))
+             for _ in range(n)]
     try:
         if cpus:
             for p in procs:
@@ -179,7 +191,7 @@ class Daemon:
             [str(COSCHED), "--config", str(self.dir / "host.toml"), "host",
              "--socket-dir", str(self.socket_dir), "--state-dir", str(self.dir / "state"),
              "--control-socket", str(self.control)],
-            stderr=self.log)
+            stderr=self.log, preexec_fn=dies_with_us(signal.SIGTERM))
         # Wait until this daemon answers (a socket file left by a killed one proves nothing).
         deadline = time.time() + 10
         while self.status() is None:
@@ -267,17 +279,27 @@ def boot_guest(workload, sock=None, on_line=None, timeout=900, layers=(), adds=(
         pid = None
         errfile = Path(tmp) / "run.err"
         with open(errfile, "w") as errf, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True,
-                                                          errors="replace") as proc:
-            for line in proc.stdout:
-                line = line.rstrip("\r\n")
-                out.append(line)
-                if pid is None and pidfile.exists():
-                    try:
-                        pid = int(pidfile.read_text().strip())
-                    except ValueError:
-                        pass
-                if on_line:
-                    on_line(line, pid)
+                                                          errors="replace",
+                                                          preexec_fn=dies_with_us(signal.SIGTERM)) as proc:
+            try:
+                for line in proc.stdout:
+                    line = line.rstrip("\r\n")
+                    out.append(line)
+                    if pid is None and pidfile.exists():
+                        try:
+                            pid = int(pidfile.read_text().strip())
+                        except ValueError:
+                            pass
+                    if on_line:
+                        on_line(line, pid)
+            except BaseException:
+                # Interrupted (SIGTERM, Ctrl-C, a failed measurement): QEMU goes with us.
+                try:
+                    os.kill(pid or int(pidfile.read_text().strip()), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
+                proc.kill()
+                raise
         err = errfile.read_text()
         console = "\n".join(out)
         if proc.returncode != 0 or "COSCHED-GUEST: workload exit 0" not in console:
@@ -315,7 +337,8 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
                 if pid and policy in ("static_rr", "static_fifo", "shield"):
                     apply_static(pid, policy)
                 if host_job:
-                    job["proc"] = subprocess.Popen(host_job, stdout=subprocess.DEVNULL)
+                    job["proc"] = subprocess.Popen(host_job, stdout=subprocess.DEVNULL,
+                                                   preexec_fn=dies_with_us(signal.SIGKILL))
                     job["t0"] = time.monotonic()
                     if others:
                         os.sched_setaffinity(job["proc"].pid, others)

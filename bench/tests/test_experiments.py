@@ -4,7 +4,9 @@ outputs must be well formed. Judging the effects is what the full runs are for (
 import csv
 import importlib
 import os
+import signal
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -94,6 +96,83 @@ class Resume(unittest.TestCase):
                 run(fail_at=1)
             run(fresh=True)
             self.assertEqual(measured[-4:], [0, 1, 2, 3], "--fresh discards the checkpoint")
+
+
+def descendants(pid):
+    """Every live (non-zombie) process below `pid`."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(d))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def alive(pid):
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+class Interrupted(unittest.TestCase):
+    """An experiment killed mid-run (SIGTERM like `kill`, or SIGKILL) leaves nothing behind: no
+    QEMU, no host hog, no daemon (VM tier: boots the guest)."""
+
+    def check(self, sig):
+        need_root(self)
+        with tempfile.TemporaryDirectory(prefix="cosched-interrupt-") as out:
+            p = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parents[1] / "experiment.py"),
+                                  "histogram", "--quick", "--out", out],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                # Wait for the second run (cosched): the guest, the daemon and 2 hogs all up.
+                deadline = time.time() + 120
+                seen = set()
+                while time.time() < deadline:
+                    seen |= descendants(p.pid)
+                    comms = []
+                    for d in descendants(p.pid):
+                        try:
+                            comms.append(Path(f"/proc/{d}/comm").read_text().strip())
+                        except OSError:
+                            pass
+                    if "cosched" in comms and any(c.startswith("qemu-system") for c in comms) and comms.count("sh") >= 2:
+                        break
+                    time.sleep(0.2)
+                else:
+                    self.fail(f"the experiment never had its guest, daemon and hogs up at once ({comms})")
+                time.sleep(1)
+                seen |= descendants(p.pid)
+                p.send_signal(sig)
+                p.wait(timeout=30)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            deadline = time.time() + 20
+            while time.time() < deadline and any(alive(d) for d in seen):
+                time.sleep(0.2)
+            left = [(d, Path(f"/proc/{d}/cmdline").read_text().replace("\0", " ")[:80]) for d in seen if alive(d)]
+            self.assertEqual(left, [], f"left running after {sig.name}")
+
+    def test_sigterm(self):
+        self.check(signal.SIGTERM)
+
+    def test_sigkill(self):
+        self.check(signal.SIGKILL)
 
 
 for _name in EXPERIMENTS:

@@ -9,6 +9,15 @@ and summary.md (our numbers beside the papers') to results/NAME/ (full run) or
 build/results-quick/NAME/ (--quick: a few points, to check that everything works, not to judge
 the effect). Needs root and a built tree (scripts/setup.sh). An interrupted full run resumes: the
 points it finished are kept in results/NAME/points.jsonl and are not measured again.
+
+Experiments (full-run time on the 2-core development machine, TCG guest):
+  latency-vs-load  seed 000 Fig. 1/7: cyclictest vs 0-6 CPU hogs, host and guest    30 min
+  histogram        seed 000 Fig. 8: latency distribution, 2 host + 1 guest hog       2.5 min
+  startup          seed 000 Fig. 4/9: python3 start-up time vs load, 100 launches    ~2.5 h
+  rt-vs-static     seed 002 Fig. 11/12: host jobs and guest RT latency by policy     8 min
+  overhead         seed 001 Table 2: the agent's cost to CPU- and switch-bound jobs  2.5 min
+  scale            daemon CPU and hint-to-applied latency, 1-256 synthetic VMs       3.5 min
+  boost-classes    SCHED_RR / FIFO / DEADLINE / nice -20 as the boost                3.5 min
 """
 
 import argparse

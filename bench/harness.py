@@ -318,7 +318,8 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
     tools       add cosched-tools to the guest (/usr/bin/cosched-tools)
     Returns a dict: console, job_s, measure_s (host clock between the two lines), hog_cpu_s (CPU
     time the host hogs got meanwhile), and for "cosched" the daemon's counters and hint-to-applied
-    latency at MEASURE-END, and whether the VM was registered during the run."""
+    latency at MEASURE-END, boosted_share (the VM's boosted time over measure_s), and whether the
+    VM was registered during the run."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r} (one of {POLICIES})")
     result = {"policy": policy, "host_hogs": host_hogs_n, "guest_hogs": guest_hogs}
@@ -377,6 +378,10 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
         result["measure_s"] = marks["end"] - marks["start"]
         result["hog_cpu_s"] = marks["hog_cpu1"] - marks["hog_cpu0"]
         result["console"] = console
+        if "daemon" in result:
+            # Boosted time (finished boosts plus the one under way) over the measured window.
+            result["boosted_share"] = (result["daemon"]["boosted_ns"] / 1e9
+                                       + result["boosted_for_ms"] / 1e3) / result["measure_s"]
         if daemon:
             result["agent_log"] = [l[len("COSCHED-AGENT: "):] for l in console.splitlines()
                                    if l.startswith("COSCHED-AGENT: ")]

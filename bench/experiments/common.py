@@ -37,6 +37,17 @@ POLICY_LABEL = {
 }
 
 
+def grid_curve_style(curve, policy):
+    """How a curve of the host/guest load grid (latency-vs-load, startup) is drawn, and its
+    legend label: colour by QEMU policy, guest hog count by line width and marker fill."""
+    style = dict(STYLE["no guest" if curve == "no guest" else policy])
+    g = 0 if curve == "no guest" else int(curve.split()[0])
+    style["linewidth"] = 1 + g * 0.6
+    style["markerfacecolor"] = "none" if g == 0 and curve != "no guest" else style["color"]
+    label = curve if curve == "no guest" else f"{curve}, {POLICY_LABEL[policy]}"
+    return style, label
+
+
 def accel():
     """"KVM" or "TCG": what guest/run.sh will use on this machine."""
     r = subprocess.run([str(REPO / "guest/kvm-usable.sh")], capture_output=True, text=True)

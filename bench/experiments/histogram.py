@@ -26,11 +26,7 @@ def measure(quick, verbose=False):
             s = summaries[(cm, policy)]
             # How much of the run the host kept the VM boosted: a curve that does not improve
             # shows here whether the guest stopped asking.
-            if "daemon" in r:
-                boosted_s = r["daemon"]["boosted_ns"] / 1e9 + r.get("boosted_for_ms", 0) / 1e3
-                s["boosted_pct"] = f"{100 * boosted_s / r['measure_s']:.0f}"
-            else:
-                s["boosted_pct"] = "-"
+            s["boosted_pct"] = f"{100 * r['boosted_share']:.0f}" if "boosted_share" in r else "-"
             log(f"{cm} {policy}: avg {s['avg']} p99 {s['p99']} max {s['max']} overflows {s['overflows']}")
     return hists, summaries, loops
 

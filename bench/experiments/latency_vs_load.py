@@ -10,7 +10,7 @@ SCHED_RR 1.
 import matplotlib.pyplot as plt
 
 import harness
-from experiments.common import POLICY_LABEL, STYLE, Output, log, md_table
+from experiments.common import POLICY_LABEL, Output, grid_curve_style, log, md_table
 
 NAME = "latency-vs-load"
 CYCLICTEST = {"other": "-i 1000", "rt": "-p 80 -i 1000"}
@@ -74,12 +74,7 @@ def plot(rows):
                 curves.setdefault(key, []).append((r["total_hogs"], r[metric]))
             for (curve, policy), pts in sorted(curves.items()):
                 pts.sort()
-                style = dict(STYLE["no guest" if curve == "no guest" else policy])
-                # Guest hog counts told apart by marker fill and line width.
-                g = 0 if curve == "no guest" else int(curve.split()[0])
-                style["linewidth"] = 1 + g * 0.6
-                style["markerfacecolor"] = "none" if g == 0 and curve != "no guest" else style["color"]
-                name = curve if curve == "no guest" else f"{curve}, {POLICY_LABEL[policy]}"
+                style, name = grid_curve_style(curve, policy)
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name, **style)
             ax.set_yscale("log")
             ax.set_title(f"{CYCLICTEST_LABEL[cm]}: {label}", fontsize=10)

@@ -13,7 +13,7 @@ import subprocess
 import matplotlib.pyplot as plt
 
 import harness
-from experiments.common import POLICY_LABEL, STYLE, Output, log, md_table
+from experiments.common import POLICY_LABEL, Output, grid_curve_style, log, md_table
 
 NAME = "startup"
 APP = ["python3", "-c", "import json, re, datetime, collections, argparse, decimal, csv; print('ready')"]
@@ -69,9 +69,8 @@ def measure(o, quick, verbose=False):
         r = harness.run(body(launches), host_hogs_n=total - g, guest_hogs=g, policy=policy, agent_args=agent_args,
                         layers=[harness.PYTHON_LAYER], tools=True, verbose=verbose)
         out = row(curve or f"{g} guest wl", policy, total, g, times_ms(harness.block(r["console"], "LAUNCH")))
-        if "daemon" in r:
-            # How much of the launches the host kept the VM boosted.
-            out["boosted_pct"] = 100 * (r["daemon"]["boosted_ns"] / 1e9 + r["boosted_for_ms"] / 1e3) / r["measure_s"]
+        if "boosted_share" in r:
+            out["boosted_pct"] = 100 * r["boosted_share"]
         return out
 
     for total in totals:
@@ -105,13 +104,9 @@ def plot(rows):
         curves.setdefault((r["curve"], r["policy"]), []).append((r["total_hogs"], r["mean_ms"] / 1000, r["sd_ms"] / 1000))
     for (curve, policy), pts in sorted(curves.items()):
         pts.sort()
-        style = dict(STYLE["no guest" if curve == "no guest" else policy])
-        g = 0 if curve == "no guest" else int(curve.split()[0])
-        style["linewidth"] = 1 + g * 0.6
-        style["markerfacecolor"] = "none" if g == 0 and curve != "no guest" else style["color"]
+        style, label = grid_curve_style(curve, policy)
         if "--watch-count" in curve:
             style.update(marker="*" if curve.endswith("256") else "P", markersize=11, linestyle="none")
-        label = curve if curve == "no guest" else f"{curve}, {POLICY_LABEL[policy]}"
         ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], capsize=2, label=label,
                     **style)
     ax.set_xlabel("total number of CPU hogs (host + guest)")

@@ -122,17 +122,20 @@ def main(quick, out=None, verbose=False, fresh=False):
     rows = measure(o, quick, verbose)
     o.csv(rows, COLUMNS)
     o.png(plot(rows))
-    hard = [dict(r, policy=POLICY_LABEL.get(r["policy"], "-")) for r in rows
-            if r["total_hogs"] == max(x["total_hogs"] for x in rows if x["guest_hogs"] == 1) and
-            (r["guest_hogs"] == 1 or r["curve"] == "no guest")]
+    def labelled(rs):
+        return [dict(r, policy=POLICY_LABEL.get(r["policy"], "-")) for r in rs]
+
+    hard = labelled(r for r in rows
+                    if r["total_hogs"] == max(x["total_hogs"] for x in rows if x["guest_hogs"] == 1) and
+                    (r["guest_hogs"] == 1 or r["curve"] == "no guest"))
     cols = ["curve", "policy", "host_hogs", "guest_hogs", "mean_ms", "sd_ms", "max_ms", "boosted_pct"]
     heads = ["curve", "QEMU threads", "host hogs", "guest hogs", "mean ms", "sd ms", "max ms",
              "VM boosted, % of the launches"]
     table = md_table(hard, cols, heads)
     st, sg, counts = sensitivity(quick)
-    sens = [dict(r, policy=POLICY_LABEL.get(r["policy"], "-")) for r in rows
-            if r["total_hogs"] == st and r["guest_hogs"] == sg]
-    by = {(r["curve"], r["policy"]): r for r in rows if r["total_hogs"] == st and r["guest_hogs"] == sg}
+    at = [r for r in rows if r["total_hogs"] == st and r["guest_hogs"] == sg]
+    sens = labelled(at)
+    by = {(r["curve"], r["policy"]): r for r in at}
     unc = by.get((f"{sg} guest wl", "none"), {}).get("mean_ms")
     default = by.get((f"{sg} guest wl", "cosched"), {}).get("mean_ms")
     biggest = by.get((f"{sg} guest wl, --watch-count {counts[-1]}", "cosched"), {}).get("mean_ms")

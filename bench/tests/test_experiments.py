@@ -98,18 +98,27 @@ class Resume(unittest.TestCase):
             self.assertEqual(measured[-4:], [0, 1, 2, 3], "--fresh discards the checkpoint")
 
 
+def stat_fields(pid):
+    """The fields of /proc/PID/stat after the command name (state, ppid, ...), or None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def alive(pid):
+    """pid exists and is not a zombie."""
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
 def descendants(pid):
     """Every live (non-zombie) process below `pid`."""
     children = {}
     for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] != "Z":
+        fields = stat_fields(d) if d.isdigit() else None
+        if fields and fields[0] != "Z":
             children.setdefault(int(fields[1]), []).append(int(d))
     out, todo = set(), [pid]
     while todo:
@@ -117,14 +126,6 @@ def descendants(pid):
             out.add(c)
             todo.append(c)
     return out
-
-
-def alive(pid):
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 class Interrupted(unittest.TestCase):
@@ -142,9 +143,10 @@ class Interrupted(unittest.TestCase):
                 deadline = time.time() + 120
                 seen = set()
                 while time.time() < deadline:
-                    seen |= descendants(p.pid)
+                    now = descendants(p.pid)
+                    seen |= now
                     comms = []
-                    for d in descendants(p.pid):
+                    for d in now:
                         try:
                             comms.append(Path(f"/proc/{d}/comm").read_text().strip())
                         except OSError:

@@ -4,8 +4,14 @@
 # with the real agent under host load. Installs and builds first (scripts/setup.sh). Run as root.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then
-    exec sudo -E env "PATH=$PATH" bash "${BASH_SOURCE[0]}" "$@"
+# Root is needed (packages, the daemon, QEMU threads). A root shell runs it as it is; otherwise
+# it re-runs itself with sudo, where sudo is installed (a fresh Debian root shell has none).
+if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null; then
+        exec sudo -E env "PATH=$PATH" bash "${BASH_SOURCE[0]}" "$@"
+    fi
+    echo "$(basename "$0"): needs root, and sudo is not installed: run it from a root shell (su -)" >&2
+    exit 1
 fi
 cd "$repo"
 scripts/setup.sh

@@ -105,11 +105,48 @@ impl BoostClass {
         if self.other_threads_priority_offset > 10 {
             return Err("other_threads_priority_offset must be 0..=10".into());
         }
-        if self.deadline_runtime_us == 0 || self.deadline_runtime_us > self.deadline_period_us {
+        // The running kernel's sysctls only matter when the reservation is used; the fixed
+        // limits always do (a value that can never work is a typo).
+        let limits = match self.policy {
+            BoostPolicy::Deadline => DeadlineLimits::of_running_kernel(),
+            _ => DeadlineLimits { period_min_us: 1, period_max_us: u64::MAX / 1000, max_bandwidth: None },
+        };
+        self.validate_deadline(&limits)
+    }
+
+    /// The checks `sched_setattr(2)` makes on a `SCHED_DEADLINE` reservation
+    /// (`__checkparam_dl()` and the admission test in kernel/sched/deadline.c), so that a
+    /// reservation the kernel would always refuse is an error at config load, not at every boost.
+    pub fn validate_deadline(&self, k: &DeadlineLimits) -> Result<(), String> {
+        let (runtime_us, period_us) = (self.deadline_runtime_us, self.deadline_period_us);
+        if runtime_us * 1000 < DL_MIN_RUNTIME_NS {
             return Err(format!(
-                "deadline_runtime_us = {} must be > 0 and at most deadline_period_us = {}",
-                self.deadline_runtime_us, self.deadline_period_us
+                "deadline_runtime_us = {runtime_us}: below the kernel's minimum SCHED_DEADLINE runtime of \
+                 {DL_MIN_RUNTIME_NS} ns (2^DL_SCALE); use at least {} µs",
+                DL_MIN_RUNTIME_NS.div_ceil(1000)
             ));
+        }
+        if period_us < k.period_min_us || period_us > k.period_max_us {
+            return Err(format!(
+                "deadline_period_us = {period_us}: outside the kernel's {}..={} µs \
+                 (/proc/sys/kernel/sched_deadline_period_min_us, _max_us)",
+                k.period_min_us, k.period_max_us
+            ));
+        }
+        if runtime_us > period_us {
+            return Err(format!(
+                "deadline_runtime_us = {runtime_us} must be at most deadline_period_us = {period_us}"
+            ));
+        }
+        if let Some((rt_runtime_us, rt_period_us)) = k.max_bandwidth {
+            // One reservation may use at most sched_rt_runtime_us / sched_rt_period_us of a CPU.
+            if runtime_us as u128 * rt_period_us as u128 > rt_runtime_us as u128 * period_us as u128 {
+                return Err(format!(
+                    "deadline_runtime_us / deadline_period_us = {runtime_us}/{period_us}: above the kernel's \
+                     admission limit of {rt_runtime_us}/{rt_period_us} of a CPU (sched_rt_runtime_us / \
+                     sched_rt_period_us)"
+                ));
+            }
         }
         Ok(())
     }
@@ -141,6 +178,49 @@ impl BoostClass {
             BoostPolicy::Deadline => rt(SCHED_FIFO, offset),
             BoostPolicy::Nice => SchedAttr::other(self.boost_nice, SCHED_FLAG_RESET_ON_FORK),
         })
+    }
+}
+
+/// `sched_runtime` below 2^DL_SCALE ns is refused by `__checkparam_dl()`.
+pub const DL_MIN_RUNTIME_NS: u64 = 1 << 10;
+
+/// The running kernel's limits on a `SCHED_DEADLINE` reservation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadlineLimits {
+    pub period_min_us: u64,
+    pub period_max_us: u64,
+    /// (`sched_rt_runtime_us`, `sched_rt_period_us`), `None` when unlimited (runtime -1).
+    pub max_bandwidth: Option<(u64, u64)>,
+}
+
+impl Default for DeadlineLimits {
+    /// The kernel's defaults.
+    fn default() -> Self {
+        DeadlineLimits { period_min_us: 100, period_max_us: 1 << 22, max_bandwidth: Some((950_000, 1_000_000)) }
+    }
+}
+
+impl DeadlineLimits {
+    /// Read from `/proc/sys/kernel`; a value that cannot be read keeps the kernel's default.
+    pub fn of_running_kernel() -> DeadlineLimits {
+        DeadlineLimits::read(std::path::Path::new("/proc/sys/kernel"))
+    }
+
+    pub fn read(dir: &std::path::Path) -> DeadlineLimits {
+        let num = |f: &str| std::fs::read_to_string(dir.join(f)).ok().and_then(|s| s.trim().parse::<i64>().ok());
+        let d = DeadlineLimits::default();
+        let (rt_runtime, rt_period) = d.max_bandwidth.unwrap();
+        DeadlineLimits {
+            period_min_us: num("sched_deadline_period_min_us").map_or(d.period_min_us, |v| v.max(0) as u64),
+            period_max_us: num("sched_deadline_period_max_us").map_or(d.period_max_us, |v| v.max(0) as u64),
+            max_bandwidth: match num("sched_rt_runtime_us") {
+                Some(-1) => None,
+                r => Some((
+                    r.map_or(rt_runtime, |v| v.max(0) as u64),
+                    num("sched_rt_period_us").map_or(rt_period, |v| v.max(1) as u64),
+                )),
+            },
+        }
     }
 }
 

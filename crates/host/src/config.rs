@@ -156,6 +156,9 @@ mod tests {
         assert!(format!("{:#}", HostConfig::load(Some(&p)).unwrap_err()).contains("[vm.x] priority"));
         std::fs::write(&p, "[policy]\ndefault_priority = 99\n").unwrap();
         assert!(format!("{:#}", HostConfig::load(Some(&p)).unwrap_err()).contains("default_priority"));
+        std::fs::write(&p, "[boost]\npolicy = \"deadline\"\ndeadline_runtime_us = 1\n").unwrap();
+        let e = format!("{:#}", HostConfig::load(Some(&p)).unwrap_err());
+        assert!(e.contains("[boost]") && e.contains("deadline_runtime_us = 1") && e.contains("1024 ns"), "{e}");
         std::fs::write(&p, "sockt_dir = \"/x\"\n").unwrap();
         assert!(format!("{:#}", HostConfig::load(Some(&p)).unwrap_err()).contains("unknown field"));
     }

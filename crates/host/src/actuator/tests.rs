@@ -372,3 +372,32 @@ fn restore_removes_the_record_when_the_vm_exits() {
     assert!(out.errors.is_empty(), "{:?}", out.errors);
     assert!(w.host.store.load_all().unwrap().is_empty());
 }
+
+#[test]
+fn deadline_reservations_the_kernel_would_refuse_are_config_errors() {
+    let k = DeadlineLimits::default();
+    let dl = |runtime_us, period_us| BoostClass {
+        policy: BoostPolicy::Deadline,
+        deadline_runtime_us: runtime_us,
+        deadline_period_us: period_us,
+        ..BoostClass::default()
+    };
+    assert_eq!(dl(10, 1000).validate_deadline(&k), Ok(()));
+    assert_eq!(dl(2, 100).validate_deadline(&k), Ok(()), "2 µs = 2000 ns >= 1024 ns");
+    let e = dl(1, 1000).validate_deadline(&k).unwrap_err();
+    assert!(e.contains("deadline_runtime_us = 1") && e.contains("1024 ns"), "{e}");
+    let e = dl(10, 50).validate_deadline(&k).unwrap_err();
+    assert!(e.contains("deadline_period_us = 50") && e.contains("100..=4194304"), "{e}");
+    let e = dl(10, 5_000_000).validate_deadline(&k).unwrap_err();
+    assert!(e.contains("deadline_period_us = 5000000"), "{e}");
+    let e = dl(960, 1000).validate_deadline(&k).unwrap_err();
+    assert!(e.contains("admission limit of 950000/1000000"), "{e}");
+    let unlimited = DeadlineLimits { max_bandwidth: None, ..k.clone() };
+    assert_eq!(dl(1000, 1000).validate_deadline(&unlimited), Ok(()));
+    // The sysctls are read when present.
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("sched_deadline_period_min_us"), "500\n").unwrap();
+    std::fs::write(d.path().join("sched_rt_runtime_us"), "-1\n").unwrap();
+    let read = DeadlineLimits::read(d.path());
+    assert_eq!((read.period_min_us, read.period_max_us, read.max_bandwidth), (500, 1 << 22, None));
+}

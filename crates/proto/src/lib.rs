@@ -26,22 +26,21 @@ pub const VERSION: u8 = 1;
 /// What a frame starts with; the stream decoder resynchronises on it.
 pub const HEADER: [u8; 3] = [MAGIC[0], MAGIC[1], VERSION];
 
-/// Capability bits (value of `REGISTER`, `ACK` to a `REGISTER`, `DISABLE`, `ENABLE`).
+/// Capability bits (value of `REGISTER`, `ACK` to a `REGISTER`, `DISABLE`, `ENABLE`, and bits
+/// 8-15 of a `DENY`): one per [`Resource`].
 pub mod caps {
     pub const CPU: u64 = 1;
     pub const IO: u64 = 2;
     pub const MEMBW: u64 = 4;
+    /// Host-originated event boosting (FEAS): never asked for by a guest, never granted to one.
+    pub const EVENT: u64 = 8;
     /// Every capability this version of the protocol knows.
-    pub const ALL: u64 = CPU | IO | MEMBW;
+    pub const ALL: u64 = CPU | IO | MEMBW | EVENT;
 
     /// Human-readable list, e.g. `cpu,io`; `none` for 0.
     pub fn names(bits: u64) -> String {
-        let mut out = Vec::new();
-        for (bit, name) in [(CPU, "cpu"), (IO, "io"), (MEMBW, "membw")] {
-            if bits & bit != 0 {
-                out.push(name.to_string());
-            }
-        }
+        let mut out: Vec<String> =
+            super::Resource::ALL.iter().filter(|r| bits & r.cap() != 0).map(|r| r.name().to_string()).collect();
         let unknown = bits & !ALL;
         if unknown != 0 {
             out.push(format!("{unknown:#x}"));
@@ -51,6 +50,78 @@ pub mod caps {
         } else {
             out.join(",")
         }
+    }
+}
+
+/// What the host can privilege a VM's threads on. A resource is data: the coordinator, the
+/// actuators, the state records, `DENY` and the metrics all carry one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Resource {
+    /// CPU scheduling of the VM's threads (`CPU 1` / `CPU 0`).
+    Cpu,
+    /// I/O priority of the VM's I/O-issuing threads (`IO 1` / `IO 0`).
+    Io,
+    /// A share of memory bandwidth (`MEMBW <permille>`).
+    Membw,
+    /// A boost the host starts on its own when an event for the VM arrives (FEAS).
+    Event,
+}
+
+impl Resource {
+    pub const ALL: [Resource; 4] = [Resource::Cpu, Resource::Io, Resource::Membw, Resource::Event];
+
+    /// Its capability bit.
+    pub fn cap(self) -> u64 {
+        match self {
+            Resource::Cpu => caps::CPU,
+            Resource::Io => caps::IO,
+            Resource::Membw => caps::MEMBW,
+            Resource::Event => caps::EVENT,
+        }
+    }
+
+    pub fn from_cap(bit: u64) -> Option<Resource> {
+        Resource::ALL.into_iter().find(|r| r.cap() == bit)
+    }
+
+    /// Every resource whose bit is set in `bits`.
+    pub fn in_caps(bits: u64) -> impl Iterator<Item = Resource> {
+        Resource::ALL.into_iter().filter(move |r| bits & r.cap() != 0)
+    }
+
+    /// Lower-case name used in config keys, status, metrics labels and the CLI.
+    pub fn name(self) -> &'static str {
+        match self {
+            Resource::Cpu => "cpu",
+            Resource::Io => "io",
+            Resource::Membw => "membw",
+            Resource::Event => "event",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Resource> {
+        Resource::ALL.into_iter().find(|r| r.name() == s)
+    }
+
+    /// The frame a guest sends to ask for it; `None` for a host-originated resource.
+    pub fn request_kind(self) -> Option<Kind> {
+        match self {
+            Resource::Cpu => Some(Kind::Cpu),
+            Resource::Io => Some(Kind::Io),
+            Resource::Membw => Some(Kind::Membw),
+            Resource::Event => None,
+        }
+    }
+
+    /// The resource a guest frame asks for (`CPU`, `IO`, `MEMBW`).
+    pub fn of_kind(kind: Kind) -> Option<Resource> {
+        Resource::ALL.into_iter().find(|r| r.request_kind() == Some(kind))
+    }
+}
+
+impl fmt::Display for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -221,8 +292,14 @@ impl Frame {
     pub fn ack(seq: u32, value: u64) -> Frame {
         Frame::new(Kind::Ack, seq, value)
     }
+    /// A denial that concerns no one resource (a `REGISTER`, a malformed frame).
     pub fn deny(seq: u32, reason: DenyReason) -> Frame {
         Frame::new(Kind::Deny, seq, reason as u64)
+    }
+    /// A denial of `resource`: its capability bit in bits 8-15, the reason in bits 0-7. The host's
+    /// own end of a boost (seq 0) names its resource this way too.
+    pub fn deny_for(seq: u32, resource: Resource, reason: DenyReason) -> Frame {
+        Frame::new(Kind::Deny, seq, reason as u64 | resource.cap() << 8)
     }
     /// Unsolicited: the operator turned these capabilities off.
     pub fn disable(caps: u64) -> Frame {
@@ -243,7 +320,8 @@ impl Frame {
     }
 
     /// Decodes one frame and checks that its value is valid for its type:
-    /// `CPU`/`IO` take 0 or 1, `MEMBW` at most 1000 permille, `DEREGISTER` 0, `DENY` a known reason.
+    /// `CPU`/`IO` take 0 or 1, `MEMBW` at most 1000 permille, `DEREGISTER` 0, `DENY` a known reason
+    /// and at most one known resource.
     /// Unknown capability bits are not an error (a newer guest may offer more than we grant).
     pub fn decode(b: &[u8; FRAME_LEN]) -> Result<Frame, DecodeError> {
         if b[..2] != MAGIC {
@@ -261,7 +339,11 @@ impl Frame {
             Kind::Cpu | Kind::Io => value <= 1,
             Kind::Membw => value <= 1000,
             Kind::Deregister => value == 0,
-            Kind::Deny => DenyReason::from_u64(value).is_some(),
+            Kind::Deny => {
+                DenyReason::from_u64(value & 0xff).is_some()
+                    && value >> 16 == 0
+                    && (value >> 8 == 0 || Resource::from_cap(value >> 8).is_some())
+            }
             Kind::Register | Kind::Ack | Kind::Disable | Kind::Enable => true,
         };
         if !valid {
@@ -272,15 +354,21 @@ impl Frame {
 
     /// For a `DENY` frame, its reason.
     pub fn deny_reason(&self) -> Option<DenyReason> {
-        (self.kind == Kind::Deny).then(|| DenyReason::from_u64(self.value)).flatten()
+        (self.kind == Kind::Deny).then(|| DenyReason::from_u64(self.value & 0xff)).flatten()
+    }
+
+    /// For a `DENY` frame, the resource it concerns (`None`: the registration, a malformed frame).
+    pub fn deny_resource(&self) -> Option<Resource> {
+        (self.kind == Kind::Deny).then(|| Resource::from_cap(self.value >> 8 & 0xff)).flatten()
     }
 }
 
 impl fmt::Display for Frame {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.deny_reason() {
-            Some(r) => write!(f, "DENY({r}) seq={}", self.seq),
-            None => write!(f, "{}({}) seq={}", self.kind.name(), self.value, self.seq),
+        match (self.deny_reason(), self.deny_resource()) {
+            (Some(r), Some(res)) => write!(f, "DENY({res}: {r}) seq={}", self.seq),
+            (Some(r), None) => write!(f, "DENY({r}) seq={}", self.seq),
+            _ => write!(f, "{}({}) seq={}", self.kind.name(), self.value, self.seq),
         }
     }
 }
@@ -429,5 +517,24 @@ mod tests {
         assert_eq!(caps::names(0), "none");
         assert_eq!(caps::names(caps::CPU | caps::IO), "cpu,io");
         assert_eq!(caps::names(0x11), "cpu,0x10");
+        assert_eq!(caps::names(caps::ALL), "cpu,io,membw,event");
+    }
+
+    #[test]
+    fn deny_names_its_resource() {
+        let f = Frame::deny_for(0, Resource::Io, DenyReason::Budget);
+        assert_eq!((f.deny_reason(), f.deny_resource()), (Some(DenyReason::Budget), Some(Resource::Io)));
+        assert_eq!(Frame::decode(&f.encode()), Ok(f));
+        assert_eq!(f.to_string(), "DENY(io: budget) seq=0");
+        let plain = Frame::deny(3, DenyReason::Malformed);
+        assert_eq!(plain.deny_resource(), None);
+        for r in Resource::ALL {
+            assert_eq!(Resource::from_cap(r.cap()), Some(r));
+            assert_eq!(Resource::from_name(r.name()), Some(r));
+            if let Some(k) = r.request_kind() {
+                assert_eq!(Resource::of_kind(k), Some(r));
+            }
+        }
+        assert_eq!(Resource::in_caps(caps::CPU | caps::MEMBW).collect::<Vec<_>>(), [Resource::Cpu, Resource::Membw]);
     }
 }

@@ -116,7 +116,7 @@ def main():
             extra = ""
             if "daemon" in r:
                 extra = f"  (registered={r['registered']}, boosts={r['daemon']['boosts']}, " \
-                        f"guard demotions={r['daemon']['guard_demotions']})"
+                        f"guard demotions={r['daemon'].get('guard_demotions', 0)})"
             print(f"[run {i + 1}/{runs}] {r['label']}: avg {r['avg']} p99 {r['p99']} max {r['max']} µs "
                   f"({time.time() - t:.0f} s){extra}", file=sys.stderr)
     merged = {n: merge_runs(rs) for n, rs in results.items()}

@@ -349,11 +349,13 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
                 if daemon:
                     st = daemon.status() or {}
                     for vm in st.get("vms", []):
+                        cpu = vm["resources"]["cpu"]
                         result["registered"] = vm["registered"]
-                        result["daemon"] = vm["counters"]
+                        # The VM's channel counters and its CPU resource's, in one dict.
+                        result["daemon"] = {**vm["counters"], **cpu["counters"]}
                         result["hint_to_applied_us"] = vm["latency"]
                         result["actuation_errors"] = vm["actuation_errors"]
-                        result["boosted_for_ms"] = vm.get("boosted_for_ms", 0)
+                        result["boosted_for_ms"] = cpu.get("boosted_for_ms", 0)
                     log = (Path(tmp) / "daemon.log").read_text()
                     result["daemon_warnings"] = [l for l in log.splitlines() if "warning:" in l]
         try:

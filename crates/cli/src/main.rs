@@ -47,14 +47,20 @@ enum Cmd {
         #[arg(long)]
         control_socket: Option<PathBuf>,
     },
-    /// Turn CPU coordination on for the whole host (VMs told DISABLE get ENABLE)
+    /// Turn coordination on for the whole host, for every resource or one (VMs told DISABLE get
+    /// ENABLE)
     Enable {
+        /// cpu, io, membw or event [default: every resource]
+        resource: Option<String>,
         /// [default: control_socket from the config, /run/cosched/control.sock]
         #[arg(long)]
         control_socket: Option<PathBuf>,
     },
-    /// Turn CPU coordination off for the whole host: every VM is deboosted and told DISABLE
+    /// Turn coordination off for the whole host, for every resource or one: every VM is deboosted
+    /// on it and its agent told DISABLE
     Disable {
+        /// cpu, io, membw or event [default: every resource]
+        resource: Option<String>,
         /// [default: control_socket from the config, /run/cosched/control.sock]
         #[arg(long)]
         control_socket: Option<PathBuf>,
@@ -84,10 +90,20 @@ enum Cmd {
 
 #[derive(Subcommand, Debug)]
 enum VmCmd {
-    /// Coordinate this VM again (name = socket file name without .sock, or QEMU pid)
-    Enable { vm: String },
-    /// Stop coordinating this VM: it is deboosted and told DISABLE; its registration is denied
-    Disable { vm: String },
+    /// Coordinate this VM again, on every resource or one (VM = socket file name without .sock,
+    /// or QEMU pid)
+    Enable {
+        vm: String,
+        /// cpu, io, membw or event [default: every resource]
+        resource: Option<String>,
+    },
+    /// Stop coordinating this VM, on every resource or one: it is deboosted and told DISABLE; a
+    /// registration with nothing left on is denied
+    Disable {
+        vm: String,
+        /// cpu, io, membw or event [default: every resource]
+        resource: Option<String>,
+    },
     /// Real-time priority of this VM's threads when boosted (1..=98; ranks VMs against each other)
     Priority { vm: String, priority: u8 },
 }
@@ -152,16 +168,25 @@ fn fmt_ms(ns_ms: f64) -> String {
 
 fn print_status(s: &Value) {
     let p = &s["policy"];
-    println!(
-        "CPU coordination: {}   (budgets: boost <= {} ms at a time, <= {}‰ of {} ms; real-time guard {}‰ of {} ms)",
-        if s["cpu_enabled"].as_bool() == Some(true) { "enabled" } else { "DISABLED" },
-        p["max_continuous_boost_ms"],
-        p["max_boost_share_permille"],
-        p["budget_window_ms"],
-        p["rt_guard_max_share_permille"],
-        p["rt_guard_window_ms"],
-    );
-    println!("host reserve: {} of at most {} vCPU(s) boosted", s["boosted_vcpus"], s["boost_capacity_vcpus"]);
+    let on = |v: &Value| if v.as_bool() == Some(true) { "enabled" } else { "DISABLED" };
+    for (r, v) in s["resources"].as_object().into_iter().flatten() {
+        let l = &v["limits"];
+        let ms = |k: &str| l[k].as_u64().unwrap_or(0) / 1_000_000;
+        print!(
+            "{r}: {}   (budgets: boost <= {} ms at a time, <= {}‰ of {} ms",
+            on(&v["enabled"]),
+            ms("max_continuous_ns"),
+            l["max_share_permille"],
+            ms("window_ns")
+        );
+        if r == "cpu" {
+            print!(
+                "; real-time guard {}‰ of {} ms; host reserve: {} of at most {} vCPU(s) boosted",
+                p["rt_guard_max_share_permille"], p["rt_guard_window_ms"], v["boosted_vcpus"], v["boost_capacity_vcpus"]
+            );
+        }
+        println!(")");
+    }
     let l = &s["latency"];
     println!(
         "hint-to-applied latency: {} boosts/deboosts, p50 {} µs, p99 {} µs, max {} µs",
@@ -172,30 +197,40 @@ fn print_status(s: &Value) {
         println!("no VMs connected (socket directory {})", s["daemon"]["socket_dir"].as_str().unwrap_or("?"));
     } else {
         println!(
-            "\n{:<16} {:>7} {:>4} {:>3} {:>4} {:<8} {:>7} {:>9} {:>7} {:>9}  denied",
-            "VM", "PID", "REG", "ON", "PRIO", "LEVEL", "BOOSTS", "BOOSTED", "BUDGET", "MALFORMED"
+            "\n{:<16} {:>7} {:>4} {:>4} {:<6} {:>3} {:<8} {:>7} {:>9} {:>7} {:>9}  denied",
+            "VM", "PID", "REG", "PRIO", "RES", "ON", "LEVEL", "BOOSTS", "BOOSTED", "BUDGET", "MALFORMED"
         );
     }
     for vm in &vms {
-        let c = &vm["counters"];
         let yes = |v: &Value| if v.as_bool() == Some(true) { "yes" } else { "no" };
-        let denied: Vec<String> =
-            c["denied"].as_object().map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect()).unwrap_or_default();
-        let boosted_ms = c["boosted_ns"].as_f64().unwrap_or(0.0) / 1e6 + vm["boosted_for_ms"].as_f64().unwrap_or(0.0);
-        println!(
-            "{:<16} {:>7} {:>4} {:>3} {:>4} {:<8} {:>7} {:>9} {:>7} {:>9}  {}",
-            vm["name"].as_str().unwrap_or("?"),
-            vm["pid"],
-            yes(&vm["registered"]),
-            yes(&vm["enabled"]),
-            vm["priority"],
-            vm["level"].as_str().unwrap_or("?"),
-            c["boosts"],
-            fmt_ms(boosted_ms),
-            c["budget_exhausted"],
-            c["malformed"],
-            if denied.is_empty() { "-".into() } else { denied.join(" ") }
-        );
+        let denied = |d: &Value| -> Vec<String> {
+            d.as_object().map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect()).unwrap_or_default()
+        };
+        let mut vm_denied = denied(&vm["counters"]["denied"]);
+        for (i, (r, res)) in vm["resources"].as_object().into_iter().flatten().enumerate() {
+            let c = &res["counters"];
+            let boosted_ms = c["boosted_ns"].as_f64().unwrap_or(0.0) / 1e6 + res["boosted_for_ms"].as_f64().unwrap_or(0.0);
+            let mut d = denied(&c["denied"]);
+            if i == 0 {
+                d.append(&mut vm_denied);
+            }
+            let first = i == 0;
+            println!(
+                "{:<16} {:>7} {:>4} {:>4} {:<6} {:>3} {:<8} {:>7} {:>9} {:>7} {:>9}  {}",
+                if first { vm["name"].as_str().unwrap_or("?") } else { "" },
+                if first { vm["pid"].to_string() } else { String::new() },
+                if first { yes(&vm["registered"]) } else { "" },
+                if first { vm["priority"].to_string() } else { String::new() },
+                r,
+                yes(&res["active"]),
+                res["level"].as_str().unwrap_or("?"),
+                c["boosts"],
+                fmt_ms(boosted_ms),
+                c["budget_exhausted"],
+                if first { vm["counters"]["malformed"].to_string() } else { String::new() },
+                if d.is_empty() { "-".into() } else { d.join(" ") }
+            );
+        }
         for t in vm["threads"].as_array().cloned().unwrap_or_default() {
             println!(
                 "    {:>7} {:<7} {:<18} {}",
@@ -237,16 +272,16 @@ fn main() {
             }
             Ok(())
         }
-        Cmd::Enable { control_socket } => {
-            request(&control(config, control_socket)?, &Request::Enable { vm: None }).map(drop)
+        Cmd::Enable { resource, control_socket } => {
+            request(&control(config, control_socket)?, &Request::Enable { vm: None, resource }).map(drop)
         }
-        Cmd::Disable { control_socket } => {
-            request(&control(config, control_socket)?, &Request::Disable { vm: None }).map(drop)
+        Cmd::Disable { resource, control_socket } => {
+            request(&control(config, control_socket)?, &Request::Disable { vm: None, resource }).map(drop)
         }
         Cmd::Vm { cmd, control_socket } => {
             let req = match cmd {
-                VmCmd::Enable { vm } => Request::Enable { vm: Some(vm) },
-                VmCmd::Disable { vm } => Request::Disable { vm: Some(vm) },
+                VmCmd::Enable { vm, resource } => Request::Enable { vm: Some(vm), resource },
+                VmCmd::Disable { vm, resource } => Request::Disable { vm: Some(vm), resource },
                 VmCmd::Priority { vm, priority } => Request::Priority { vm, priority },
             };
             request(&control(config, control_socket)?, &req).map(drop)

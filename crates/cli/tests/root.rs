@@ -16,7 +16,9 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 use cosched_host::sched::{self, SchedAttr, SCHED_FLAG_RESET_ON_FORK, SCHED_OTHER, SCHED_RR};
-use cosched_proto::{caps, DenyReason, Event, Frame, Kind, StreamDecoder};
+use cosched_proto::{caps, DenyReason, Event, Frame, Kind, Resource, StreamDecoder};
+
+const CPU: Resource = Resource::Cpu;
 use serde_json::Value;
 
 fn have_root() -> bool {
@@ -357,9 +359,9 @@ fn boost_and_deboost_real_threads() {
     sched::set(vcpu, &SchedAttr::other(5, 0)).unwrap();
     let me_before = sched::get(std::process::id() as i32).unwrap();
 
-    assert_eq!(vm.request(Kind::Cpu, 1), Frame::new(Kind::Deny, 1, DenyReason::NotRegistered as u64));
+    assert_eq!(vm.request(Kind::Cpu, 1), Frame::deny_for(1, CPU, DenyReason::NotRegistered));
     vm.register();
-    assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(3, 0));
+    assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(3, 1));
     assert!(vm.boosted_soon(1), "{:?}", vm.attrs());
     assert_eq!(state_files(&w).len(), 1, "originals persisted while boosted");
 
@@ -377,8 +379,8 @@ fn boost_and_deboost_real_threads() {
     assert_eq!(sched::get(std::process::id() as i32).unwrap(), me_before, "a process outside the VM is untouched");
 
     let st = d.vm_status("vm1").unwrap();
-    assert_eq!(st["counters"]["boosts"], 1);
-    assert_eq!(st["counters"]["deboosts"], 1);
+    assert_eq!(st["resources"]["cpu"]["counters"]["boosts"], 1);
+    assert_eq!(st["resources"]["cpu"]["counters"]["deboosts"], 1);
     assert!(st["latency"]["count"].as_u64().unwrap() >= 2);
 }
 
@@ -389,23 +391,23 @@ fn budget_exhaustion_deboosts_and_denies() {
     ) else { return };
     vm.register();
     let t0 = Instant::now();
-    assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(2, 0));
+    assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(2, 1));
     assert!(vm.boosted_soon(1));
     // The host ends the boost on its own, with an unsolicited DENY(budget).
     let f = vm.recv();
     let held = t0.elapsed();
-    assert_eq!(f, Frame::deny(0, DenyReason::Budget));
+    assert_eq!(f, Frame::deny_for(0, CPU, DenyReason::Budget));
     assert!(held >= Duration::from_millis(280) && held < Duration::from_millis(1000), "boost held {held:?}");
     assert!(vm.none_realtime(), "deboosted by the budget: {:?}", vm.attrs());
     // In the cooldown a new boost is refused.
-    assert_eq!(vm.request(Kind::Cpu, 1), Frame::deny(3, DenyReason::Budget));
+    assert_eq!(vm.request(Kind::Cpu, 1), Frame::deny_for(3, CPU, DenyReason::Budget));
     assert!(vm.none_realtime());
     std::thread::sleep(Duration::from_millis(600));
-    assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(4, 0));
+    assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(4, 1));
     assert!(vm.boosted_soon(1));
     let st = d.vm_status("vm1").unwrap();
-    assert_eq!(st["counters"]["budget_exhausted"], 1);
-    assert_eq!(st["counters"]["denied"]["budget"], 2);
+    assert_eq!(st["resources"]["cpu"]["counters"]["budget_exhausted"], 1);
+    assert_eq!(st["resources"]["cpu"]["counters"]["denied"]["budget"], 2);
 }
 
 #[test]
@@ -434,7 +436,7 @@ fn a_flooding_guest_cannot_hold_off_its_budget() {
     let t0 = Instant::now();
     let budget = wait_for("DENY(budget) during the flood", Duration::from_secs(2), || loop {
         match vm.rx.try_recv() {
-            Ok(f) if f == Frame::deny(0, DenyReason::Budget) => return Some(t0.elapsed()),
+            Ok(f) if f == Frame::deny_for(0, CPU, DenyReason::Budget) => return Some(t0.elapsed()),
             Ok(_) => continue,
             Err(_) => return None,
         }
@@ -442,8 +444,8 @@ fn a_flooding_guest_cannot_hold_off_its_budget() {
     assert!(budget < Duration::from_millis(1000), "budget enforced {budget:?} into the flood");
     vm.stdin = Some(flood.join().unwrap());
     let st = d.vm_status("vm1").unwrap();
-    assert!(st["counters"]["budget_exhausted"].as_u64().unwrap() >= 1);
-    assert!(st["counters"]["denied"]["rate_limited"].as_u64().unwrap() > 1000, "{}", st["counters"]);
+    assert!(st["resources"]["cpu"]["counters"]["budget_exhausted"].as_u64().unwrap() >= 1);
+    assert!(st["resources"]["cpu"]["counters"]["denied"]["rate_limited"].as_u64().unwrap() > 1000, "{}", st["resources"]);
 }
 
 #[test]
@@ -478,8 +480,8 @@ fn rt_guard_moves_only_the_vcpus_to_the_guard_class_and_back() {
         let a = sched::get(vcpu).unwrap();
         (a.policy == SCHED_RR).then_some(())
     });
-    assert_eq!(d.vm_status("vm1").unwrap()["level"], "boosted");
-    assert!(d.vm_status("vm1").unwrap()["counters"]["guard_demotions"].as_u64().unwrap() >= 1);
+    assert_eq!(d.vm_status("vm1").unwrap()["resources"]["cpu"]["level"], "boosted");
+    assert!(d.vm_status("vm1").unwrap()["resources"]["cpu"]["counters"]["guard_demotions"].as_u64().unwrap() >= 1);
     vm.request(Kind::Cpu, 0);
     assert!(vm.none_realtime());
     assert!(sched::get(vcpu).unwrap().same_as(&SchedAttr::other(0, 0)), "nice -20 does not stick");
@@ -582,15 +584,15 @@ fn the_host_reserve_refuses_a_boost_past_it() {
     let mut vm2 = w.vm("vm2", "qemu-system-x86_64", &THREADS);
     d.wait_vm("vm1");
     d.wait_vm("vm2");
-    assert_eq!(d.status()["boost_capacity_vcpus"], 1);
+    assert_eq!(d.status()["resources"]["cpu"]["boost_capacity_vcpus"], 1);
     vm1.register();
     vm2.register();
-    assert_eq!(vm1.request(Kind::Cpu, 1), Frame::ack(2, 0));
-    assert_eq!(vm2.request(Kind::Cpu, 1), Frame::deny(2, DenyReason::Budget));
+    assert_eq!(vm1.request(Kind::Cpu, 1), Frame::ack(2, 1));
+    assert_eq!(vm2.request(Kind::Cpu, 1), Frame::deny_for(2, CPU, DenyReason::HostReserve));
     assert!(vm2.none_realtime());
-    assert_eq!(d.vm_status("vm2").unwrap()["counters"]["reserve_denied"], 1);
+    assert_eq!(d.vm_status("vm2").unwrap()["resources"]["cpu"]["counters"]["denied"]["host_reserve"], 1);
     vm1.request(Kind::Cpu, 0);
-    assert_eq!(vm2.request(Kind::Cpu, 1), Frame::ack(3, 0));
+    assert_eq!(vm2.request(Kind::Cpu, 1), Frame::ack(3, 1));
     assert!(vm2.boosted_soon(1));
 }
 
@@ -607,7 +609,7 @@ fn operator_disable_enable_and_priority() {
     assert_eq!(vm.recv(), Frame::disable(caps::CPU));
     assert!(vm.none_realtime(), "disabled VM deboosted: {:?}", vm.attrs());
     assert_eq!(vm.request(Kind::Register, caps::CPU), Frame::deny(3, DenyReason::Disabled));
-    assert_eq!(vm.request(Kind::Cpu, 1), Frame::deny(4, DenyReason::NotRegistered));
+    assert_eq!(vm.request(Kind::Cpu, 1), Frame::deny_for(4, CPU, DenyReason::NotRegistered));
 
     assert!(d.cli(&["vm", "enable", "vm1"]).status.success());
     assert_eq!(vm.recv(), Frame::enable(caps::CPU));
@@ -619,9 +621,24 @@ fn operator_disable_enable_and_priority() {
     assert!(d.cli(&["disable"]).status.success());
     assert_eq!(vm.recv(), Frame::disable(caps::CPU));
     assert!(vm.none_realtime());
-    assert_eq!(d.status()["cpu_enabled"], false);
+    assert_eq!(d.status()["resources"]["cpu"]["enabled"], false);
     assert!(d.cli(&["enable"]).status.success());
     assert_eq!(vm.recv(), Frame::enable(caps::CPU));
+
+    // One resource, per VM: the CPU off for vm1 is a DISABLE(cpu) and a deboost.
+    vm.request(Kind::Cpu, 1);
+    assert!(vm.all_boosted(7));
+    assert!(d.cli(&["vm", "disable", "vm1", "cpu"]).status.success());
+    assert_eq!(vm.recv(), Frame::disable(caps::CPU));
+    assert!(vm.none_realtime());
+    assert_eq!(d.vm_status("vm1").unwrap()["resources"]["cpu"]["enabled"], false);
+    assert!(d.cli(&["vm", "enable", "vm1", "cpu"]).status.success());
+    assert_eq!(vm.recv(), Frame::enable(caps::CPU));
+    // A resource this daemon has no actuator for is refused by name.
+    let out = d.cli(&["disable", "membw"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("membw coordination is not supported by this daemon"), "{out:?}");
+    let out = d.cli(&["disable", "disk"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown resource \"disk\""), "{out:?}");
 
     // Errors are clear.
     let out = d.cli(&["vm", "disable", "nosuchvm"]);
@@ -646,7 +663,7 @@ fn malformed_frames_are_counted_refused_and_resynchronised() {
     vm.write(&unknown);
     assert_eq!(vm.recv(), Frame::deny(2, DenyReason::Malformed));
     vm.seq = 2;
-    assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(3, 0));
+    assert_eq!(vm.request(Kind::Cpu, 1), Frame::ack(3, 1));
     assert!(vm.boosted_soon(1));
     // A flood of garbage deregisters the VM and deboosts it.
     for _ in 0..20 {
@@ -927,7 +944,7 @@ fn metrics_endpoint_serves_prometheus_text() {
     vm.request(Kind::Cpu, 1);
     let out = d.cli(&["metrics"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("cosched_vm_boosted{vm=\"vm1\"} 1"), "{text}");
+    assert!(text.contains("cosched_vm_boosted{vm=\"vm1\",resource=\"cpu\"} 1"), "{text}");
     assert!(text.contains("cosched_hint_to_applied_seconds_count{vm=\"vm1\"} 1"), "{text}");
     // The same over HTTP, as Prometheus scrapes it.
     let addr = d.status()["daemon"]["metrics_addr"].as_str().unwrap().to_string();
@@ -936,5 +953,5 @@ fn metrics_endpoint_serves_prometheus_text() {
     let mut body = String::new();
     s.read_to_string(&mut body).unwrap();
     assert!(body.starts_with("HTTP/1.0 200 OK"), "{body}");
-    assert!(body.contains("cosched_vm_boosts_total{vm=\"vm1\"} 1"), "{body}");
+    assert!(body.contains("cosched_vm_boosts_total{vm=\"vm1\",resource=\"cpu\"} 1"), "{body}");
 }

@@ -1,68 +1,49 @@
 //! The cosched coordinator: all policy, no I/O.
 //!
-//! It takes events (a frame from a guest, a malformed frame, a tick of the clock, a VM gone, an
-//! operator command) with the current monotonic time in ns, and appends [`Action`]s for the caller
-//! to carry out: send a frame to a VM, or put a VM's threads at a CPU [`Level`]. The host daemon
-//! owns the sockets and the actuators; the tests drive it with a fake clock.
+//! It takes events (a frame from a guest, a malformed frame, a host-originated request, a tick of
+//! the clock, a VM found or gone, an operator command) with the current monotonic time in ns,
+//! and appends [`Action`]s for the caller to carry out: send a frame to a VM, or bring a VM's
+//! threads to a [`Level`] on one [`Resource`]. The host daemon owns the sockets and the
+//! actuators; the tests drive it with a fake clock.
 //!
-//! Per VM (seed 000 sec. VII, seed 004 sec. 3, DESIGN.md "CPU coordination"):
-//! - a guest registers, then sends `CPU 1` / `CPU 0`; each guest frame gets exactly one reply;
-//! - the operator enables or disables coordination globally and per VM and sets a VM's priority;
-//!   a disabled VM's registration is denied, and a VM disabled at run time is told `DISABLE`;
-//! - budgets bound a boost: at most `max_continuous_boost` in one go, at most
+//! Resources are data (DESIGN.md "One model for many resources"). Everything they share is here:
+//! - a VM is known with or without an agent; an agent registers the resources it can detect, and
+//!   is granted those the host supports ([`ResourcePolicy`]s given to [`Coordinator::new`]);
+//!   each guest frame gets exactly one reply, and a `DENY` names its resource and the reason;
+//! - the operator enables or disables each resource globally and per VM, and sets a VM's
+//!   priority; a VM whose resource is turned off is deboosted on it and told `DISABLE`;
+//! - budgets per VM and per resource: at most `max_continuous_boost` in one go, at most
 //!   `max_boost_share` of every `budget_window`; past either the host deboosts, tells the guest
-//!   `DENY(budget)` and refuses boosts for `budget_cooldown`;
-//! - the real-time guard keeps a boosted VM's vCPU threads at a real-time class for at most
-//!   `rt_guard_max_share` of every `rt_guard_window`, and moves them to [`Level::Guarded`] (a
-//!   high-weight fair class) for the rest, so that the kernel's RT throttling
-//!   (`sched_rt_runtime_us`), which would stall the VM for ~50 ms, never fires;
-//! - the host reserve: boosted VMs together never hold more vCPUs than the host has CPUs minus
-//!   `host_reserve_cpus`; a boost that would go past it is refused with `DENY(budget)`. A boosted
-//!   vCPU occupies at most one CPU, so about that many CPUs stay with the host's own tasks (the
-//!   VMs' main-loop and I/O threads are boosted too; they are not counted, as they mostly wait);
-//! - rate limits: frames beyond `frame_rate` are refused with `DENY(rate_limited)` (a deboost is
-//!   always honoured), and a VM sending more than `malformed_rate` malformed frames per second is
-//!   deregistered.
+//!   `DENY(<resource>: budget)` and refuses boosts for `budget_cooldown`;
+//! - rate limits per VM and per resource: requests beyond `frame_rate` are refused with
+//!   `DENY(<resource>: rate_limited)` (a request that lowers a privilege always passes), and a VM
+//!   sending more than `malformed_rate` malformed frames per second is deregistered.
+//!
+//! What is a resource's own (the CPU's host reserve and real-time guard) is in its policy
+//! (`cpu.rs`). Deadlines are kept in an ordered set, so a frame or a tick costs O(log VMs), not a
+//! scan of every VM.
 
+pub mod cpu;
+pub mod policy;
+pub mod resource;
+pub mod vm;
 pub mod window;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use cosched_proto::{caps, DenyReason, Frame, Kind};
-use serde::{Deserialize, Serialize};
-use window::{Bucket, OnTime};
+use cosched_proto::{DenyReason, Frame, Kind, Resource};
+use serde::Serialize;
+
+pub use cpu::CpuPolicy;
+pub use policy::{check_priority, Limits, LimitsOverride, Policy, VM_PRIORITY};
+pub use resource::{Level, ResourcePolicy, VmFacts};
+pub use vm::{Counters, Slot, Vm, VmCounters, VmSettings};
+use window::Bucket;
 
 pub const NS_PER_MS: u64 = 1_000_000;
 pub const NS_PER_S: u64 = 1_000_000_000;
 
-/// How privileged a VM's threads are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Level {
-    /// The attributes the threads had before we touched them.
-    #[default]
-    Normal,
-    /// Every thread at the boost class (`SCHED_RR` at the VM's priority).
-    Boosted,
-    /// Boosted, but the vCPU threads are at the guard class (fair class, high weight) because
-    /// they used their real-time share of the guard window; the other threads stay boosted.
-    Guarded,
-}
-
-impl Level {
-    pub fn is_boosted(self) -> bool {
-        self != Level::Normal
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Level::Normal => "normal",
-            Level::Boosted => "boosted",
-            Level::Guarded => "guarded",
-        }
-    }
-}
-
-/// Opaque VM handle, chosen by the caller (one per connection).
+/// Opaque VM handle, chosen by the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct VmId(pub u64);
 
@@ -72,234 +53,80 @@ pub enum Action {
         vm: VmId,
         frame: Frame,
     },
-    /// Put every thread of the VM at `level`; `priority` is the VM's real-time priority.
-    SetCpu {
+    /// Bring the VM's threads to `level` on `resource`. `value` is what was granted (1 for a
+    /// boost, a share for memory bandwidth, 0 at `Normal`); `priority` is the VM's.
+    Apply {
         vm: VmId,
+        resource: Resource,
         level: Level,
+        value: u64,
         priority: u8,
     },
-}
-
-/// Coordination policy. Durations in ms as they appear in the config file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Policy {
-    /// Real-time priority of a VM's threads when boosted, unless set per VM (1..=98).
-    pub default_priority: u8,
-    /// Longest single boost; 0 = no limit.
-    pub max_continuous_boost_ms: u64,
-    /// Largest share of `budget_window_ms` a VM may spend boosted, in permille; 1000 = no limit.
-    pub max_boost_share_permille: u64,
-    pub budget_window_ms: u64,
-    /// After a budget is exhausted, boosts are refused for this long.
-    pub budget_cooldown_ms: u64,
-    /// Largest share of `rt_guard_window_ms` a VM's vCPUs may spend at the real-time class, in
-    /// permille; 0 disables the guard. Keep it below `sched_rt_runtime_us / sched_rt_period_us`.
-    pub rt_guard_max_share_permille: u64,
-    pub rt_guard_window_ms: u64,
-    /// A guarded VM goes back to real time once its share is this far below the maximum.
-    pub rt_guard_hysteresis_ms: u64,
-    /// CPUs kept for the host: boosted VMs together hold at most (host CPUs - this) vCPUs.
-    pub host_reserve_cpus: u32,
-    /// If > 0, the most vCPUs boosted at once instead of (host CPUs - host_reserve_cpus): for
-    /// guests whose vCPUs mostly wait, or for measuring the daemon itself.
-    pub max_boosted_vcpus: u32,
-    /// Frames per second a VM may send (token bucket refill rate); deboosts always pass.
-    pub frame_rate: u64,
-    pub frame_burst: u64,
-    /// Malformed frames per second (burst of the same size) before the VM is deregistered.
-    pub malformed_rate: u64,
-}
-
-impl Default for Policy {
-    fn default() -> Self {
-        Policy {
-            default_priority: 1,
-            max_continuous_boost_ms: 10_000,
-            max_boost_share_permille: 900,
-            budget_window_ms: 20_000,
-            budget_cooldown_ms: 1_000,
-            rt_guard_max_share_permille: 900,
-            rt_guard_window_ms: 1_000,
-            rt_guard_hysteresis_ms: 50,
-            host_reserve_cpus: 1,
-            max_boosted_vcpus: 0,
-            // The agent sends at most one transition per MIN_BOOST_TIME (500 µs): 2000/s.
-            frame_rate: 2_000,
-            frame_burst: 200,
-            malformed_rate: 20,
-        }
-    }
-}
-
-impl Policy {
-    /// Checks ranges; the error says which setting is wrong and why.
-    pub fn validate(&self) -> Result<(), String> {
-        if !(1..=98).contains(&self.default_priority) {
-            return Err(format!(
-                "default_priority = {}: must be 1..=98 (99 is left to the kernel's own threads)",
-                self.default_priority
-            ));
-        }
-        if self.max_boost_share_permille == 0 || self.max_boost_share_permille > 1000 {
-            return Err("max_boost_share_permille must be 1..=1000".into());
-        }
-        if self.budget_window_ms == 0 {
-            return Err("budget_window_ms must be > 0".into());
-        }
-        if self.rt_guard_max_share_permille > 1000 {
-            return Err("rt_guard_max_share_permille must be 0..=1000 (0 = off)".into());
-        }
-        if self.rt_guard_max_share_permille > 0 {
-            if self.rt_guard_window_ms == 0 {
-                return Err("rt_guard_window_ms must be > 0 when the guard is on".into());
-            }
-            let max_ms = self.rt_guard_window_ms * self.rt_guard_max_share_permille / 1000;
-            if self.rt_guard_hysteresis_ms >= max_ms {
-                return Err(format!(
-                    "rt_guard_hysteresis_ms = {} must be below the guard's real-time allowance ({max_ms} ms)",
-                    self.rt_guard_hysteresis_ms
-                ));
-            }
-        }
-        if self.frame_rate == 0 || self.frame_burst == 0 || self.malformed_rate == 0 {
-            return Err("frame_rate, frame_burst and malformed_rate must be > 0".into());
-        }
-        Ok(())
-    }
-
-    fn share_limit_ns(&self) -> Option<u64> {
-        (self.max_boost_share_permille < 1000)
-            .then(|| self.budget_window_ms * NS_PER_MS * self.max_boost_share_permille / 1000)
-    }
-
-    /// With the guard on: (real-time allowance per window, share to fall back to before
-    /// resuming), in ns.
-    fn rt_guard(&self) -> Option<(u64, u64)> {
-        (self.rt_guard_max_share_permille > 0).then(|| {
-            let max = self.rt_guard_window_ms * NS_PER_MS * self.rt_guard_max_share_permille / 1000;
-            (max, max.saturating_sub(self.rt_guard_hysteresis_ms * NS_PER_MS))
-        })
-    }
-}
-
-/// Per-VM operator settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VmSettings {
-    pub enabled: bool,
-    pub priority: u8,
-}
-
-/// Counters of one VM, as shown by `cosched status` and the metrics endpoint.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Counters {
-    /// Well-formed frames received.
-    pub frames: u64,
-    /// Malformed frames and runs of garbage received.
-    pub malformed: u64,
-    pub garbage_bytes: u64,
-    /// Boosts started (a `CPU 1` that found the VM at normal level).
-    pub boosts: u64,
-    pub deboosts: u64,
-    /// Total time boosted (closed boosts).
-    pub boosted_ns: u64,
-    /// Boosts the host ended because a budget ran out.
-    pub budget_exhausted: u64,
-    /// Times the real-time guard moved the vCPUs to the guard class.
-    pub guard_demotions: u64,
-    /// Times the VM was deregistered for sending too many malformed frames.
-    pub malformed_deregistrations: u64,
-    /// Boosts refused because the host reserve was reached (also counted as `budget` denials).
-    pub reserve_denied: u64,
-    /// Replies sent, by kind of denial.
-    pub denied: BTreeMap<&'static str, u64>,
-}
-
-/// The state of one VM.
-#[derive(Debug, Clone)]
-pub struct Vm {
-    pub name: String,
-    pub settings: VmSettings,
-    /// Capabilities granted at registration; `None` = not registered.
-    pub registered: Option<u64>,
-    /// The guest's last word: it wants a boost.
-    pub wants_boost: bool,
-    pub level: Level,
-    /// vCPU threads of the VM: what a boost takes from the host reserve.
-    pub vcpus: u32,
-    pub counters: Counters,
-    /// We told the guest coordination is off (`DISABLE`, or `DENY(disabled)` to a `REGISTER`),
-    /// so we owe it an `ENABLE` when it is back on.
-    told_disabled: bool,
-    boosted: OnTime,
-    rt: OnTime,
-    cooldown_until_ns: u64,
-    frames: Bucket,
-    malformed: Bucket,
-}
-
-impl Vm {
-    /// How long the current boost has lasted.
-    pub fn boosted_for_ns(&self, now: u64) -> u64 {
-        self.boosted.on_since().map_or(0, |s| now.saturating_sub(s))
-    }
-
-    /// Boosted share of the budget window, in permille.
-    pub fn boost_share_permille(&self, now: u64, policy: &Policy) -> u64 {
-        let w = policy.budget_window_ms * NS_PER_MS;
-        self.boosted.clone().used(now) * 1000 / w.max(1)
-    }
-
-    pub fn in_cooldown(&self, now: u64) -> bool {
-        now < self.cooldown_until_ns
-    }
 }
 
 /// See the crate documentation.
 #[derive(Debug)]
 pub struct Coordinator {
     policy: Policy,
-    /// Capabilities this host can act on.
-    supported_caps: u64,
-    /// CPUs of the host (for the host reserve).
-    host_cpus: u32,
-    /// Operator switch for CPU coordination on the whole host.
-    cpu_enabled: bool,
+    resources: BTreeMap<Resource, Box<dyn ResourcePolicy>>,
+    limits: BTreeMap<Resource, Limits>,
+    /// Capability bits the operator turned off for the whole host.
+    host_disabled: u64,
     vms: BTreeMap<VmId, Vm>,
+    /// (when, VM, resource): the earliest time each boosted slot needs a tick.
+    deadlines: BTreeSet<(u64, VmId, Resource)>,
 }
 
 impl Coordinator {
-    /// `host_cpus`: the CPUs the VMs' threads can run on.
-    pub fn new(policy: Policy, host_cpus: u32) -> Coordinator {
-        Coordinator { policy, supported_caps: caps::CPU, host_cpus, cpu_enabled: true, vms: BTreeMap::new() }
+    /// A coordinator for the resources this host can act on, one policy each.
+    pub fn new(policy: Policy, resources: Vec<Box<dyn ResourcePolicy>>) -> Coordinator {
+        let resources: BTreeMap<Resource, Box<dyn ResourcePolicy>> =
+            resources.into_iter().map(|p| (p.resource(), p)).collect();
+        let limits = resources.keys().map(|r| (*r, policy.limits(*r))).collect();
+        Coordinator { policy, resources, limits, host_disabled: 0, vms: BTreeMap::new(), deadlines: BTreeSet::new() }
     }
 
-    /// How many vCPUs may be boosted at once (host CPUs minus the reserve, or the explicit cap).
-    pub fn boost_capacity(&self) -> u32 {
-        match self.policy.max_boosted_vcpus {
-            0 => self.host_cpus.saturating_sub(self.policy.host_reserve_cpus),
-            cap => cap,
-        }
-    }
-
-    /// vCPUs of boosted VMs other than `except`.
-    fn boosted_vcpus(&self, except: VmId) -> u32 {
-        self.vms.iter().filter(|(id, vm)| **id != except && vm.level.is_boosted()).map(|(_, vm)| vm.vcpus).sum()
-    }
-
-    /// The VM's vCPU count changed (its thread list was re-read).
-    pub fn set_vm_vcpus(&mut self, id: VmId, vcpus: u32) {
-        if let Some(vm) = self.vms.get_mut(&id) {
-            vm.vcpus = vcpus.max(1);
-        }
+    /// CPU coordination only, on a host with `host_cpus` CPUs.
+    pub fn with_cpu(policy: Policy, host_cpus: u32) -> Coordinator {
+        let cpu = CpuPolicy::new(&policy, host_cpus);
+        Coordinator::new(policy, vec![Box::new(cpu)])
     }
 
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
 
-    pub fn cpu_enabled(&self) -> bool {
-        self.cpu_enabled
+    /// The resources this host supports.
+    pub fn resources(&self) -> impl Iterator<Item = Resource> + '_ {
+        self.resources.keys().copied()
+    }
+
+    pub fn limits(&self, r: Resource) -> Option<&Limits> {
+        self.limits.get(&r)
+    }
+
+    /// A resource's own figures for `cosched status`.
+    pub fn figures(&self, r: Resource) -> Vec<(&'static str, u64)> {
+        self.resources.get(&r).map(|p| p.figures()).unwrap_or_default()
+    }
+
+    /// Capability bits a guest may be granted: the supported resources a guest asks for.
+    pub fn grantable(&self) -> u64 {
+        self.resources.keys().filter(|r| r.request_kind().is_some()).fold(0, |b, r| b | r.cap())
+    }
+
+    /// Whether `r` is supported and enabled for the whole host.
+    pub fn enabled(&self, r: Resource) -> bool {
+        self.resources.contains_key(&r) && self.host_disabled & r.cap() == 0
+    }
+
+    fn on_for(&self, vm: &Vm, r: Resource) -> bool {
+        self.enabled(r) && vm.settings.enabled(r)
+    }
+
+    /// Capability bits in effect for `vm` (supported, enabled globally and for the VM).
+    fn on_bits(&self, vm: &Vm) -> u64 {
+        self.resources.keys().filter(|r| self.on_for(vm, **r)).fold(0, |b, r| b | r.cap())
     }
 
     pub fn vm(&self, id: VmId) -> Option<&Vm> {
@@ -311,41 +138,49 @@ impl Coordinator {
     }
 
     pub fn default_settings(&self) -> VmSettings {
-        VmSettings { enabled: true, priority: self.policy.default_priority }
+        VmSettings { disabled: 0, priority: self.policy.default_priority }
     }
 
-    /// A VM's channel is connected. Nothing is sent until the guest speaks.
-    pub fn vm_connected(&mut self, id: VmId, name: &str, settings: VmSettings, now: u64) {
+    /// A VM is known (its channel connected, or its QEMU process found). Nothing is sent until
+    /// its guest speaks.
+    pub fn vm_found(&mut self, id: VmId, name: &str, settings: VmSettings, now: u64) {
+        let slots = self.limits.iter().map(|(r, l)| (*r, Slot::new(l, now))).collect();
         let p = &self.policy;
-        self.vms.insert(
-            id,
-            Vm {
-                name: name.to_string(),
-                settings,
-                registered: None,
-                wants_boost: false,
-                level: Level::Normal,
-                vcpus: 1,
-                counters: Counters::default(),
-                told_disabled: false,
-                boosted: OnTime::new(p.budget_window_ms * NS_PER_MS),
-                rt: OnTime::new(p.rt_guard_window_ms.max(1) * NS_PER_MS),
-                cooldown_until_ns: 0,
-                frames: Bucket::new(p.frame_rate, p.frame_burst, now),
-                malformed: Bucket::new(p.malformed_rate, p.malformed_rate, now),
-            },
-        );
+        let vm = Vm {
+            name: name.to_string(),
+            settings,
+            registered: None,
+            vcpus: 1,
+            counters: VmCounters::default(),
+            slots,
+            told_disabled: 0,
+            frames: Bucket::new(p.frame_rate, p.frame_burst, now),
+            malformed: Bucket::new(p.malformed_rate, p.malformed_rate, now),
+        };
+        self.vms.insert(id, vm);
     }
 
-    /// The VM's channel closed or its process exited: deboost and forget it.
+    /// The VM's process exited or its channel closed for good: deboost and forget it.
     pub fn vm_gone(&mut self, id: VmId, now: u64, out: &mut Vec<Action>) {
-        if let Some(mut vm) = self.vms.remove(&id) {
-            end_boost(id, &mut vm, now, out);
+        let resources: Vec<Resource> = self.resources.keys().copied().collect();
+        for r in resources {
+            self.end_boost(id, r, now, out);
+        }
+        if self.vms.remove(&id).is_some() {
+            for p in self.resources.values_mut() {
+                p.vm_gone(id);
+            }
         }
     }
 
-    fn effectively_enabled(&self, vm: &Vm) -> bool {
-        self.cpu_enabled && vm.settings.enabled
+    /// The VM's vCPU count changed (its thread list was re-read).
+    pub fn set_vm_vcpus(&mut self, id: VmId, vcpus: u32) {
+        let Some(vm) = self.vms.get_mut(&id) else { return };
+        vm.vcpus = vcpus.max(1);
+        let facts = VmFacts { vcpus: vm.vcpus };
+        for p in self.resources.values_mut() {
+            p.vm_changed(id, facts);
+        }
     }
 
     /// A well-formed frame from VM `id`.
@@ -354,88 +189,223 @@ impl Coordinator {
             // Host-to-guest kinds coming from a guest are a protocol violation.
             return self.malformed(id, Some(f.seq), 0, now, out);
         }
-        let enabled = match self.vms.get(&id) {
-            Some(vm) => self.effectively_enabled(vm),
-            None => return,
-        };
-        let others_boosted = self.boosted_vcpus(id);
-        let capacity = self.boost_capacity();
-        let policy = &self.policy;
-        let supported = self.supported_caps;
-        let vm = self.vms.get_mut(&id).expect("checked above");
+        let Some(vm) = self.vms.get_mut(&id) else { return };
         vm.counters.frames += 1;
-        let reply = |vm: &mut Vm, out: &mut Vec<Action>, r: Result<u64, DenyReason>| {
-            let frame = match r {
-                Ok(v) => Frame::ack(f.seq, v),
-                Err(reason) => {
-                    *vm.counters.denied.entry(reason.name()).or_default() += 1;
-                    Frame::deny(f.seq, reason)
+        match f.kind {
+            Kind::Register => self.register(id, f, now, out),
+            Kind::Deregister => {
+                self.end_agent_boosts(id, now, out);
+                let vm = self.vms.get_mut(&id).expect("checked above");
+                vm.registered = None;
+                vm.told_disabled = 0;
+                out.push(Action::Send { vm: id, frame: Frame::ack(f.seq, 0) });
+            }
+            kind => {
+                let r = Resource::of_kind(kind).expect("every other guest kind asks for a resource");
+                let granted = vm.registered;
+                let deny = |vm: &mut Vm, reason: DenyReason, out: &mut Vec<Action>| {
+                    if let Some(s) = vm.slots.get_mut(&r) {
+                        *s.counters.denied.entry(reason.name()).or_default() += 1;
+                    } else {
+                        *vm.counters.denied.entry(reason.name()).or_default() += 1;
+                    }
+                    out.push(Action::Send { vm: id, frame: Frame::deny_for(f.seq, r, reason) });
+                };
+                match granted {
+                    None => deny(vm, DenyReason::NotRegistered, out),
+                    Some(g) if g & r.cap() == 0 || !vm.slots.contains_key(&r) => {
+                        deny(vm, DenyReason::Unsupported, out)
+                    }
+                    Some(_) => {
+                        let _ = self.request(id, r, f.value, now, Some(f.seq), out);
+                    }
                 }
+            }
+        }
+    }
+
+    /// `REGISTER`: grants the resources asked for that the host supports. Those the operator
+    /// turned off are granted too but not acknowledged: the agent is told `ENABLE` when they
+    /// come back on. A registration with nothing on is refused with `DENY(disabled)`.
+    fn register(&mut self, id: VmId, f: Frame, now: u64, out: &mut Vec<Action>) {
+        let vm = self.vms.get_mut(&id).expect("caller checked");
+        if !vm.frames.take(now) {
+            *vm.counters.denied.entry(DenyReason::RateLimited.name()).or_default() += 1;
+            out.push(Action::Send { vm: id, frame: Frame::deny(f.seq, DenyReason::RateLimited) });
+            return;
+        }
+        // A (re-)registering agent starts from scratch: nothing is boosted on its side.
+        self.end_agent_boosts(id, now, out);
+        let granted = f.value & self.grantable();
+        let vm = &self.vms[&id];
+        let on = self.on_bits(vm) & granted;
+        let vm = self.vms.get_mut(&id).expect("caller checked");
+        vm.registered = None; // a refused registration replaces the previous one too
+        let reply = if granted == 0 {
+            vm.told_disabled = 0;
+            Err(DenyReason::Unsupported)
+        } else if on == 0 {
+            vm.told_disabled = granted;
+            Err(DenyReason::Disabled)
+        } else {
+            vm.registered = Some(granted);
+            vm.told_disabled = granted & !on;
+            Ok(on)
+        };
+        let frame = match reply {
+            Ok(on) => Frame::ack(f.seq, on),
+            Err(reason) => {
+                *vm.counters.denied.entry(reason.name()).or_default() += 1;
+                Frame::deny(f.seq, reason)
+            }
+        };
+        out.push(Action::Send { vm: id, frame });
+    }
+
+    /// A host-originated request (event boosting: no frame, no agent needed): the value granted
+    /// or why not, with the same switches, rate limit and budgets as a guest's request.
+    pub fn host_request(
+        &mut self,
+        id: VmId,
+        r: Resource,
+        value: u64,
+        now: u64,
+        out: &mut Vec<Action>,
+    ) -> Result<u64, DenyReason> {
+        if !self.vms.get(&id).is_some_and(|vm| vm.slots.contains_key(&r)) {
+            return Err(DenyReason::Unsupported);
+        }
+        self.request(id, r, value, now, None, out)
+    }
+
+    /// The path every request for a resource takes; `seq` is the guest frame's, if any (then
+    /// the reply is sent).
+    fn request(
+        &mut self,
+        id: VmId,
+        r: Resource,
+        value: u64,
+        now: u64,
+        seq: Option<u32>,
+        out: &mut Vec<Action>,
+    ) -> Result<u64, DenyReason> {
+        let result = self.decide(id, r, value, now, out);
+        let vm = self.vms.get_mut(&id).expect("caller checked");
+        let slot = vm.slots.get_mut(&r).expect("caller checked");
+        if let Err(reason) = result {
+            *slot.counters.denied.entry(reason.name()).or_default() += 1;
+        }
+        if let Some(seq) = seq {
+            let frame = match result {
+                Ok(v) => Frame::ack(seq, v),
+                Err(reason) => Frame::deny_for(seq, r, reason),
             };
             out.push(Action::Send { vm: id, frame });
-        };
-        let lowers_privilege = matches!((f.kind, f.value), (Kind::Cpu, 0) | (Kind::Io, 0) | (Kind::Deregister, _));
-        if !vm.frames.take(now) && !lowers_privilege {
-            return reply(vm, out, Err(DenyReason::RateLimited));
         }
-        match f.kind {
-            Kind::Register => {
-                // A (re-)registering agent starts from scratch: nothing is boosted on its side.
-                end_boost(id, vm, now, out);
-                vm.wants_boost = false;
-                let granted = f.value & supported;
-                vm.registered = None; // a refused registration replaces the previous one too
-                if granted == 0 {
-                    reply(vm, out, Err(DenyReason::Unsupported))
-                } else if !enabled {
-                    vm.told_disabled = true;
-                    reply(vm, out, Err(DenyReason::Disabled))
-                } else {
-                    vm.registered = Some(granted);
-                    reply(vm, out, Ok(granted))
-                }
+        result
+    }
+
+    fn decide(&mut self, id: VmId, r: Resource, value: u64, now: u64, out: &mut Vec<Action>) -> Result<u64, DenyReason> {
+        let vm = &self.vms[&id];
+        let on = self.on_for(vm, r);
+        let limits = self.limits[&r];
+        let vm = self.vms.get_mut(&id).expect("caller checked");
+        let facts = VmFacts { vcpus: vm.vcpus };
+        let priority = vm.settings.priority;
+        let slot = vm.slots.get_mut(&r).expect("caller checked");
+        slot.counters.requests += 1;
+        // A request that lowers a privilege is never refused.
+        if !slot.requests.take(now) && value != 0 {
+            return Err(DenyReason::RateLimited);
+        }
+        if value == 0 {
+            slot.wants = 0;
+            self.end_boost(id, r, now, out);
+            return Ok(0);
+        }
+        if !on {
+            return Err(DenyReason::Disabled);
+        }
+        if slot.in_cooldown(now) || limits.share_limit_ns().is_some_and(|limit| slot.boosted.used(now) >= limit) {
+            return Err(DenyReason::Budget);
+        }
+        if slot.level.is_boosted() && slot.granted == value {
+            slot.wants = value;
+            return Ok(value);
+        }
+        let policy = self.resources.get_mut(&r).expect("slot exists");
+        let granted = policy.admit(id, facts, value, now)?;
+        slot.wants = value;
+        if slot.level.is_boosted() {
+            // A new value while boosted (a memory-bandwidth share that changes).
+            slot.granted = granted;
+            out.push(Action::Apply { vm: id, resource: r, level: slot.level, value: granted, priority });
+            return Ok(granted);
+        }
+        slot.boosted.start(now);
+        slot.counters.boosts += 1;
+        slot.granted = granted;
+        slot.level = policy.started(id, facts, now, &mut slot.counters);
+        out.push(Action::Apply { vm: id, resource: r, level: slot.level, value: granted, priority });
+        self.reschedule(id, r, now);
+        Ok(granted)
+    }
+
+    /// Ends the boosts the VM's agent asked for (its registration is over).
+    fn end_agent_boosts(&mut self, id: VmId, now: u64, out: &mut Vec<Action>) {
+        let guest: Vec<Resource> = self.resources.keys().filter(|r| r.request_kind().is_some()).copied().collect();
+        for r in guest {
+            if let Some(s) = self.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(&r)) {
+                s.wants = 0;
             }
-            Kind::Deregister => {
-                end_boost(id, vm, now, out);
-                vm.wants_boost = false;
-                vm.registered = None;
-                reply(vm, out, Ok(0))
-            }
-            Kind::Cpu => {
-                let Some(granted) = vm.registered else {
-                    return reply(vm, out, Err(DenyReason::NotRegistered));
-                };
-                if granted & caps::CPU == 0 {
-                    return reply(vm, out, Err(DenyReason::Unsupported));
-                }
-                if f.value == 0 {
-                    vm.wants_boost = false;
-                    end_boost(id, vm, now, out);
-                    return reply(vm, out, Ok(0));
-                }
-                if !enabled {
-                    return reply(vm, out, Err(DenyReason::Disabled));
-                }
-                if budget_refuses(policy, vm, now) {
-                    return reply(vm, out, Err(DenyReason::Budget));
-                }
-                if !vm.level.is_boosted() && others_boosted + vm.vcpus > capacity {
-                    vm.counters.reserve_denied += 1;
-                    return reply(vm, out, Err(DenyReason::Budget));
-                }
-                vm.wants_boost = true;
-                if !vm.level.is_boosted() {
-                    start_boost(policy, id, vm, now, out);
-                }
-                reply(vm, out, Ok(0))
-            }
-            // This host grants CPU coordination only (see `supported_caps`), so an I/O or
-            // memory-bandwidth request can only come from a guest that ignored its ACK.
-            Kind::Io | Kind::Membw => match vm.registered {
-                None => reply(vm, out, Err(DenyReason::NotRegistered)),
-                Some(_) => reply(vm, out, Err(DenyReason::Unsupported)),
-            },
-            Kind::Ack | Kind::Deny | Kind::Disable | Kind::Enable => unreachable!("checked above"),
+            self.end_boost(id, r, now, out);
+        }
+    }
+
+    fn end_boost(&mut self, id: VmId, r: Resource, now: u64, out: &mut Vec<Action>) {
+        let Some(vm) = self.vms.get_mut(&id) else { return };
+        let priority = vm.settings.priority;
+        let Some(slot) = vm.slots.get_mut(&r) else { return };
+        if !slot.level.is_boosted() {
+            return;
+        }
+        slot.counters.boosted_ns += slot.boosted.stop(now);
+        slot.counters.deboosts += 1;
+        slot.level = Level::Normal;
+        slot.granted = 0;
+        if let Some(d) = slot.deadline.take() {
+            self.deadlines.remove(&(d, id, r));
+        }
+        if let Some(p) = self.resources.get_mut(&r) {
+            p.stopped(id, now);
+        }
+        out.push(Action::Apply { vm: id, resource: r, level: Level::Normal, value: 0, priority });
+    }
+
+    /// Recomputes when a boosted slot next needs a tick: a budget running out, or the
+    /// resource's own deadline.
+    fn reschedule(&mut self, id: VmId, r: Resource, now: u64) {
+        let limits = self.limits[&r];
+        let Some(slot) = self.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(&r)) else { return };
+        if let Some(d) = slot.deadline.take() {
+            self.deadlines.remove(&(d, id, r));
+        }
+        let Some(since) = slot.boosted.on_since() else { return };
+        let mut next: Option<u64> = None;
+        let mut consider = |t: u64| next = Some(next.map_or(t, |n| n.min(t)));
+        if limits.max_continuous_ns > 0 {
+            consider(since + limits.max_continuous_ns);
+        }
+        if let Some(limit) = limits.share_limit_ns() {
+            // Old boosts leave the window as time passes, so this is the earliest it can run out.
+            consider(now + limit.saturating_sub(slot.boosted.used(now)));
+        }
+        if let Some(d) = self.resources.get_mut(&r).and_then(|p| p.next_deadline(id, slot.level, now)) {
+            consider(d);
+        }
+        if let Some(d) = next {
+            slot.deadline = Some(d);
+            self.deadlines.insert((d, id, r));
         }
     }
 
@@ -448,156 +418,136 @@ impl Coordinator {
         *vm.counters.denied.entry(DenyReason::Malformed.name()).or_default() += 1;
         out.push(Action::Send { vm: id, frame: Frame::deny(seq.unwrap_or(0), DenyReason::Malformed) });
         if !vm.malformed.take(now) && vm.registered.is_some() {
-            end_boost(id, vm, now, out);
-            vm.wants_boost = false;
             vm.registered = None;
             vm.counters.malformed_deregistrations += 1;
+            self.end_agent_boosts(id, now, out);
         }
     }
 
     /// Earliest time at which [`Coordinator::tick`] has something to do.
-    pub fn next_deadline(&mut self, now: u64) -> Option<u64> {
-        let p = &self.policy;
-        let mut next: Option<u64> = None;
-        let mut consider = |t: u64| next = Some(next.map_or(t, |n| n.min(t)));
-        for vm in self.vms.values_mut() {
-            let Some(since) = vm.boosted.on_since() else { continue };
-            if p.max_continuous_boost_ms > 0 {
-                consider(since + p.max_continuous_boost_ms * NS_PER_MS);
-            }
-            if let Some(limit) = p.share_limit_ns() {
-                let used = vm.boosted.used(now);
-                // Old boosts leave the window as time passes, so this is the earliest it can run out.
-                consider(now + limit.saturating_sub(used));
-            }
-            if let Some((max, resume)) = p.rt_guard() {
-                let used = vm.rt.used(now);
-                match vm.level {
-                    Level::Boosted => consider(now + max.saturating_sub(used)),
-                    // The share falls by at most 1 ns per ns, so this is the earliest resume time.
-                    Level::Guarded => consider(now + used.saturating_sub(resume)),
-                    Level::Normal => {}
-                }
-            }
-        }
-        next
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.deadlines.first().map(|d| d.0)
     }
 
-    /// Enforces budgets and the real-time guard at `now`.
+    /// Enforces budgets and the resources' own rules for every slot whose deadline has come.
     pub fn tick(&mut self, now: u64, out: &mut Vec<Action>) {
-        let p = &self.policy;
-        for (&id, vm) in self.vms.iter_mut() {
-            if !vm.level.is_boosted() {
-                continue;
+        while let Some(&(when, id, r)) = self.deadlines.first() {
+            if when > now {
+                break;
             }
-            let over_continuous =
-                p.max_continuous_boost_ms > 0 && vm.boosted_for_ns(now) >= p.max_continuous_boost_ms * NS_PER_MS;
-            let over_share = p.share_limit_ns().is_some_and(|limit| vm.boosted.used(now) >= limit);
-            if over_continuous || over_share {
-                end_boost(id, vm, now, out);
-                vm.wants_boost = false;
-                vm.cooldown_until_ns = now + p.budget_cooldown_ms * NS_PER_MS;
-                vm.counters.budget_exhausted += 1;
-                *vm.counters.denied.entry(DenyReason::Budget.name()).or_default() += 1;
-                out.push(Action::Send { vm: id, frame: Frame::deny(0, DenyReason::Budget) });
-                continue;
+            self.deadlines.pop_first();
+            if let Some(slot) = self.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(&r)) {
+                slot.deadline = None;
             }
-            guard(p, id, vm, now, out);
+            self.tick_slot(id, r, now, out);
         }
     }
 
-    /// Operator: CPU coordination on or off for the whole host.
-    pub fn set_cpu_enabled(&mut self, enabled: bool, now: u64, out: &mut Vec<Action>) {
-        self.cpu_enabled = enabled;
+    fn tick_slot(&mut self, id: VmId, r: Resource, now: u64, out: &mut Vec<Action>) {
+        let limits = self.limits[&r];
+        let Some(vm) = self.vms.get_mut(&id) else { return };
+        let priority = vm.settings.priority;
+        let agent = vm.registered.is_some_and(|g| g & r.cap() != 0);
+        let Some(slot) = vm.slots.get_mut(&r) else { return };
+        if !slot.level.is_boosted() {
+            return;
+        }
+        let over_continuous = limits.max_continuous_ns > 0 && slot.boosted_for_ns(now) >= limits.max_continuous_ns;
+        let over_share = limits.share_limit_ns().is_some_and(|limit| slot.boosted.used(now) >= limit);
+        if over_continuous || over_share {
+            slot.wants = 0;
+            slot.cooldown_until_ns = now + limits.cooldown_ns;
+            slot.counters.budget_exhausted += 1;
+            *slot.counters.denied.entry(DenyReason::Budget.name()).or_default() += 1;
+            self.end_boost(id, r, now, out);
+            if agent && r.request_kind().is_some() {
+                out.push(Action::Send { vm: id, frame: Frame::deny_for(0, r, DenyReason::Budget) });
+            }
+            return;
+        }
+        let policy = self.resources.get_mut(&r).expect("slot exists");
+        if let Some(level) = policy.tick(id, slot.level, now, &mut slot.counters) {
+            slot.level = level;
+            let value = slot.granted;
+            out.push(Action::Apply { vm: id, resource: r, level, value, priority });
+        }
+        self.reschedule(id, r, now);
+    }
+
+    /// Operator: `resource` (every supported one if `None`) on or off for the whole host.
+    pub fn set_enabled(&mut self, resource: Option<Resource>, enabled: bool, now: u64, out: &mut Vec<Action>) {
+        let bits = resource.map_or(!0, Resource::cap);
+        if enabled {
+            self.host_disabled &= !bits;
+        } else {
+            self.host_disabled |= bits;
+        }
         let ids: Vec<VmId> = self.vms.keys().copied().collect();
         for id in ids {
             self.apply_enabled(id, now, out);
         }
     }
 
-    /// Operator: CPU coordination on or off for one VM. Returns false if there is no such VM.
-    pub fn set_vm_enabled(&mut self, id: VmId, enabled: bool, now: u64, out: &mut Vec<Action>) -> bool {
+    /// Operator: `resource` (every one if `None`) on or off for one VM. False if there is no
+    /// such VM.
+    pub fn set_vm_enabled(
+        &mut self,
+        id: VmId,
+        resource: Option<Resource>,
+        enabled: bool,
+        now: u64,
+        out: &mut Vec<Action>,
+    ) -> bool {
         let Some(vm) = self.vms.get_mut(&id) else { return false };
-        vm.settings.enabled = enabled;
+        let bits = resource.map_or(!0, Resource::cap);
+        if enabled {
+            vm.settings.disabled &= !bits;
+        } else {
+            vm.settings.disabled |= bits;
+        }
         self.apply_enabled(id, now, out);
         true
     }
 
+    /// Deboosts what is off, and tells the agent what changed for it.
     fn apply_enabled(&mut self, id: VmId, now: u64, out: &mut Vec<Action>) {
-        let on = self.vms.get(&id).is_some_and(|vm| self.effectively_enabled(vm));
+        let vm = &self.vms[&id];
+        let on = self.on_bits(vm);
+        let off: Vec<Resource> = self.resources.keys().filter(|r| on & r.cap() == 0).copied().collect();
+        for r in off {
+            if let Some(s) = self.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(&r)) {
+                s.wants = 0;
+            }
+            self.end_boost(id, r, now, out);
+        }
         let vm = self.vms.get_mut(&id).expect("caller checked");
-        if on && vm.told_disabled {
-            vm.told_disabled = false;
-            out.push(Action::Send { vm: id, frame: Frame::enable(caps::CPU) });
-        } else if !on && vm.registered.is_some() && !vm.told_disabled {
-            end_boost(id, vm, now, out);
-            vm.wants_boost = false;
-            vm.told_disabled = true;
-            out.push(Action::Send { vm: id, frame: Frame::disable(caps::CPU) });
+        let back_on = vm.told_disabled & on;
+        if back_on != 0 {
+            vm.told_disabled &= !back_on;
+            out.push(Action::Send { vm: id, frame: Frame::enable(back_on) });
+        }
+        let newly_off = vm.registered.unwrap_or(0) & !on & !vm.told_disabled;
+        if newly_off != 0 {
+            vm.told_disabled |= newly_off;
+            out.push(Action::Send { vm: id, frame: Frame::disable(newly_off) });
         }
     }
 
     /// Operator: a VM's real-time priority among coordinated guests (1..=98).
     pub fn set_vm_priority(&mut self, id: VmId, priority: u8, out: &mut Vec<Action>) -> Result<(), String> {
-        if !(1..=98).contains(&priority) {
-            return Err(format!("priority {priority} out of range 1..=98"));
-        }
+        check_priority("priority", priority)?;
         let vm = self.vms.get_mut(&id).ok_or("no such VM")?;
         vm.settings.priority = priority;
-        if vm.level.is_boosted() {
-            out.push(Action::SetCpu { vm: id, level: vm.level, priority });
+        for (r, s) in &vm.slots {
+            if s.level.is_boosted() {
+                out.push(Action::Apply { vm: id, resource: *r, level: s.level, value: s.granted, priority });
+            }
         }
         Ok(())
     }
 }
 
-fn budget_refuses(p: &Policy, vm: &mut Vm, now: u64) -> bool {
-    vm.in_cooldown(now) || p.share_limit_ns().is_some_and(|limit| vm.boosted.used(now) >= limit)
-}
-
-fn start_boost(p: &Policy, id: VmId, vm: &mut Vm, now: u64, out: &mut Vec<Action>) {
-    vm.boosted.start(now);
-    vm.counters.boosts += 1;
-    let rt_full = p.rt_guard().is_some_and(|(max, _)| vm.rt.used(now) >= max);
-    vm.level = if rt_full {
-        Level::Guarded
-    } else {
-        vm.rt.start(now);
-        Level::Boosted
-    };
-    out.push(Action::SetCpu { vm: id, level: vm.level, priority: vm.settings.priority });
-}
-
-fn end_boost(id: VmId, vm: &mut Vm, now: u64, out: &mut Vec<Action>) {
-    if !vm.level.is_boosted() {
-        return;
-    }
-    vm.counters.boosted_ns += vm.boosted.stop(now);
-    vm.rt.stop(now);
-    vm.counters.deboosts += 1;
-    vm.level = Level::Normal;
-    out.push(Action::SetCpu { vm: id, level: Level::Normal, priority: vm.settings.priority });
-}
-
-/// The real-time guard: see the crate documentation.
-fn guard(p: &Policy, id: VmId, vm: &mut Vm, now: u64, out: &mut Vec<Action>) {
-    let Some((max, resume)) = p.rt_guard() else { return };
-    let used = vm.rt.used(now);
-    let next = match vm.level {
-        Level::Boosted if used >= max => {
-            vm.rt.stop(now);
-            vm.counters.guard_demotions += 1;
-            Level::Guarded
-        }
-        Level::Guarded if used <= resume => {
-            vm.rt.start(now);
-            Level::Boosted
-        }
-        _ => return,
-    };
-    vm.level = next;
-    out.push(Action::SetCpu { vm: id, level: next, priority: vm.settings.priority });
-}
-
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_resources;

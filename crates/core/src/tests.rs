@@ -1,7 +1,9 @@
 //! Coordinator tests with a fake clock: time is a plain number of ns.
 
 use super::*;
-use cosched_proto::{caps, DenyReason, Frame};
+use cosched_proto::{caps, DenyReason, Frame, Resource};
+
+const CPU: Resource = Resource::Cpu;
 
 const MS: u64 = NS_PER_MS;
 const VM: VmId = VmId(1);
@@ -16,9 +18,9 @@ struct Sim {
 
 impl Sim {
     fn new(policy: Policy) -> Sim {
-        let mut c = Coordinator::new(policy, 64);
+        let mut c = Coordinator::with_cpu(policy, 64);
         let s = c.default_settings();
-        c.vm_connected(VM, "vm1", s, 0);
+        c.vm_found(VM, "vm1", s, 0);
         Sim { c, now: 0, seq: 0, log: Vec::new() }
     }
 
@@ -53,7 +55,7 @@ impl Sim {
     /// Advances the clock to `to`, running every tick the coordinator asks for on the way.
     fn advance(&mut self, to: u64) -> Vec<Action> {
         let mut out = Vec::new();
-        while let Some(d) = self.c.next_deadline(self.now) {
+        while let Some(d) = self.c.next_deadline() {
             if d > to {
                 break;
             }
@@ -67,12 +69,16 @@ impl Sim {
     }
 
     fn level(&self) -> Level {
-        self.c.vm(VM).unwrap().level
+        self.c.vm(VM).unwrap().level(CPU)
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.c.vm(VM).unwrap().slots[&CPU].counters
     }
 }
 
 fn set_cpu(level: Level, priority: u8) -> Action {
-    Action::SetCpu { vm: VM, level, priority }
+    Action::Apply { vm: VM, resource: CPU, level, value: level.is_boosted() as u64, priority }
 }
 
 fn sends(actions: &[Action]) -> Vec<Frame> {
@@ -99,14 +105,15 @@ fn register_boost_deboost() {
     let mut s = Sim::new(no_budget_no_guard());
     s.register();
     let out = s.send(Kind::Cpu, 1);
-    assert_eq!(out, vec![set_cpu(Level::Boosted, 1), Action::Send { vm: VM, frame: Frame::ack(2, 0) }]);
+    assert_eq!(out, vec![set_cpu(Level::Boosted, 1), Action::Send { vm: VM, frame: Frame::ack(2, 1) }]);
     // A second CPU 1 while boosted changes nothing but is acknowledged.
-    assert_eq!(s.send(Kind::Cpu, 1), vec![Action::Send { vm: VM, frame: Frame::ack(3, 0) }]);
+    assert_eq!(s.send(Kind::Cpu, 1), vec![Action::Send { vm: VM, frame: Frame::ack(3, 1) }]);
     s.now = 7 * MS;
     let out = s.send(Kind::Cpu, 0);
     assert_eq!(out, vec![set_cpu(Level::Normal, 1), Action::Send { vm: VM, frame: Frame::ack(4, 0) }]);
     let vm = s.c.vm(VM).unwrap();
-    assert_eq!((vm.counters.boosts, vm.counters.deboosts, vm.counters.boosted_ns), (1, 1, 7 * MS));
+    let k = &vm.slots[&CPU].counters;
+    assert_eq!((k.boosts, k.deboosts, k.boosted_ns), (1, 1, 7 * MS));
     // Deboosting when not boosted: acknowledged, nothing to undo.
     assert_eq!(s.send(Kind::Cpu, 0), vec![Action::Send { vm: VM, frame: Frame::ack(5, 0) }]);
 }
@@ -114,17 +121,17 @@ fn register_boost_deboost() {
 #[test]
 fn unregistered_and_unsupported_are_denied() {
     let mut s = Sim::new(no_budget_no_guard());
-    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(1, DenyReason::NotRegistered));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny_for(1, CPU, DenyReason::NotRegistered));
     assert_eq!(s.reply(Kind::Register, caps::IO), Frame::deny(2, DenyReason::Unsupported));
     assert_eq!(s.c.vm(VM).unwrap().registered, None);
     // Offering more than the host supports grants the intersection.
     assert_eq!(s.reply(Kind::Register, caps::CPU | caps::IO | 0x40), Frame::ack(3, caps::CPU));
-    assert_eq!(s.reply(Kind::Io, 1), Frame::deny(4, DenyReason::Unsupported));
-    assert_eq!(s.reply(Kind::Membw, 100), Frame::deny(5, DenyReason::Unsupported));
+    assert_eq!(s.reply(Kind::Io, 1), Frame::deny_for(4, Resource::Io, DenyReason::Unsupported));
+    assert_eq!(s.reply(Kind::Membw, 100), Frame::deny_for(5, Resource::Membw, DenyReason::Unsupported));
     assert_eq!(s.level(), Level::Normal);
     let vm = s.c.vm(VM).unwrap();
-    assert_eq!(vm.counters.denied.get("unsupported"), Some(&3));
-    assert_eq!(vm.counters.denied.get("not_registered"), Some(&1));
+    assert_eq!(vm.counters.denied.get("unsupported"), Some(&3), "no I/O or membw slot on this host");
+    assert_eq!(s.counters().denied.get("not_registered"), Some(&1));
 }
 
 #[test]
@@ -134,7 +141,7 @@ fn deregister_deboosts_and_forgets_registration() {
     s.send(Kind::Cpu, 1);
     let out = s.send(Kind::Deregister, 0);
     assert_eq!(out[0], set_cpu(Level::Normal, 1));
-    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(4, DenyReason::NotRegistered));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny_for(4, CPU, DenyReason::NotRegistered));
 }
 
 #[test]
@@ -150,11 +157,11 @@ fn reregistering_agent_is_deboosted() {
 fn disabled_vm_registration_is_denied_and_enable_is_announced() {
     let mut s = Sim::new(no_budget_no_guard());
     let mut out = Vec::new();
-    assert!(s.c.set_vm_enabled(VM, false, 0, &mut out));
+    assert!(s.c.set_vm_enabled(VM, None, false, 0, &mut out));
     assert!(out.is_empty(), "an unregistered VM is not told anything: {out:?}");
     assert_eq!(s.reply(Kind::Register, caps::CPU), Frame::deny(1, DenyReason::Disabled));
-    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(2, DenyReason::NotRegistered));
-    s.c.set_vm_enabled(VM, true, 0, &mut out);
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny_for(2, CPU, DenyReason::NotRegistered));
+    s.c.set_vm_enabled(VM, None, true, 0, &mut out);
     assert_eq!(out, vec![Action::Send { vm: VM, frame: Frame::enable(caps::CPU) }]);
     s.register();
 }
@@ -167,33 +174,33 @@ fn disabling_at_run_time_deboosts_and_tells_disable() {
         s.send(Kind::Cpu, 1);
         let mut out = Vec::new();
         if global {
-            s.c.set_cpu_enabled(false, 0, &mut out);
+            s.c.set_enabled(Some(CPU), false, 0, &mut out);
         } else {
-            s.c.set_vm_enabled(VM, false, 0, &mut out);
+            s.c.set_vm_enabled(VM, None, false, 0, &mut out);
         }
         assert_eq!(
             out,
             vec![set_cpu(Level::Normal, 1), Action::Send { vm: VM, frame: Frame::disable(caps::CPU) }],
             "global={global}"
         );
-        assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(3, DenyReason::Disabled));
+        assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny_for(3, CPU, DenyReason::Disabled));
         assert_eq!(s.level(), Level::Normal);
         assert!(s.c.vm(VM).unwrap().registered.is_some(), "DISABLE keeps the registration");
         // Disabling twice says DISABLE once.
         out.clear();
         if global {
-            s.c.set_cpu_enabled(false, 0, &mut out);
+            s.c.set_enabled(Some(CPU), false, 0, &mut out);
         } else {
-            s.c.set_vm_enabled(VM, false, 0, &mut out);
+            s.c.set_vm_enabled(VM, None, false, 0, &mut out);
         }
         assert!(out.is_empty());
         if global {
-            s.c.set_cpu_enabled(true, 0, &mut out);
+            s.c.set_enabled(Some(CPU), true, 0, &mut out);
         } else {
-            s.c.set_vm_enabled(VM, true, 0, &mut out);
+            s.c.set_vm_enabled(VM, None, true, 0, &mut out);
         }
         assert_eq!(out, vec![Action::Send { vm: VM, frame: Frame::enable(caps::CPU) }]);
-        assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(4, 0));
+        assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(4, 1));
     }
 }
 
@@ -202,12 +209,12 @@ fn global_and_vm_switches_combine() {
     let mut s = Sim::new(no_budget_no_guard());
     s.register();
     let mut out = Vec::new();
-    s.c.set_vm_enabled(VM, false, 0, &mut out);
-    s.c.set_cpu_enabled(false, 0, &mut out);
+    s.c.set_vm_enabled(VM, None, false, 0, &mut out);
+    s.c.set_enabled(Some(CPU), false, 0, &mut out);
     out.clear();
-    s.c.set_cpu_enabled(true, 0, &mut out);
+    s.c.set_enabled(Some(CPU), true, 0, &mut out);
     assert!(out.is_empty(), "still disabled per VM: no ENABLE yet");
-    s.c.set_vm_enabled(VM, true, 0, &mut out);
+    s.c.set_vm_enabled(VM, None, true, 0, &mut out);
     assert_eq!(sends(&out), vec![Frame::enable(caps::CPU)]);
 }
 
@@ -216,19 +223,19 @@ fn continuous_boost_budget_deboosts_denies_and_cools_down() {
     let mut s = Sim::new(Policy { max_continuous_boost_ms: 200, budget_cooldown_ms: 100, ..no_budget_no_guard() });
     s.register();
     s.send(Kind::Cpu, 1);
-    assert_eq!(s.c.next_deadline(0), Some(200 * MS));
+    assert_eq!(s.c.next_deadline(), Some(200 * MS));
     assert!(s.advance(199 * MS).is_empty());
     let out = s.advance(200 * MS);
     assert_eq!(
         out,
-        vec![set_cpu(Level::Normal, 1), Action::Send { vm: VM, frame: Frame::deny(0, DenyReason::Budget) }]
+        vec![set_cpu(Level::Normal, 1), Action::Send { vm: VM, frame: Frame::deny_for(0, CPU, DenyReason::Budget) }]
     );
-    assert_eq!(s.c.vm(VM).unwrap().counters.budget_exhausted, 1);
+    assert_eq!(s.counters().budget_exhausted, 1);
     s.now = 299 * MS;
-    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(3, DenyReason::Budget));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny_for(3, CPU, DenyReason::Budget));
     assert_eq!(s.level(), Level::Normal);
     s.now = 300 * MS;
-    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(4, 0));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(4, 1));
     assert_eq!(s.level(), Level::Boosted);
 }
 
@@ -248,7 +255,7 @@ fn share_budget_counts_boosted_time_in_the_window() {
         s.now = i * 200 * MS;
         s.send(Kind::Cpu, 1);
         let out = s.advance(i * 200 * MS + 100 * MS);
-        if sends(&out).contains(&Frame::deny(0, DenyReason::Budget)) {
+        if sends(&out).contains(&Frame::deny_for(0, CPU, DenyReason::Budget)) {
             denied_at = Some(s.now);
             break;
         }
@@ -257,10 +264,10 @@ fn share_budget_counts_boosted_time_in_the_window() {
     assert_eq!(denied_at, Some(500 * MS), "300 ms used by t=500 ms");
     s.now = 600 * MS;
     let seq = s.seq + 1;
-    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(seq, DenyReason::Budget), "window still full");
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny_for(seq, CPU, DenyReason::Budget), "window still full");
     // At t=1100 ms the first boost (0-100 ms) has left the window.
     s.now = 1100 * MS;
-    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(seq + 1, 0));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(seq + 1, 1));
 }
 
 #[test]
@@ -291,7 +298,7 @@ fn rt_guard_keeps_real_time_share_below_the_kernel_throttle() {
     let total = rt_ms.iter().filter(|b| **b).count();
     assert!(total >= 4300, "real-time share too low: {total} ms of 5000");
     assert!(switches <= 5 * 2 * 10, "{switches} level changes in 5 s");
-    assert!(s.c.vm(VM).unwrap().counters.guard_demotions >= 4);
+    assert!(s.counters().events["guard_demotions"] >= 4);
     // Guarded means: vCPUs at the guard class, reported as a SetCpu.
     assert!(s.log.contains(&set_cpu(Level::Guarded, 1)));
 }
@@ -316,60 +323,66 @@ impl Policy {
     }
 }
 
+fn capacity(c: &Coordinator) -> u64 {
+    c.figures(CPU).into_iter().find(|f| f.0 == "boost_capacity_vcpus").unwrap().1
+}
+
 #[test]
 fn host_reserve_limits_boosted_vcpus_across_vms() {
     // 4 host CPUs, 1 kept for the host: 3 vCPUs may be boosted at once.
-    let mut c = Coordinator::new(no_budget_no_guard(), 4);
-    assert_eq!(c.boost_capacity(), 3);
+    let mut c = Coordinator::with_cpu(no_budget_no_guard(), 4);
+    assert_eq!(capacity(&c), 3);
     let (a, b) = (VmId(1), VmId(2));
     let mut out = Vec::new();
     for (id, vcpus) in [(a, 2), (b, 2)] {
-        c.vm_connected(id, "x", c.default_settings(), 0);
+        c.vm_found(id, "x", c.default_settings(), 0);
         c.set_vm_vcpus(id, vcpus);
         c.frame(id, Frame::register(1, caps::CPU), 0, &mut out);
     }
     out.clear();
     c.frame(a, Frame::cpu(2, true), 0, &mut out);
-    assert_eq!(c.vm(a).unwrap().level, Level::Boosted);
+    assert_eq!(c.vm(a).unwrap().level(CPU), Level::Boosted);
     c.frame(b, Frame::cpu(2, true), 0, &mut out);
-    assert_eq!(sends(&out).last(), Some(&Frame::deny(2, DenyReason::Budget)), "2 + 2 > 3");
-    assert_eq!(c.vm(b).unwrap().counters.reserve_denied, 1);
+    assert_eq!(sends(&out).last(), Some(&Frame::deny_for(2, CPU, DenyReason::HostReserve)), "2 + 2 > 3");
+    assert_eq!(c.vm(b).unwrap().slots[&CPU].counters.denied["host_reserve"], 1);
+    assert_eq!(c.figures(CPU), vec![("boost_capacity_vcpus", 3), ("boosted_vcpus", 2)]);
     // Once A deboosts, B fits.
     c.frame(a, Frame::cpu(3, false), 0, &mut out);
     c.frame(b, Frame::cpu(3, true), 0, &mut out);
-    assert_eq!(sends(&out).last(), Some(&Frame::ack(3, 0)));
+    assert_eq!(sends(&out).last(), Some(&Frame::ack(3, 1)));
     // An explicit cap replaces the reserve.
-    let mut capped = Coordinator::new(Policy { max_boosted_vcpus: 10, ..no_budget_no_guard() }, 4);
-    assert_eq!(capped.boost_capacity(), 10);
-    capped.vm_connected(a, "x", capped.default_settings(), 0);
+    let mut capped = Coordinator::with_cpu(Policy { max_boosted_vcpus: 10, ..no_budget_no_guard() }, 4);
+    assert_eq!(capacity(&capped), 10);
+    capped.vm_found(a, "x", capped.default_settings(), 0);
     capped.set_vm_vcpus(a, 8);
     capped.frame(a, Frame::register(1, caps::CPU), 0, &mut out);
     capped.frame(a, Frame::cpu(2, true), 0, &mut out);
-    assert_eq!(capped.vm(a).unwrap().level, Level::Boosted);
+    assert_eq!(capped.vm(a).unwrap().level(CPU), Level::Boosted);
     // A VM as large as the host can never be boosted: the reserve holds.
-    let mut c = Coordinator::new(no_budget_no_guard(), 2);
-    c.vm_connected(a, "big", c.default_settings(), 0);
+    let mut c = Coordinator::with_cpu(no_budget_no_guard(), 2);
+    c.vm_found(a, "big", c.default_settings(), 0);
     c.set_vm_vcpus(a, 2);
     c.frame(a, Frame::register(1, caps::CPU), 0, &mut out);
     c.frame(a, Frame::cpu(2, true), 0, &mut out);
-    assert_eq!(sends(&out).last(), Some(&Frame::deny(2, DenyReason::Budget)));
+    assert_eq!(sends(&out).last(), Some(&Frame::deny_for(2, CPU, DenyReason::HostReserve)));
 }
 
 #[test]
 fn rate_limit_refuses_boosts_but_always_honours_deboosts() {
     let mut s = Sim::new(Policy { frame_rate: 10, frame_burst: 4, ..no_budget_no_guard() });
-    s.register(); // 1 token used
-    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(2, 0));
+    s.register(); // the registration has its own bucket: the CPU's 4 tokens are untouched
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(2, 1));
     assert_eq!(s.reply(Kind::Cpu, 0), Frame::ack(3, 0));
-    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(4, 0));
-    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(5, DenyReason::RateLimited));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(4, 1));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(5, 1));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny_for(6, CPU, DenyReason::RateLimited));
     // Out of tokens, a deboost still works.
     let out = s.send(Kind::Cpu, 0);
     assert_eq!(out[0], set_cpu(Level::Normal, 1));
-    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(7, DenyReason::RateLimited));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny_for(8, CPU, DenyReason::RateLimited));
     s.now = 100 * MS;
-    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(8, 0), "one token back after 100 ms");
-    assert_eq!(s.c.vm(VM).unwrap().counters.denied.get("rate_limited"), Some(&2));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(9, 1), "one token back after 100 ms");
+    assert_eq!(s.counters().denied.get("rate_limited"), Some(&2));
 }
 
 #[test]
@@ -389,7 +402,7 @@ fn malformed_frames_are_counted_refused_and_a_flood_deregisters() {
     let vm = s.c.vm(VM).unwrap();
     assert_eq!((vm.counters.malformed, vm.counters.garbage_bytes), (4, 71));
     assert_eq!(vm.counters.malformed_deregistrations, 1);
-    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny(3, DenyReason::NotRegistered));
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny_for(3, CPU, DenyReason::NotRegistered));
     // A guest sending host-to-guest frames is malformed too.
     assert_eq!(s.reply(Kind::Ack, 0), Frame::deny(4, DenyReason::Malformed));
 }
@@ -403,7 +416,7 @@ fn vm_gone_while_boosted_is_deboosted_and_forgotten() {
     s.c.vm_gone(VM, 5 * MS, &mut out);
     assert_eq!(out, vec![set_cpu(Level::Normal, 1)]);
     assert!(s.c.vm(VM).is_none());
-    assert_eq!(s.c.next_deadline(5 * MS), None);
+    assert_eq!(s.c.next_deadline(), None);
     // Frames for a VM that is gone are ignored.
     s.c.frame(VM, Frame::cpu(9, true), 6 * MS, &mut out);
     assert_eq!(out.len(), 1);
@@ -450,8 +463,8 @@ fn every_guest_frame_gets_exactly_one_reply() {
         match r % 10 {
             0 if r % 50 == 0 => {
                 let mut out = Vec::new();
-                s.c.set_vm_enabled(VM, r & 0x100 != 0, s.now, &mut out);
-                s.c.set_cpu_enabled(r & 0x200 != 0 || r & 0x400 != 0, s.now, &mut out);
+                s.c.set_vm_enabled(VM, None, r & 0x100 != 0, s.now, &mut out);
+                s.c.set_enabled(Some(CPU), r & 0x200 != 0 || r & 0x400 != 0, s.now, &mut out);
                 assert!(sends(&out).iter().all(|f| f.seq == 0), "unsolicited frames carry seq 0");
             }
             1 => {
@@ -471,13 +484,14 @@ fn every_guest_frame_gets_exactly_one_reply() {
             }
         }
         let vm = s.c.vm(VM).unwrap();
-        if vm.level.is_boosted() {
-            assert!(vm.registered.is_some() && vm.wants_boost, "boosted without a live request");
-            assert!(s.c.cpu_enabled() && vm.settings.enabled, "boosted while disabled");
+        if vm.level(CPU).is_boosted() {
+            assert!(vm.registered.is_some() && vm.slots[&CPU].wants == 1, "boosted without a live request");
+            assert!(s.c.enabled(CPU) && vm.settings.enabled(CPU), "boosted while disabled");
         }
     }
     let vm = s.c.vm(VM).unwrap();
-    assert!(vm.counters.boosts > 100 && vm.counters.budget_exhausted > 10, "{:?}", vm.counters);
+    let k = &vm.slots[&CPU].counters;
+    assert!(k.boosts > 100 && k.budget_exhausted > 10, "{k:?}");
 }
 
 #[test]

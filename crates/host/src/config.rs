@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use cosched_core::Policy;
+use cosched_core::{check_priority, Policy, VmSettings};
+use cosched_proto::Resource;
 use serde::{Deserialize, Serialize};
 
 use crate::actuator::BoostClass;
@@ -18,12 +19,41 @@ pub const DEFAULT_STATE_DIR: &str = "/run/cosched/state";
 pub const DEFAULT_CONTROL_SOCKET: &str = "/run/cosched/control.sock";
 
 /// Operator settings for one VM, by name (`[vm.<name>]`; the name is the socket file's name
-/// without `.sock`).
+/// without `.sock`, or QEMU's `-name`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct VmConfig {
+    /// Every resource on or off for this VM.
     pub enabled: Option<bool>,
     pub priority: Option<u8>,
+    /// One resource on or off for this VM (`[vm.<name>.resources] io = false`); wins over `enabled`.
+    pub resources: BTreeMap<String, bool>,
+}
+
+impl VmConfig {
+    /// The coordinator's settings for this VM.
+    pub fn settings(&self, default_priority: u8) -> VmSettings {
+        let mut s = VmSettings { disabled: 0, priority: self.priority.unwrap_or(default_priority) };
+        if self.enabled == Some(false) {
+            s.disabled = !0;
+        }
+        for (name, on) in &self.resources {
+            if let Some(r) = Resource::from_name(name) {
+                s.set_enabled(r, *on);
+            }
+        }
+        s
+    }
+}
+
+/// Checks that every key of a `resources` table names a resource.
+fn check_resource_names<'a>(at: &str, names: impl Iterator<Item = &'a String>) -> anyhow::Result<()> {
+    for name in names {
+        if Resource::from_name(name).is_none() {
+            bail!("{at}: unknown resource {name:?} (known: {})", Resource::ALL.map(|r| r.name()).join(", "));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,8 +71,10 @@ pub struct HostConfig {
     pub rescan_ms: u64,
     /// How often a boosted VM's thread list is re-read to boost threads that appeared.
     pub thread_refresh_ms: u64,
-    /// Coordination on at start (`cosched enable` / `disable` change it at run time).
+    /// Coordination on at start, every resource (`cosched enable` / `disable` change it at run time).
     pub enabled: bool,
+    /// One resource on or off at start (`[resources] io = false`); wins over `enabled`.
+    pub resources: BTreeMap<String, bool>,
     /// The daemon runs at `SCHED_FIFO` with this priority, above every VM it boosts, so that
     /// boosted VMs cannot delay their own deboost; 0 leaves it at `SCHED_OTHER`.
     pub daemon_priority: u8,
@@ -61,6 +93,7 @@ impl Default for HostConfig {
             rescan_ms: 1000,
             thread_refresh_ms: 100,
             enabled: true,
+            resources: BTreeMap::new(),
             daemon_priority: 99,
             policy: Policy::default(),
             boost: BoostClass::default(),
@@ -86,15 +119,25 @@ impl HostConfig {
         Ok(cfg)
     }
 
+    /// Whether `r` is on at start.
+    pub fn starts_enabled(&self, r: Resource) -> bool {
+        self.resources.get(r.name()).copied().unwrap_or(self.enabled)
+    }
+
+    /// The settings of the VM named `name` (its `[vm.<name>]`, or the defaults).
+    pub fn vm_settings(&self, name: &str) -> VmSettings {
+        self.vm.get(name).cloned().unwrap_or_default().settings(self.policy.default_priority)
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
         self.policy.validate().map_err(anyhow::Error::msg).context("[policy]")?;
         self.boost.validate().map_err(anyhow::Error::msg).context("[boost]")?;
+        check_resource_names("[resources]", self.resources.keys())?;
         for (name, vm) in &self.vm {
             if let Some(p) = vm.priority {
-                if !(1..=98).contains(&p) {
-                    bail!("[vm.{name}] priority = {p}: must be 1..=98");
-                }
+                check_priority(&format!("[vm.{name}] priority"), p).map_err(anyhow::Error::msg)?;
             }
+            check_resource_names(&format!("[vm.{name}.resources]"), vm.resources.keys())?;
         }
         if self.daemon_priority > 99 {
             bail!("daemon_priority = {}: must be 0 (SCHED_OTHER) or 1..=99", self.daemon_priority);
@@ -143,6 +186,24 @@ mod tests {
     }
 
     #[test]
+    fn per_resource_switches_globally_and_per_vm() {
+        let cfg: HostConfig = toml::from_str(
+            "enabled = false\n[resources]\ncpu = true\n[vm.a]\nenabled = false\n[vm.a.resources]\nio = true\n\
+             [vm.b.resources]\ncpu = false\n[policy.resource.io]\nmax_continuous_boost_ms = 50\n",
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        assert!(cfg.starts_enabled(Resource::Cpu) && !cfg.starts_enabled(Resource::Io));
+        let a = cfg.vm_settings("a");
+        assert!(a.enabled(Resource::Io) && !a.enabled(Resource::Cpu));
+        let b = cfg.vm_settings("b");
+        assert!(!b.enabled(Resource::Cpu) && b.enabled(Resource::Io) && b.priority == 1);
+        assert!(cfg.vm_settings("other").enabled(Resource::Cpu));
+        assert_eq!(cfg.policy.limits(Resource::Io).max_continuous_ns, 50_000_000);
+        assert_eq!(cfg.policy.limits(Resource::Cpu).max_continuous_ns, 10_000_000_000);
+    }
+
+    #[test]
     fn missing_default_is_defaults_but_missing_explicit_is_an_error() {
         let err = HostConfig::load(Some(Path::new("/nonexistent/host.toml"))).unwrap_err();
         assert!(format!("{err:#}").contains("/nonexistent/host.toml"));
@@ -159,6 +220,9 @@ mod tests {
         std::fs::write(&p, "[boost]\npolicy = \"deadline\"\ndeadline_runtime_us = 1\n").unwrap();
         let e = format!("{:#}", HostConfig::load(Some(&p)).unwrap_err());
         assert!(e.contains("[boost]") && e.contains("deadline_runtime_us = 1") && e.contains("1024 ns"), "{e}");
+        std::fs::write(&p, "[vm.x.resources]\ndisk = false\n").unwrap();
+        let e = format!("{:#}", HostConfig::load(Some(&p)).unwrap_err());
+        assert!(e.contains("[vm.x.resources]: unknown resource \"disk\" (known: cpu, io, membw, event)"), "{e}");
         std::fs::write(&p, "sockt_dir = \"/x\"\n").unwrap();
         assert!(format!("{:#}", HostConfig::load(Some(&p)).unwrap_err()).contains("unknown field"));
     }

@@ -16,12 +16,17 @@ use serde::{Deserialize, Serialize};
 pub enum Request {
     Status,
     Metrics,
-    /// Coordination on, for the whole host (`vm: None`) or one VM (name or QEMU pid).
+    /// Coordination on, for the whole host (`vm: None`) or one VM (name or QEMU pid), for every
+    /// resource (`resource: None`) or one (`cpu`, `io`, `membw`, `event`).
     Enable {
         vm: Option<String>,
+        #[serde(default)]
+        resource: Option<String>,
     },
     Disable {
         vm: Option<String>,
+        #[serde(default)]
+        resource: Option<String>,
     },
     Priority {
         vm: String,
@@ -79,7 +84,7 @@ mod tests {
         assert_eq!(s, r#"{"cmd":"priority","vm":"web1","priority":5}"#);
         assert_eq!(
             serde_json::from_str::<Request>(r#"{"cmd":"enable","vm":null}"#).unwrap(),
-            Request::Enable { vm: None }
+            Request::Enable { vm: None, resource: None }
         );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
     }

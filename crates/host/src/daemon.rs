@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use cosched_core::{Action, Coordinator, Level, VmId, VmSettings, NS_PER_MS};
+use cosched_proto::Resource;
 use cosched_procfs::{ProcFs, ProcessInfo};
 use cosched_proto::{Event, StreamDecoder};
 use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
@@ -319,26 +320,20 @@ impl Daemon {
             // SCHED_DEADLINE and nice boosts put no vCPU at an RT class: nothing to guard.
             policy.rt_guard_max_share_permille = 0;
         }
-        let mut coord = Coordinator::new(policy, host_cpus);
-        if coord.boost_capacity() == 0 {
+        let cpu = cosched_core::CpuPolicy::new(&policy, host_cpus);
+        let capacity = cpu.capacity();
+        let mut coord = Coordinator::new(policy, vec![Box::new(cpu)]);
+        if capacity == 0 {
             warn!(
                 "this host has {host_cpus} CPU(s) and host_reserve_cpus = {}: no VM can be boosted",
                 cfg.policy.host_reserve_cpus
             );
         }
         let mut sink = Vec::new();
-        coord.set_cpu_enabled(cfg.enabled, 0, &mut sink);
-        let settings = cfg
-            .vm
-            .iter()
-            .map(|(name, v)| {
-                let s = VmSettings {
-                    enabled: v.enabled.unwrap_or(true),
-                    priority: v.priority.unwrap_or(cfg.policy.default_priority),
-                };
-                (name.clone(), s)
-            })
-            .collect();
+        for r in Resource::ALL {
+            coord.set_enabled(Some(r), cfg.starts_enabled(r), 0, &mut sink);
+        }
+        let settings = cfg.vm.keys().map(|name| (name.clone(), cfg.vm_settings(name))).collect();
         info!(
             "watching {} for VM sockets; control socket {}; coordination {}",
             cfg.socket_dir.display(),
@@ -384,7 +379,7 @@ impl Daemon {
             if let Some(retry) = self.attempts.values().map(|a| a.next_try_ns).min() {
                 next = next.min(retry);
             }
-            if let Some(d) = self.coord.next_deadline(now) {
+            if let Some(d) = self.coord.next_deadline() {
                 next = next.min(d);
             }
             let timeout =
@@ -534,7 +529,7 @@ impl Daemon {
             .map_err(|e| format!("epoll: {e}"))?;
         let id = VmId(token as u64);
         let settings = *self.settings.entry(name.clone()).or_insert_with(|| self.coord.default_settings());
-        self.coord.vm_connected(id, &name, settings, self.now());
+        self.coord.vm_found(id, &name, settings, self.now());
         self.coord.set_vm_vcpus(id, cpu.vcpu_count());
         info!("{name}: connected to QEMU pid {pid} ({} threads) via {}", cpu.thread_count(), path.display());
         self.by_path.insert(path.to_path_buf(), token);
@@ -712,7 +707,13 @@ impl Daemon {
                         }
                     }
                 }
-                Action::SetCpu { vm, level, priority } => self.set_cpu(vm.0 as usize, level, priority, rx_ns),
+                Action::Apply { vm, resource: Resource::Cpu, level, priority, .. } => {
+                    self.set_cpu(vm.0 as usize, level, priority, rx_ns)
+                }
+                Action::Apply { vm, resource, .. } => {
+                    // The coordinator only grants what an actuator was registered for.
+                    warn!("no actuator for {resource} (VM {vm:?})");
+                }
             }
         }
         for token in to_flush {
@@ -935,7 +936,7 @@ impl Daemon {
             if !closed && !c.input.windows(4).any(|w| w == b"\r\n\r\n") {
                 return;
             }
-            let body = self.prometheus();
+            let body = crate::metrics::render(&self.status());
             let Some(Conn::Http(c)) = self.conns.get_mut(&token) else { return };
             c.reply = format!(
                 "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -986,7 +987,12 @@ impl Daemon {
         match f(self, id, actions) {
             Ok(settings) => {
                 let name = self.coord.vm(id).map(|v| v.name.clone()).unwrap_or_default();
-                info!("operator: {name}: enabled={} priority={}", settings.enabled, settings.priority);
+                let off: Vec<&str> = Resource::ALL.iter().filter(|r| !settings.enabled(**r)).map(|r| r.name()).collect();
+                info!(
+                    "operator: {name}: disabled resources [{}], priority {}",
+                    off.join(", "),
+                    settings.priority
+                );
                 self.settings.insert(name, settings);
                 Reply::ok(None)
             }
@@ -999,24 +1005,30 @@ impl Daemon {
         let mut actions = Vec::new();
         let reply = match req {
             Request::Status => Reply::ok(Some(self.status())),
-            Request::Metrics => Reply::ok(Some(json!({ "text": self.prometheus() }))),
-            Request::Enable { vm: None } | Request::Disable { vm: None } => {
+            Request::Metrics => Reply::ok(Some(json!({ "text": crate::metrics::render(&self.status()) }))),
+            Request::Enable { ref vm, ref resource } | Request::Disable { ref vm, ref resource } => {
                 let on = matches!(req, Request::Enable { .. });
-                self.coord.set_cpu_enabled(on, now, &mut actions);
-                info!("operator: CPU coordination {} for the whole host", if on { "enabled" } else { "disabled" });
-                Reply::ok(None)
-            }
-            Request::Enable { vm: Some(ref key) } | Request::Disable { vm: Some(ref key) } => {
-                let on = matches!(req, Request::Enable { .. });
-                self.vm_command(key, &mut actions, |d, id, actions| {
-                    d.coord.set_vm_enabled(id, on, now, actions);
-                    Ok(VmSettings { enabled: on, ..d.coord.vm(id).expect("found").settings })
-                })
+                let resource = match resource.as_deref().map(|n| self.resource_named(n)).transpose() {
+                    Ok(r) => r,
+                    Err(e) => return Reply::err(e),
+                };
+                let what = resource.map_or("every resource".to_string(), |r| r.name().to_string());
+                match vm {
+                    None => {
+                        self.coord.set_enabled(resource, on, now, &mut actions);
+                        info!("operator: {what} {} for the whole host", if on { "enabled" } else { "disabled" });
+                        Reply::ok(None)
+                    }
+                    Some(key) => self.vm_command(key, &mut actions, |d, id, actions| {
+                        d.coord.set_vm_enabled(id, resource, on, now, actions);
+                        Ok(d.coord.vm(id).expect("found").settings)
+                    }),
+                }
             }
             Request::Priority { vm: ref key, priority } => {
                 let ceiling = self.cfg.daemon_priority;
                 let offset = self.cfg.boost.other_threads_priority_offset;
-                if (1..=98).contains(&priority) && ceiling != 0 && priority + offset >= ceiling {
+                if cosched_core::VM_PRIORITY.contains(&priority) && ceiling != 0 && priority + offset >= ceiling {
                     Reply::err(format!(
                         "priority {priority} would not stay below the daemon's own (daemon_priority = {ceiling})"
                     ))
@@ -1032,6 +1044,16 @@ impl Daemon {
         reply
     }
 
+    /// A resource this host supports, by name.
+    fn resource_named(&self, name: &str) -> Result<Resource, String> {
+        let supported: Vec<&str> = self.coord.resources().map(|r| r.name()).collect();
+        match Resource::from_name(name) {
+            Some(r) if self.coord.resources().any(|s| s == r) => Ok(r),
+            Some(r) => Err(format!("{r} coordination is not supported by this daemon (supported: {})", supported.join(", "))),
+            None => Err(format!("unknown resource {name:?} (supported: {})", supported.join(", "))),
+        }
+    }
+
     fn status(&self) -> Value {
         let now = self.now();
         let policy = self.coord.policy();
@@ -1044,26 +1066,56 @@ impl Daemon {
             })
             .filter_map(|c| self.coord.vm(c.id).map(|vm| (c, vm)))
             .map(|(c, vm)| {
+                let resources: serde_json::Map<String, Value> = vm
+                    .slots
+                    .iter()
+                    .map(|(r, s)| {
+                        let limits = self.coord.limits(*r).copied().unwrap_or_else(|| policy.limits(*r));
+                        let v = json!({
+                            "enabled": vm.settings.enabled(*r),
+                            "active": self.coord.enabled(*r) && vm.settings.enabled(*r),
+                            "level": s.level.name(),
+                            "wants": s.wants,
+                            "granted": s.granted,
+                            "boosted_for_ms": s.boosted_for_ns(now) as f64 / 1e6,
+                            "boost_share_permille": s.boost_share_permille(now, &limits),
+                            "in_cooldown": s.in_cooldown(now),
+                            "counters": s.counters,
+                        });
+                        (r.name().to_string(), v)
+                    })
+                    .collect();
                 json!({
                     "name": vm.name,
                     "pid": c.cpu.process.id,
                     "socket": c.path,
-                    "enabled": vm.settings.enabled,
+                    "agent": true,
                     "priority": vm.settings.priority,
                     "vcpus": vm.vcpus,
                     "registered": vm.registered.is_some(),
                     "caps": cosched_proto::caps::names(vm.registered.unwrap_or(0)),
-                    "wants_boost": vm.wants_boost,
-                    "level": vm.level.name(),
-                    "boosted_for_ms": vm.boosted_for_ns(now) as f64 / 1e6,
-                    "boost_share_permille": vm.boost_share_permille(now, policy),
-                    "in_cooldown": vm.in_cooldown(now),
                     "counters": vm.counters,
+                    "resources": resources,
                     "actuation_errors": c.actuation_errors,
                     "dropped_replies": c.dropped_replies,
                     "latency": c.latency.summary(),
+                    "latency_histogram": c.latency.histogram(),
                     "threads": c.cpu.threads(),
                 })
+            })
+            .collect();
+        let resources: serde_json::Map<String, Value> = self
+            .coord
+            .resources()
+            .map(|r| {
+                let mut v = json!({
+                    "enabled": self.coord.enabled(r),
+                    "limits": self.coord.limits(r),
+                });
+                for (k, n) in self.coord.figures(r) {
+                    v[k] = json!(n);
+                }
+                (r.name().to_string(), v)
             })
             .collect();
         let pending: Vec<Value> = self.attempts.keys().map(|p| json!(p)).collect();
@@ -1075,93 +1127,13 @@ impl Daemon {
                 "state_dir": self.cfg.state_dir,
                 "metrics_addr": self.metrics.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.to_string()),
             },
-            "cpu_enabled": self.coord.cpu_enabled(),
-            "boost_capacity_vcpus": self.coord.boost_capacity(),
-            "boosted_vcpus": self.coord.vms().filter(|(_, v)| v.level.is_boosted()).map(|(_, v)| v.vcpus).sum::<u32>(),
+            "resources": resources,
             "policy": policy,
             "boost": self.cfg.boost,
             "latency": self.latency.summary(),
             "vms": vms,
             "unconnected_sockets": pending,
         })
-    }
-
-    fn prometheus(&self) -> String {
-        let now = self.now();
-        // name -> (type, help, lines)
-        let mut series: BTreeMap<&str, (&str, &str, Vec<String>)> = BTreeMap::new();
-        let mut add = |name: &'static str, kind: &'static str, help: &'static str, labels: &str, value: f64| {
-            let line = format!("{name}{{{labels}}} {value}");
-            series.entry(name).or_insert((kind, help, Vec::new())).2.push(line);
-        };
-        add(
-            "cosched_cpu_enabled",
-            "gauge",
-            "CPU coordination enabled for the host.",
-            "",
-            self.coord.cpu_enabled() as u8 as f64,
-        );
-        let mut hist = String::new();
-        for c in self.conns.values() {
-            let Conn::Vm(c) = c else { continue };
-            let Some(vm) = self.coord.vm(c.id) else { continue };
-            let l = format!("vm=\"{}\"", vm.name.replace('"', "'"));
-            let k = &vm.counters;
-            let boosted_s = (k.boosted_ns + vm.boosted_for_ns(now)) as f64 / 1e9;
-            add("cosched_vm_boosted", "gauge", "1 if the VM is boosted now.", &l, vm.level.is_boosted() as u8 as f64);
-            add(
-                "cosched_vm_registered",
-                "gauge",
-                "1 if the guest agent is registered.",
-                &l,
-                vm.registered.is_some() as u8 as f64,
-            );
-            add("cosched_vm_boosts_total", "counter", "Boosts started.", &l, k.boosts as f64);
-            add("cosched_vm_boosted_seconds_total", "counter", "Time spent boosted.", &l, boosted_s);
-            add("cosched_vm_frames_total", "counter", "Well-formed frames received.", &l, k.frames as f64);
-            add(
-                "cosched_vm_malformed_total",
-                "counter",
-                "Malformed frames and garbage runs received.",
-                &l,
-                k.malformed as f64,
-            );
-            add(
-                "cosched_vm_budget_exhausted_total",
-                "counter",
-                "Boosts ended by a budget.",
-                &l,
-                k.budget_exhausted as f64,
-            );
-            add(
-                "cosched_vm_guard_demotions_total",
-                "counter",
-                "Times the real-time guard moved vCPUs off the real-time class.",
-                &l,
-                k.guard_demotions as f64,
-            );
-            for (reason, n) in &k.denied {
-                add(
-                    "cosched_vm_denied_total",
-                    "counter",
-                    "DENY replies by reason.",
-                    &format!("{l},reason=\"{reason}\""),
-                    *n as f64,
-                );
-            }
-            hist += &c.latency.prometheus("cosched_hint_to_applied_seconds", &l);
-        }
-        let mut out = String::new();
-        for (name, (kind, help, lines)) in series {
-            out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
-            for l in lines {
-                out += &l;
-                out.push('\n');
-            }
-        }
-        out += "# HELP cosched_hint_to_applied_seconds From reading a guest frame to its threads changed.\n# TYPE cosched_hint_to_applied_seconds histogram\n";
-        out += &hist;
-        out
     }
 }
 

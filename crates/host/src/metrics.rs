@@ -1,7 +1,10 @@
 //! Hint-to-applied latency (from reading a guest's frame to the last thread changed), kept as a
 //! Prometheus histogram and as a ring of recent samples for exact percentiles.
 
-use serde::Serialize;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// Upper bounds of the histogram buckets, in µs.
 pub const BUCKETS_US: [u64; 14] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 100_000];
@@ -69,13 +72,29 @@ impl Latency {
         }
     }
 
+    /// The histogram, for the status snapshot the metrics are rendered from.
+    pub fn histogram(&self) -> Histogram {
+        Histogram { counts: self.buckets.to_vec(), count: self.count, sum_ns: self.sum_ns }
+    }
+}
+
+/// A latency histogram as it appears in the status snapshot: counts per bucket of [`BUCKETS_US`]
+/// (not cumulative; one more for +Inf).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Histogram {
+    pub counts: Vec<u64>,
+    pub count: u64,
+    pub sum_ns: u64,
+}
+
+impl Histogram {
     /// Prometheus text lines for a histogram named `name` with extra `labels` (`k="v",...`).
     pub fn prometheus(&self, name: &str, labels: &str) -> String {
         let sep = if labels.is_empty() { "" } else { "," };
         let mut out = String::new();
         let mut cumulative = 0;
         for (i, b) in BUCKETS_US.iter().enumerate() {
-            cumulative += self.buckets[i];
+            cumulative += self.counts.get(i).copied().unwrap_or(0);
             out += &format!("{name}_bucket{{{labels}{sep}le=\"{}\"}} {cumulative}\n", *b as f64 / 1e6);
         }
         out += &format!("{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}\n", self.count);
@@ -83,6 +102,65 @@ impl Latency {
         out += &format!("{name}_count{{{labels}}} {}\n", self.count);
         out
     }
+}
+
+/// Renders the Prometheus text format from a status snapshot (`cosched status --json`): what
+/// the metrics show is exactly what the status shows. Every per-VM figure of a resource carries
+/// a `resource` label.
+pub fn render(status: &Value) -> String {
+    // name -> (type, help, lines)
+    let mut series: BTreeMap<&str, (&str, &str, Vec<String>)> = BTreeMap::new();
+    let mut add = |name: &'static str, kind: &'static str, help: &'static str, labels: &str, value: f64| {
+        let line = format!("{name}{{{labels}}} {value}");
+        series.entry(name).or_insert((kind, help, Vec::new())).2.push(line);
+    };
+    let num = |v: &Value| v.as_f64().unwrap_or(0.0);
+    let esc = |s: &str| s.replace(['"', '\\', '\n'], "_");
+    if let Some(res) = status["resources"].as_object() {
+        for (r, v) in res {
+            let on = v["enabled"].as_bool() == Some(true);
+            add("cosched_enabled", "gauge", "Coordination of the resource enabled for the host.", &format!("resource=\"{r}\""), on as u8 as f64);
+        }
+    }
+    let mut hist = String::new();
+    for vm in status["vms"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let l = format!("vm=\"{}\"", esc(vm["name"].as_str().unwrap_or("?")));
+        let k = &vm["counters"];
+        add("cosched_vm_registered", "gauge", "1 if the guest agent is registered.", &l, (vm["registered"].as_bool() == Some(true)) as u8 as f64);
+        add("cosched_vm_frames_total", "counter", "Well-formed frames received.", &l, num(&k["frames"]));
+        add("cosched_vm_malformed_total", "counter", "Malformed frames and garbage runs received.", &l, num(&k["malformed"]));
+        for (reason, n) in k["denied"].as_object().into_iter().flatten() {
+            add("cosched_vm_denied_total", "counter", "DENY replies by resource and reason.", &format!("{l},resource=\"\",reason=\"{reason}\""), num(n));
+        }
+        for (r, s) in vm["resources"].as_object().into_iter().flatten() {
+            let lr = format!("{l},resource=\"{r}\"");
+            let c = &s["counters"];
+            let boosted_s = num(&c["boosted_ns"]) / 1e9 + num(&s["boosted_for_ms"]) / 1e3;
+            add("cosched_vm_boosted", "gauge", "1 if the VM is boosted now on the resource.", &lr, (s["level"].as_str() != Some("normal")) as u8 as f64);
+            add("cosched_vm_boosts_total", "counter", "Boosts started.", &lr, num(&c["boosts"]));
+            add("cosched_vm_boosted_seconds_total", "counter", "Time spent boosted.", &lr, boosted_s);
+            add("cosched_vm_requests_total", "counter", "Requests for the resource (guest frames or host events).", &lr, num(&c["requests"]));
+            add("cosched_vm_budget_exhausted_total", "counter", "Boosts ended by a budget.", &lr, num(&c["budget_exhausted"]));
+            add("cosched_vm_guard_demotions_total", "counter", "Times the real-time guard moved vCPUs off the real-time class.", &lr, num(&c["guard_demotions"]));
+            for (reason, n) in c["denied"].as_object().into_iter().flatten() {
+                add("cosched_vm_denied_total", "counter", "DENY replies by resource and reason.", &format!("{lr},reason=\"{reason}\""), num(n));
+            }
+        }
+        if let Ok(h) = serde_json::from_value::<Histogram>(vm["latency_histogram"].clone()) {
+            hist += &h.prometheus("cosched_hint_to_applied_seconds", &l);
+        }
+    }
+    let mut out = String::new();
+    for (name, (kind, help, lines)) in series {
+        out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
+        for l in lines {
+            out += &l;
+            out.push('\n');
+        }
+    }
+    out += "# HELP cosched_hint_to_applied_seconds From reading a guest frame to its threads changed.\n# TYPE cosched_hint_to_applied_seconds histogram\n";
+    out += &hist;
+    out
 }
 
 #[cfg(test)]
@@ -100,7 +178,7 @@ mod tests {
         assert!((s.p50_us - 50.0).abs() <= 1.0, "{s:?}");
         assert!((s.p99_us - 99.0).abs() <= 1.0, "{s:?}");
         assert_eq!(s.max_us, 100.0);
-        let text = l.prometheus("lat_seconds", "vm=\"a\"");
+        let text = l.histogram().prometheus("lat_seconds", "vm=\"a\"");
         assert!(text.contains("lat_seconds_bucket{vm=\"a\",le=\"0.00001\"} 9\n"), "{text}");
         assert!(text.contains("lat_seconds_bucket{vm=\"a\",le=\"+Inf\"} 100\n"));
         assert!(text.contains("lat_seconds_count{vm=\"a\"} 100\n"));

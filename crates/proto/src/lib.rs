@@ -198,16 +198,20 @@ pub enum DenyReason {
     RateLimited = 5,
     /// The guest has not registered (or was deregistered).
     NotRegistered = 6,
+    /// The host keeps this much of the resource for itself (the CPU's host reserve): the boost
+    /// would take it. Like `budget`, it passes when other VMs deboost.
+    HostReserve = 7,
 }
 
 impl DenyReason {
-    pub const ALL: [DenyReason; 6] = [
+    pub const ALL: [DenyReason; 7] = [
         DenyReason::Disabled,
         DenyReason::Unsupported,
         DenyReason::Budget,
         DenyReason::Malformed,
         DenyReason::RateLimited,
         DenyReason::NotRegistered,
+        DenyReason::HostReserve,
     ];
 
     pub fn from_u64(v: u64) -> Option<DenyReason> {
@@ -223,6 +227,7 @@ impl DenyReason {
             DenyReason::Malformed => "malformed",
             DenyReason::RateLimited => "rate_limited",
             DenyReason::NotRegistered => "not_registered",
+            DenyReason::HostReserve => "host_reserve",
         }
     }
 }

@@ -1,0 +1,187 @@
+//! The coordination policy as the operator configures it (`[policy]` in the host config).
+
+use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
+
+use cosched_proto::Resource;
+use serde::{Deserialize, Serialize};
+
+use crate::NS_PER_MS;
+
+/// Real-time priorities a VM may be boosted at. 99 is left to the kernel's own threads and to the
+/// daemon, which must run above every VM it boosts.
+pub const VM_PRIORITY: RangeInclusive<u8> = 1..=98;
+
+/// Checks a VM priority; the error says the range.
+pub fn check_priority(what: &str, p: u8) -> Result<(), String> {
+    if VM_PRIORITY.contains(&p) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} = {p}: out of range {}..={} (99 is left to the kernel's own threads)",
+            VM_PRIORITY.start(),
+            VM_PRIORITY.end()
+        ))
+    }
+}
+
+/// Coordination policy. Durations in ms as they appear in the config file. The budget and rate
+/// keys are the defaults of every resource; `[policy.resource.<name>]` overrides them for one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Policy {
+    /// Real-time priority of a VM's threads when boosted, unless set per VM (1..=98).
+    pub default_priority: u8,
+    /// Longest single boost; 0 = no limit.
+    pub max_continuous_boost_ms: u64,
+    /// Largest share of `budget_window_ms` a VM may spend boosted, in permille; 1000 = no limit.
+    pub max_boost_share_permille: u64,
+    pub budget_window_ms: u64,
+    /// After a budget is exhausted, boosts are refused for this long.
+    pub budget_cooldown_ms: u64,
+    /// CPU: largest share of `rt_guard_window_ms` a VM's vCPUs may spend at the real-time class,
+    /// in permille; 0 disables the guard. Keep it below `sched_rt_runtime_us / sched_rt_period_us`.
+    pub rt_guard_max_share_permille: u64,
+    pub rt_guard_window_ms: u64,
+    /// CPU: a guarded VM goes back to real time once its share is this far below the maximum.
+    pub rt_guard_hysteresis_ms: u64,
+    /// CPU: CPUs kept for the host: boosted VMs together hold at most (host CPUs - this) vCPUs.
+    pub host_reserve_cpus: u32,
+    /// CPU: if > 0, the most vCPUs boosted at once instead of (host CPUs - host_reserve_cpus).
+    pub max_boosted_vcpus: u32,
+    /// Requests per second a VM may send for one resource (token bucket refill rate); requests
+    /// that lower a VM's privilege always pass.
+    pub frame_rate: u64,
+    pub frame_burst: u64,
+    /// Malformed frames per second (burst of the same size) before the VM is deregistered.
+    pub malformed_rate: u64,
+    /// Per-resource overrides of the budget and rate keys, by resource name (`cpu`, `io`, ...).
+    pub resource: BTreeMap<String, LimitsOverride>,
+}
+
+/// `[policy.resource.<name>]`: any of the budget and rate keys, for that resource only.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsOverride {
+    pub max_continuous_boost_ms: Option<u64>,
+    pub max_boost_share_permille: Option<u64>,
+    pub budget_window_ms: Option<u64>,
+    pub budget_cooldown_ms: Option<u64>,
+    pub frame_rate: Option<u64>,
+    pub frame_burst: Option<u64>,
+}
+
+/// The budget and rate limits in force for one resource, in ns where they are times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Limits {
+    pub max_continuous_ns: u64,
+    pub max_share_permille: u64,
+    pub window_ns: u64,
+    pub cooldown_ns: u64,
+    pub frame_rate: u64,
+    pub frame_burst: u64,
+}
+
+impl Limits {
+    /// The most boosted time a window may hold, if the share is limited.
+    pub fn share_limit_ns(&self) -> Option<u64> {
+        (self.max_share_permille < 1000).then(|| self.window_ns * self.max_share_permille / 1000)
+    }
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            default_priority: 1,
+            max_continuous_boost_ms: 10_000,
+            max_boost_share_permille: 900,
+            budget_window_ms: 20_000,
+            budget_cooldown_ms: 1_000,
+            rt_guard_max_share_permille: 900,
+            rt_guard_window_ms: 1_000,
+            rt_guard_hysteresis_ms: 50,
+            host_reserve_cpus: 1,
+            max_boosted_vcpus: 0,
+            // The agent sends at most one transition per MIN_BOOST_TIME (500 µs): 2000/s.
+            frame_rate: 2_000,
+            frame_burst: 200,
+            malformed_rate: 20,
+            resource: BTreeMap::new(),
+        }
+    }
+}
+
+impl Policy {
+    /// The limits of `resource`: its overrides over the defaults.
+    pub fn limits(&self, resource: Resource) -> Limits {
+        let o = self.resource.get(resource.name()).cloned().unwrap_or_default();
+        Limits {
+            max_continuous_ns: o.max_continuous_boost_ms.unwrap_or(self.max_continuous_boost_ms) * NS_PER_MS,
+            max_share_permille: o.max_boost_share_permille.unwrap_or(self.max_boost_share_permille),
+            window_ns: o.budget_window_ms.unwrap_or(self.budget_window_ms) * NS_PER_MS,
+            cooldown_ns: o.budget_cooldown_ms.unwrap_or(self.budget_cooldown_ms) * NS_PER_MS,
+            frame_rate: o.frame_rate.unwrap_or(self.frame_rate),
+            frame_burst: o.frame_burst.unwrap_or(self.frame_burst),
+        }
+    }
+
+    /// Checks ranges; the error says which setting is wrong and why.
+    pub fn validate(&self) -> Result<(), String> {
+        check_priority("default_priority", self.default_priority)?;
+        for name in self.resource.keys() {
+            if Resource::from_name(name).is_none() {
+                return Err(format!(
+                    "[policy.resource.{name}]: unknown resource (known: {})",
+                    Resource::ALL.map(|r| r.name()).join(", ")
+                ));
+            }
+        }
+        for r in Resource::ALL {
+            let l = self.limits(r);
+            let at = |key: &str| {
+                if self.resource.contains_key(r.name()) {
+                    format!("[policy.resource.{}] {key}", r.name())
+                } else {
+                    key.to_string()
+                }
+            };
+            if l.max_share_permille == 0 || l.max_share_permille > 1000 {
+                return Err(format!("{} must be 1..=1000", at("max_boost_share_permille")));
+            }
+            if l.window_ns == 0 {
+                return Err(format!("{} must be > 0", at("budget_window_ms")));
+            }
+            if l.frame_rate == 0 || l.frame_burst == 0 {
+                return Err(format!("{} and frame_burst must be > 0", at("frame_rate")));
+            }
+        }
+        if self.rt_guard_max_share_permille > 1000 {
+            return Err("rt_guard_max_share_permille must be 0..=1000 (0 = off)".into());
+        }
+        if self.rt_guard_max_share_permille > 0 {
+            if self.rt_guard_window_ms == 0 {
+                return Err("rt_guard_window_ms must be > 0 when the guard is on".into());
+            }
+            let max_ms = self.rt_guard_window_ms * self.rt_guard_max_share_permille / 1000;
+            if self.rt_guard_hysteresis_ms >= max_ms {
+                return Err(format!(
+                    "rt_guard_hysteresis_ms = {} must be below the guard's real-time allowance ({max_ms} ms)",
+                    self.rt_guard_hysteresis_ms
+                ));
+            }
+        }
+        if self.malformed_rate == 0 {
+            return Err("malformed_rate must be > 0".into());
+        }
+        Ok(())
+    }
+
+    /// With the guard on: (real-time allowance per window, share to fall back to before
+    /// resuming), in ns.
+    pub fn rt_guard(&self) -> Option<(u64, u64)> {
+        (self.rt_guard_max_share_permille > 0).then(|| {
+            let max = self.rt_guard_window_ms * NS_PER_MS * self.rt_guard_max_share_permille / 1000;
+            (max, max.saturating_sub(self.rt_guard_hysteresis_ms * NS_PER_MS))
+        })
+    }
+}

@@ -182,7 +182,10 @@ fn print_status(s: &Value) {
         if r == "cpu" {
             print!(
                 "; real-time guard {}‰ of {} ms; host reserve: {} of at most {} vCPU(s) boosted",
-                p["rt_guard_max_share_permille"], p["rt_guard_window_ms"], v["boosted_vcpus"], v["boost_capacity_vcpus"]
+                p["rt_guard_max_share_permille"],
+                p["rt_guard_window_ms"],
+                v["boosted_vcpus"],
+                v["boost_capacity_vcpus"]
             );
         }
         println!(")");
@@ -209,7 +212,8 @@ fn print_status(s: &Value) {
         let mut vm_denied = denied(&vm["counters"]["denied"]);
         for (i, (r, res)) in vm["resources"].as_object().into_iter().flatten().enumerate() {
             let c = &res["counters"];
-            let boosted_ms = c["boosted_ns"].as_f64().unwrap_or(0.0) / 1e6 + res["boosted_for_ms"].as_f64().unwrap_or(0.0);
+            let boosted_ms =
+                c["boosted_ns"].as_f64().unwrap_or(0.0) / 1e6 + res["boosted_for_ms"].as_f64().unwrap_or(0.0);
             let mut d = denied(&c["denied"]);
             if i == 0 {
                 d.append(&mut vm_denied);

@@ -445,7 +445,11 @@ fn a_flooding_guest_cannot_hold_off_its_budget() {
     vm.stdin = Some(flood.join().unwrap());
     let st = d.vm_status("vm1").unwrap();
     assert!(st["resources"]["cpu"]["counters"]["budget_exhausted"].as_u64().unwrap() >= 1);
-    assert!(st["resources"]["cpu"]["counters"]["denied"]["rate_limited"].as_u64().unwrap() > 1000, "{}", st["resources"]);
+    assert!(
+        st["resources"]["cpu"]["counters"]["denied"]["rate_limited"].as_u64().unwrap() > 1000,
+        "{}",
+        st["resources"]
+    );
 }
 
 #[test]
@@ -636,7 +640,10 @@ fn operator_disable_enable_and_priority() {
     assert_eq!(vm.recv(), Frame::enable(caps::CPU));
     // A resource this daemon has no actuator for is refused by name.
     let out = d.cli(&["disable", "membw"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("membw coordination is not supported by this daemon"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("membw coordination is not supported by this daemon"),
+        "{out:?}"
+    );
     let out = d.cli(&["disable", "disk"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown resource \"disk\""), "{out:?}");
 
@@ -954,4 +961,82 @@ fn metrics_endpoint_serves_prometheus_text() {
     s.read_to_string(&mut body).unwrap();
     assert!(body.starts_with("HTTP/1.0 200 OK"), "{body}");
     assert!(body.contains("cosched_vm_boosts_total{vm=\"vm1\",resource=\"cpu\"} 1"), "{body}");
+}
+
+/// The state files of `w`, parsed.
+fn state_records(w: &World) -> Vec<Value> {
+    state_files(w).iter().map(|p| serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()).collect()
+}
+
+#[test]
+fn a_corrupt_state_file_is_reported_and_the_other_records_are_still_restored() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let mut d = w.daemon(QUIET_POLICY);
+    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    vm.register();
+    vm.request(Kind::Cpu, 1);
+    assert!(vm.boosted_soon(1));
+    d.signal(libc::SIGKILL);
+    let corrupt = w.state_dir().join("1-2.json");
+    std::fs::write(&corrupt, b"{\"version\": 2, \"vm\": tru").unwrap();
+    let unknown = w.state_dir().join("3-4.json");
+    std::fs::write(&unknown, br#"{"version": 9, "vm": "x"}"#).unwrap();
+    let _d2 = w.daemon(QUIET_POLICY);
+    let log = std::fs::read_to_string(w.p("daemon.log")).unwrap();
+    assert!(log.contains("1-2.json: cannot be restored, kept for you to look at: corrupt"), "{log}");
+    assert!(log.contains("3-4.json: cannot be restored, kept for you to look at: state format version 9"), "{log}");
+    assert!(vm.none_realtime(), "the good record was restored: {:?}", vm.attrs());
+    assert!(corrupt.exists() && unknown.exists(), "bad records are kept for a human");
+}
+
+/// A dead daemon left two layers of change on one thread (a static policy's CPU affinity and
+/// I/O priority under a CPU boost): `cosched restore` puts every setting back exactly. The static
+/// layer is written here as the daemon would write it; static policies themselves come with the
+/// real-time tunings.
+#[test]
+fn kill_9_with_a_boost_over_a_static_policy_on_one_thread_restores_both_exactly() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let mut d = w.daemon(QUIET_POLICY);
+    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    let vcpu = vm.tid("CPU 0/TCG");
+    let cpus = sched::get_affinity(vcpu).unwrap();
+    let ioprio = sched::get_ioprio(vcpu).unwrap();
+    sched::set(vcpu, &SchedAttr::other(3, 0)).unwrap();
+    vm.register();
+    vm.request(Kind::Cpu, 1);
+    assert!(vm.boosted_soon(1));
+    d.signal(libc::SIGKILL);
+    // The static layer: pinned to the first CPU, best-effort I/O level 0.
+    let pinned = vec![cpus[0]];
+    let static_ioprio: u16 = 2 << 13;
+    sched::set_affinity(vcpu, &pinned).unwrap();
+    sched::set_ioprio(vcpu, static_ioprio).unwrap();
+    let path = &state_files(&w)[0];
+    let mut rec = state_records(&w).remove(0);
+    let task = rec["entries"].as_array().unwrap().iter().find(|e| e["task"]["id"] == vcpu).unwrap()["task"].clone();
+    let entries = rec["entries"].as_array_mut().unwrap();
+    entries.push(serde_json::json!({"task": task, "layer": "static", "setting": "affinity",
+        "original": cpus, "applied": [pinned]}));
+    entries.push(serde_json::json!({"task": task, "layer": "static", "setting": "ioprio",
+        "original": ioprio, "applied": [static_ioprio]}));
+    std::fs::write(path, serde_json::to_vec(&rec).unwrap()).unwrap();
+
+    let out = Command::new(env!("CARGO_BIN_EXE_cosched"))
+        .args(["restore", "--state-dir"])
+        .arg(w.state_dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(sched::get(vcpu).unwrap().same_as(&SchedAttr::other(3, 0)), "sched: {}", sched::get(vcpu).unwrap());
+    assert_eq!(sched::get_affinity(vcpu).unwrap(), cpus, "affinity");
+    assert_eq!(sched::get_ioprio(vcpu).unwrap(), ioprio, "I/O priority");
+    assert!(state_files(&w).is_empty());
 }

@@ -213,9 +213,7 @@ impl Coordinator {
                 };
                 match granted {
                     None => deny(vm, DenyReason::NotRegistered, out),
-                    Some(g) if g & r.cap() == 0 || !vm.slots.contains_key(&r) => {
-                        deny(vm, DenyReason::Unsupported, out)
-                    }
+                    Some(g) if g & r.cap() == 0 || !vm.slots.contains_key(&r) => deny(vm, DenyReason::Unsupported, out),
                     Some(_) => {
                         let _ = self.request(id, r, f.value, now, Some(f.seq), out);
                     }
@@ -305,7 +303,14 @@ impl Coordinator {
         result
     }
 
-    fn decide(&mut self, id: VmId, r: Resource, value: u64, now: u64, out: &mut Vec<Action>) -> Result<u64, DenyReason> {
+    fn decide(
+        &mut self,
+        id: VmId,
+        r: Resource,
+        value: u64,
+        now: u64,
+        out: &mut Vec<Action>,
+    ) -> Result<u64, DenyReason> {
         let vm = &self.vms[&id];
         let on = self.on_for(vm, r);
         let limits = self.limits[&r];

@@ -57,7 +57,9 @@ fn sends(out: &[Action]) -> Vec<Frame> {
 }
 
 fn applied(out: &[Action]) -> Vec<(Resource, Level)> {
-    out.iter().filter_map(|a| if let Action::Apply { resource, level, .. } = a { Some((*resource, *level)) } else { None }).collect()
+    out.iter()
+        .filter_map(|a| if let Action::Apply { resource, level, .. } = a { Some((*resource, *level)) } else { None })
+        .collect()
 }
 
 fn registered() -> Coordinator {
@@ -112,7 +114,10 @@ fn rate_limits_are_per_resource() {
     for seq in 2..5 {
         assert_eq!(sends(&frame(&mut c, Frame::new(Kind::Io, seq, 1), 0)), vec![Frame::ack(seq, 1)]);
     }
-    assert_eq!(sends(&frame(&mut c, Frame::new(Kind::Io, 5, 1), 0)), vec![Frame::deny_for(5, IO, DenyReason::RateLimited)]);
+    assert_eq!(
+        sends(&frame(&mut c, Frame::new(Kind::Io, 5, 1), 0)),
+        vec![Frame::deny_for(5, IO, DenyReason::RateLimited)]
+    );
     assert_eq!(sends(&frame(&mut c, Frame::cpu(6, true), 0)), vec![Frame::ack(6, 1)]);
     // Lowering a privilege is never refused.
     assert_eq!(applied(&frame(&mut c, Frame::new(Kind::Io, 7, 0), 0)), vec![(IO, Level::Normal)]);
@@ -127,7 +132,10 @@ fn switches_are_per_resource_globally_and_per_vm() {
     c.set_enabled(Some(IO), false, 0, &mut out);
     assert_eq!(applied(&out), vec![(IO, Level::Normal)]);
     assert_eq!(sends(&out), vec![Frame::disable(caps::IO)]);
-    assert_eq!(sends(&frame(&mut c, Frame::new(Kind::Io, 4, 1), 0)), vec![Frame::deny_for(4, IO, DenyReason::Disabled)]);
+    assert_eq!(
+        sends(&frame(&mut c, Frame::new(Kind::Io, 4, 1), 0)),
+        vec![Frame::deny_for(4, IO, DenyReason::Disabled)]
+    );
     assert_eq!(c.vm(VM).unwrap().level(CPU), Level::Boosted);
     // Per VM: the CPU off for this VM only.
     out.clear();

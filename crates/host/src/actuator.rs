@@ -19,7 +19,10 @@ use cosched_procfs::{ProcFs, TaskId, ThreadRole};
 use serde::{Deserialize, Serialize};
 
 use crate::sched::{self, SchedAttr, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK, SCHED_RR};
-use crate::store::{looks_applied_by_us, StateDir, ThreadRecord, VmRecord};
+use crate::store::{Entry, RestoreReport, Setting, StateDir, ThreadOps, VmRecord};
+
+/// The layer the CPU boost records its changes under.
+pub const CPU_LAYER: &str = "cpu";
 
 /// Access to the scheduler: the real syscalls, or a fake in tests.
 pub trait SchedOps {
@@ -37,6 +40,21 @@ impl SchedOps for RealSched {
     }
     fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()> {
         sched::set(tid, attr)
+    }
+}
+
+impl ThreadOps for RealSched {
+    fn get_ioprio(&mut self, tid: i32) -> io::Result<u16> {
+        sched::get_ioprio(tid)
+    }
+    fn set_ioprio(&mut self, tid: i32, ioprio: u16) -> io::Result<()> {
+        sched::set_ioprio(tid, ioprio)
+    }
+    fn get_affinity(&mut self, tid: i32) -> io::Result<Vec<usize>> {
+        sched::get_affinity(tid)
+    }
+    fn set_affinity(&mut self, tid: i32, cpus: &[usize]) -> io::Result<()> {
+        sched::set_affinity(tid, cpus)
     }
 }
 
@@ -134,9 +152,7 @@ impl BoostClass {
             ));
         }
         if runtime_us > period_us {
-            return Err(format!(
-                "deadline_runtime_us = {runtime_us} must be at most deadline_period_us = {period_us}"
-            ));
+            return Err(format!("deadline_runtime_us = {runtime_us} must be at most deadline_period_us = {period_us}"));
         }
         if let Some((rt_runtime_us, rt_period_us)) = k.max_bandwidth {
             // One reservation may use at most sched_rt_runtime_us / sched_rt_period_us of a CPU.
@@ -227,7 +243,7 @@ impl DeadlineLimits {
 /// Everything the actuator needs from the outside world.
 pub struct Host {
     pub procfs: ProcFs,
-    pub sched: Box<dyn SchedOps>,
+    pub sched: Box<dyn ThreadOps>,
     pub store: StateDir,
     pub class: BoostClass,
     /// How long a listing of a VM's threads is trusted before a change needs a new one.
@@ -242,6 +258,9 @@ struct Tracked {
     original: SchedAttr,
     /// What we set and the thread still has, as far as we know.
     applied: Option<SchedAttr>,
+    /// Every value we may set on it (persisted before any is set): what tells a restore that
+    /// the thread's present value is ours.
+    may_apply: Vec<SchedAttr>,
 }
 
 /// What one call changed.
@@ -297,14 +316,18 @@ impl VmCpu {
             listed_at: None,
         };
         vm.rescan(env).map_err(io::Error::other)?;
-        if let Some(rec) = env.store.load(process) {
-            for r in rec.threads {
-                let Some(t) = vm.threads.get_mut(&r.task.id).filter(|t| t.task == r.task) else { continue };
-                if looks_applied_by_us(&t.original, &r.original) {
-                    t.applied = Some(t.original); // still ours: the next deboost puts it back
-                }
-                t.original = r.original;
+        let rec = env.store.load(process).map_err(|e| {
+            io::Error::other(format!("its state record cannot be used ({e}); not coordinating it until that is fixed"))
+        })?;
+        for e in rec.map(|r| r.entries).unwrap_or_default() {
+            let (CPU_LAYER, Setting::Sched { original, applied }) = (e.layer.as_str(), e.setting) else { continue };
+            let Some(t) = vm.threads.get_mut(&e.task.id).filter(|t| t.task == e.task) else { continue };
+            let current = t.original;
+            if !current.same_as(&original) && applied.iter().any(|a| a.same_as(&current)) {
+                t.applied = Some(current); // still ours: the next deboost puts it back
             }
+            t.original = original;
+            t.may_apply = applied;
         }
         Ok(vm)
     }
@@ -386,17 +409,30 @@ impl VmCpu {
 
     fn track(&mut self, env: &mut Host, info: cosched_procfs::ThreadInfo) {
         let Ok(original) = env.sched.get(info.task.id) else { return }; // exited meanwhile
-        let t = Tracked { task: info.task, comm: info.comm, role: info.role, original, applied: None };
+        let t = Tracked {
+            task: info.task,
+            comm: info.comm,
+            role: info.role,
+            original,
+            applied: None,
+            may_apply: Vec::new(),
+        };
         self.threads.insert(info.task.id, t);
         self.persisted = false;
     }
 
     fn record(&self) -> VmRecord {
-        VmRecord {
-            vm: self.name.clone(),
-            process: self.process,
-            threads: self.threads.values().map(|t| ThreadRecord { task: t.task, original: t.original }).collect(),
-        }
+        let entries = self
+            .threads
+            .values()
+            .filter(|t| !t.may_apply.is_empty())
+            .map(|t| Entry {
+                task: t.task,
+                layer: CPU_LAYER.into(),
+                setting: Setting::Sched { original: t.original, applied: t.may_apply.clone() },
+            })
+            .collect();
+        VmRecord::new(&self.name, self.process, entries)
     }
 
     /// Puts every thread at `level`. With `rescan` the whole thread list is re-read (names,
@@ -453,6 +489,15 @@ impl VmCpu {
             })
             .collect();
 
+        // Every value about to be set is recorded as one we may apply, before it is set.
+        for (tid, target) in &targets {
+            let Some(attr) = target else { continue };
+            let t = self.threads.get_mut(tid).expect("tracked");
+            if !t.may_apply.iter().any(|a| a == attr) {
+                t.may_apply.push(*attr);
+                self.persisted = false;
+            }
+        }
         // Persist before changing anything. If that fails nothing is changed; the level stays
         // what was asked, so the next refresh tries again.
         if targets.iter().any(|(_, target)| target.is_some()) && !self.persisted {
@@ -478,9 +523,7 @@ impl VmCpu {
                 None => {
                     let applied = t.applied.expect("target != applied");
                     match env.sched.get(tid) {
-                        Ok(cur) if cur.same_as(&applied) && looks_applied_by_us(&cur, &t.original) => {
-                            env.sched.set(tid, &t.original).map(|()| None)
-                        }
+                        Ok(cur) if cur.same_as(&applied) => env.sched.set(tid, &t.original).map(|()| None),
                         Ok(_) => {
                             out.foreign += 1;
                             Ok(None)
@@ -513,15 +556,22 @@ impl VmCpu {
     }
 
     /// Puts everything back and removes the record from disk.
-    pub fn restore(&mut self, env: &mut Host) -> Outcome {
-        let mut out = self.set_level(env, Level::Normal, self.priority, false);
-        if out.errors.is_empty() {
+    /// Puts everything back through the one restore logic ([`crate::store::restore_record`],
+    /// the same that runs after a crash) and removes the record from disk once it is done.
+    pub fn restore(&mut self, env: &mut Host) -> RestoreReport {
+        self.level = Level::Normal;
+        let mut report = crate::store::restore_record(&self.record(), &env.procfs, env.sched.as_mut());
+        if report.errors.is_empty() {
             if let Err(e) = env.store.remove(self.process) {
-                out.errors.push(format!("{}: removing state record: {e}", self.name));
+                report.errors.push(format!("{}: removing state record: {e}", self.name));
+            }
+            for t in self.threads.values_mut() {
+                t.applied = None;
+                t.may_apply.clear();
             }
             self.persisted = false;
         }
-        out
+        report
     }
 }
 

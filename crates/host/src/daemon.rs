@@ -11,15 +11,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use cosched_core::{Action, Coordinator, Level, VmId, VmSettings, NS_PER_MS};
-use cosched_proto::Resource;
 use cosched_procfs::{ProcFs, ProcessInfo};
+use cosched_proto::Resource;
 use cosched_proto::{Event, StreamDecoder};
 use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use serde_json::{json, Value};
 
-use crate::actuator::{Host, RealSched, SchedOps, VmCpu};
+use crate::actuator::{Host, RealSched, VmCpu};
 use crate::config::HostConfig;
 use crate::control::{Reply, Request};
 use crate::metrics::Latency;
@@ -252,7 +252,11 @@ impl Daemon {
         Daemon::with_sched(cfg, ProcFs::default(), Box::new(RealSched))
     }
 
-    pub fn with_sched(cfg: HostConfig, procfs: ProcFs, mut sched: Box<dyn SchedOps>) -> anyhow::Result<Daemon> {
+    pub fn with_sched(
+        cfg: HostConfig,
+        procfs: ProcFs,
+        mut sched: Box<dyn crate::store::ThreadOps>,
+    ) -> anyhow::Result<Daemon> {
         cfg.validate()?;
         let store = StateDir::open(&cfg.state_dir)
             .with_context(|| format!("creating state directory {}", cfg.state_dir.display()))?;
@@ -778,7 +782,7 @@ impl Daemon {
                 }
                 let _ = self.poll.registry().deregister(&mut c.stream);
                 self.by_path.remove(&c.path);
-                info!("{}: {why}; {} thread(s) restored", c.cpu.name, out.changed);
+                info!("{}: {why}; {} setting(s) restored", c.cpu.name, out.restored);
             }
             Conn::Control(mut c) => {
                 let _ = self.poll.registry().deregister(&mut c.stream);
@@ -987,12 +991,9 @@ impl Daemon {
         match f(self, id, actions) {
             Ok(settings) => {
                 let name = self.coord.vm(id).map(|v| v.name.clone()).unwrap_or_default();
-                let off: Vec<&str> = Resource::ALL.iter().filter(|r| !settings.enabled(**r)).map(|r| r.name()).collect();
-                info!(
-                    "operator: {name}: disabled resources [{}], priority {}",
-                    off.join(", "),
-                    settings.priority
-                );
+                let off: Vec<&str> =
+                    Resource::ALL.iter().filter(|r| !settings.enabled(**r)).map(|r| r.name()).collect();
+                info!("operator: {name}: disabled resources [{}], priority {}", off.join(", "), settings.priority);
                 self.settings.insert(name, settings);
                 Reply::ok(None)
             }
@@ -1049,7 +1050,9 @@ impl Daemon {
         let supported: Vec<&str> = self.coord.resources().map(|r| r.name()).collect();
         match Resource::from_name(name) {
             Some(r) if self.coord.resources().any(|s| s == r) => Ok(r),
-            Some(r) => Err(format!("{r} coordination is not supported by this daemon (supported: {})", supported.join(", "))),
+            Some(r) => {
+                Err(format!("{r} coordination is not supported by this daemon (supported: {})", supported.join(", ")))
+            }
             None => Err(format!("unknown resource {name:?} (supported: {})", supported.join(", "))),
         }
     }

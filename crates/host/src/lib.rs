@@ -20,3 +20,4 @@ pub mod sched;
 pub mod store;
 
 pub use actuator::SchedOps;
+pub use store::ThreadOps;

@@ -119,31 +119,85 @@ pub fn render(status: &Value) -> String {
     if let Some(res) = status["resources"].as_object() {
         for (r, v) in res {
             let on = v["enabled"].as_bool() == Some(true);
-            add("cosched_enabled", "gauge", "Coordination of the resource enabled for the host.", &format!("resource=\"{r}\""), on as u8 as f64);
+            add(
+                "cosched_enabled",
+                "gauge",
+                "Coordination of the resource enabled for the host.",
+                &format!("resource=\"{r}\""),
+                on as u8 as f64,
+            );
         }
     }
     let mut hist = String::new();
     for vm in status["vms"].as_array().map(Vec::as_slice).unwrap_or_default() {
         let l = format!("vm=\"{}\"", esc(vm["name"].as_str().unwrap_or("?")));
         let k = &vm["counters"];
-        add("cosched_vm_registered", "gauge", "1 if the guest agent is registered.", &l, (vm["registered"].as_bool() == Some(true)) as u8 as f64);
+        add(
+            "cosched_vm_registered",
+            "gauge",
+            "1 if the guest agent is registered.",
+            &l,
+            (vm["registered"].as_bool() == Some(true)) as u8 as f64,
+        );
         add("cosched_vm_frames_total", "counter", "Well-formed frames received.", &l, num(&k["frames"]));
-        add("cosched_vm_malformed_total", "counter", "Malformed frames and garbage runs received.", &l, num(&k["malformed"]));
+        add(
+            "cosched_vm_malformed_total",
+            "counter",
+            "Malformed frames and garbage runs received.",
+            &l,
+            num(&k["malformed"]),
+        );
         for (reason, n) in k["denied"].as_object().into_iter().flatten() {
-            add("cosched_vm_denied_total", "counter", "DENY replies by resource and reason.", &format!("{l},resource=\"\",reason=\"{reason}\""), num(n));
+            add(
+                "cosched_vm_denied_total",
+                "counter",
+                "DENY replies by resource and reason.",
+                &format!("{l},resource=\"\",reason=\"{reason}\""),
+                num(n),
+            );
         }
         for (r, s) in vm["resources"].as_object().into_iter().flatten() {
             let lr = format!("{l},resource=\"{r}\"");
             let c = &s["counters"];
             let boosted_s = num(&c["boosted_ns"]) / 1e9 + num(&s["boosted_for_ms"]) / 1e3;
-            add("cosched_vm_boosted", "gauge", "1 if the VM is boosted now on the resource.", &lr, (s["level"].as_str() != Some("normal")) as u8 as f64);
+            add(
+                "cosched_vm_boosted",
+                "gauge",
+                "1 if the VM is boosted now on the resource.",
+                &lr,
+                (s["level"].as_str() != Some("normal")) as u8 as f64,
+            );
             add("cosched_vm_boosts_total", "counter", "Boosts started.", &lr, num(&c["boosts"]));
             add("cosched_vm_boosted_seconds_total", "counter", "Time spent boosted.", &lr, boosted_s);
-            add("cosched_vm_requests_total", "counter", "Requests for the resource (guest frames or host events).", &lr, num(&c["requests"]));
-            add("cosched_vm_budget_exhausted_total", "counter", "Boosts ended by a budget.", &lr, num(&c["budget_exhausted"]));
-            add("cosched_vm_guard_demotions_total", "counter", "Times the real-time guard moved vCPUs off the real-time class.", &lr, num(&c["guard_demotions"]));
+            add(
+                "cosched_vm_requests_total",
+                "counter",
+                "Requests for the resource (guest frames or host events).",
+                &lr,
+                num(&c["requests"]),
+            );
+            add(
+                "cosched_vm_budget_exhausted_total",
+                "counter",
+                "Boosts ended by a budget.",
+                &lr,
+                num(&c["budget_exhausted"]),
+            );
+            add(
+                "cosched_vm_guard_demotions_total",
+                "counter",
+                "Times the real-time guard moved vCPUs off the real-time class.",
+                &lr,
+                num(&c["guard_demotions"]),
+            );
             for (reason, n) in c["denied"].as_object().into_iter().flatten() {
-                add("cosched_vm_denied_total", "counter", "DENY replies by resource and reason.", &format!("{lr},reason=\"{reason}\""), num(n));
+                add(
+                    "cosched_vm_denied_total",
+                    "counter",
+                    "DENY replies by resource and reason.",
+                    &format!("{lr},reason=\"{reason}\""),
+                    num(n),
+                );
             }
         }
         if let Ok(h) = serde_json::from_value::<Histogram>(vm["latency_histogram"].clone()) {

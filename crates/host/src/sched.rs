@@ -153,3 +153,52 @@ pub fn explain_set_error(tid: i32, attr: &SchedAttr, err: &io::Error) -> String 
     };
     format!("sched_setattr({tid}, {attr}): {err}{hint}")
 }
+
+/// The I/O priority of thread `tid` (`ioprio_get(IOPRIO_WHO_PROCESS)`: class << 13 | data).
+pub fn get_ioprio(tid: i32) -> io::Result<u16> {
+    // SAFETY: ioprio_get takes two integers and returns an integer.
+    let rc = unsafe { libc::syscall(libc::SYS_ioprio_get, IOPRIO_WHO_PROCESS, tid) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc as u16)
+}
+
+/// Sets the I/O priority of thread `tid`.
+pub fn set_ioprio(tid: i32, ioprio: u16) -> io::Result<()> {
+    // SAFETY: ioprio_set takes three integers.
+    let rc = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, tid, ioprio as libc::c_int) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+const IOPRIO_WHO_PROCESS: libc::c_int = 1;
+
+/// The CPUs thread `tid` may run on, sorted.
+pub fn get_affinity(tid: i32) -> io::Result<Vec<usize>> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the kernel writes at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: passing the set's true size.
+    if unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: CPU_ISSET reads the set within its bounds (i < CPU_SETSIZE).
+    Ok((0..libc::CPU_SETSIZE as usize).filter(|i| unsafe { libc::CPU_ISSET(*i, &set) }).collect())
+}
+
+/// Sets the CPUs thread `tid` may run on.
+pub fn set_affinity(tid: i32, cpus: &[usize]) -> io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus.iter().filter(|c| **c < libc::CPU_SETSIZE as usize) {
+        // SAFETY: c is below CPU_SETSIZE.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: passing the set's true size; the kernel only reads it.
+    if unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,11 +1,20 @@
-//! Persistence of original thread attributes, so that nothing we change outlives us.
+//! Persistence of what the daemon changed, so that nothing it changes outlives it.
 //!
-//! Before the first change to a thread, its original attributes are written to
-//! `<state_dir>/<pid>-<start_time>.json` (atomically: write a temp file, then rename). A daemon
-//! that restarts after `kill -9`, or `cosched restore`, reads every file and puts back the
-//! attributes of each thread that still exists and still carries our mark (see
-//! [`looks_applied_by_us`]); then the file is removed.
+//! Before its first change to a thread, an actuator records, per thread and per layer (a
+//! dynamic boost of one resource, `cpu`, `io`, ..., or a `static` per-VM policy), the setting it
+//! changes (scheduling attributes, I/O priority, CPU affinity), its original value and every value
+//! it may apply. The records of one VM are one file, `<state_dir>/<pid>-<start_time>.json`,
+//! written atomically (temp file, then rename), with a format version.
+//!
+//! [`restore_record`] is the one restore logic, used when a VM exits, when the daemon stops, and
+//! after a crash (a restarted daemon, or `cosched restore`): for each thread and setting, if the
+//! thread still has a value one of the layers applied, it gets the original value of the lowest
+//! layer (what it had before any of them); otherwise someone else changed it after us and it is
+//! left alone. Layers on one setting undo in any order and still end exact. A record that cannot
+//! be read, or has a version or a setting this daemon does not know, is reported and kept for a
+//! human: never skipped in silence. Restore goes on past a failing thread and reports each failure.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -13,21 +22,65 @@ use std::path::{Path, PathBuf};
 use cosched_procfs::{ProcFs, TaskId};
 use serde::{Deserialize, Serialize};
 
-use crate::sched::{SchedAttr, SCHED_FLAG_RESET_ON_FORK};
+use crate::sched::SchedAttr;
 use crate::SchedOps;
 
+/// The format of the state files this daemon writes and reads.
+pub const STATE_VERSION: u32 = 2;
+
+/// The layer a static per-VM policy is recorded under; boosts use their resource's name.
+pub const STATIC_LAYER: &str = "static";
+
+/// A thread setting an actuator changes, with its original value and every value it may apply.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ThreadRecord {
+#[serde(tag = "setting", rename_all = "snake_case")]
+pub enum Setting {
+    /// `sched_setattr(2)`.
+    Sched { original: SchedAttr, applied: Vec<SchedAttr> },
+    /// `ioprio_set(2)` (the raw `ioprio` value: class << 13 | data).
+    Ioprio { original: u16, applied: Vec<u16> },
+    /// `sched_setaffinity(2)`: the CPUs, sorted.
+    Affinity { original: Vec<usize>, applied: Vec<Vec<usize>> },
+}
+
+impl Setting {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Setting::Sched { .. } => "sched",
+            Setting::Ioprio { .. } => "ioprio",
+            Setting::Affinity { .. } => "affinity",
+        }
+    }
+}
+
+/// One thread's setting changed by one layer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
     pub task: TaskId,
-    pub original: SchedAttr,
+    /// `static`, or the name of the resource whose boost made the change.
+    pub layer: String,
+    #[serde(flatten)]
+    pub setting: Setting,
 }
 
 /// What is persisted for one VM.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VmRecord {
+    pub version: u32,
     pub vm: String,
     pub process: TaskId,
-    pub threads: Vec<ThreadRecord>,
+    pub entries: Vec<Entry>,
+}
+
+impl VmRecord {
+    pub fn new(vm: &str, process: TaskId, entries: Vec<Entry>) -> VmRecord {
+        VmRecord { version: STATE_VERSION, vm: vm.to_string(), process, entries }
+    }
+}
+
+/// Static policies lie under boosts: they were there first and outlast them.
+fn layer_rank(layer: &str) -> (u8, &str) {
+    (if layer == STATIC_LAYER { 0 } else { 1 }, layer)
 }
 
 #[derive(Debug, Clone)]
@@ -67,10 +120,15 @@ impl StateDir {
         fs::rename(&tmp, &path)
     }
 
-    /// The record of `process`, if there is a readable one.
-    pub fn load(&self, process: TaskId) -> Option<VmRecord> {
-        let bytes = fs::read(self.file_for(process)).ok()?;
-        serde_json::from_slice(&bytes).ok()
+    /// The record of `process`: `Ok(None)` if there is none, an error if there is one this
+    /// daemon cannot read.
+    pub fn load(&self, process: TaskId) -> Result<Option<VmRecord>, String> {
+        let path = self.file_for(process);
+        match fs::read(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+            Ok(b) => parse(&b).map(Some).map_err(|e| format!("{}: {e}", path.display())),
+        }
     }
 
     pub fn remove(&self, process: TaskId) -> io::Result<()> {
@@ -80,24 +138,23 @@ impl StateDir {
         }
     }
 
-    /// Every record, with the path it came from. Unreadable files are returned as errors so the
-    /// caller can report them; they are left in place for a human to look at.
+    /// Every record, with the path it came from. Files that cannot be used are returned as
+    /// errors so the caller reports them; they are left in place for a human to look at.
     pub fn load_all(&self) -> io::Result<Vec<(PathBuf, Result<VmRecord, String>)>> {
         let mut out = Vec::new();
         for entry in fs::read_dir(&self.dir)? {
             let path = entry?.path();
-            if path.extension().and_then(|e| e.to_str()) == Some("tmp") {
+            let ext = path.extension().and_then(|e| e.to_str());
+            if ext == Some("tmp") {
                 // A write interrupted before its rename: nothing was changed on its account
                 // (records are saved before the change), and the previous record is intact.
                 let _ = fs::remove_file(&path);
                 continue;
             }
-            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            if ext != Some("json") {
                 continue;
             }
-            let rec = fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()));
+            let rec = fs::read(&path).map_err(|e| e.to_string()).and_then(|b| parse(&b));
             out.push((path, rec));
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -105,62 +162,221 @@ impl StateDir {
     }
 }
 
-/// Whether a thread's current attributes look like ours: everything we set carries
-/// `SCHED_FLAG_RESET_ON_FORK`, and differs from the original. Anything else was changed by
-/// someone else after us (or never by us) and is left alone.
-pub fn looks_applied_by_us(current: &SchedAttr, original: &SchedAttr) -> bool {
-    current.flags & SCHED_FLAG_RESET_ON_FORK != 0 && !current.same_as(original)
+/// Parses a state file, refusing versions this daemon does not write.
+fn parse(bytes: &[u8]) -> Result<VmRecord, String> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| format!("corrupt: {e}"))?;
+    match v.get("version").and_then(|n| n.as_u64()) {
+        Some(n) if n == STATE_VERSION as u64 => {}
+        Some(n) => return Err(format!("state format version {n}, this cosched reads version {STATE_VERSION}")),
+        None => {
+            return Err(format!(
+                "no format version (written by a cosched older than format {STATE_VERSION}?); restore it with that \
+                 version's `cosched restore`"
+            ))
+        }
+    }
+    serde_json::from_value(v).map_err(|e| format!("corrupt or unknown setting: {e}"))
+}
+
+/// Access to a thread's settings: the real system calls, or a fake in tests.
+pub trait ThreadOps: SchedOps {
+    fn get_ioprio(&mut self, tid: i32) -> io::Result<u16>;
+    fn set_ioprio(&mut self, tid: i32, ioprio: u16) -> io::Result<()>;
+    fn get_affinity(&mut self, tid: i32) -> io::Result<Vec<usize>>;
+    fn set_affinity(&mut self, tid: i32, cpus: &[usize]) -> io::Result<()>;
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct RestoreReport {
-    /// Threads put back to their original attributes.
+    /// Settings put back to their original value.
     pub restored: u64,
     /// Threads that exited (or whose id now names another thread).
     pub gone: u64,
-    /// Threads already at their original attributes, or changed by someone else since.
+    /// Settings already at their original value, or changed by someone else since.
     pub untouched: u64,
-    /// Human-readable errors; files with errors are kept.
+    /// Human-readable errors: records that cannot be used, settings that cannot be put back.
     pub errors: Vec<String>,
 }
 
-/// Restores every thread recorded in `store` and removes the records that were fully handled.
-pub fn restore_all(store: &StateDir, procfs: &ProcFs, sched: &mut dyn SchedOps) -> io::Result<RestoreReport> {
+impl RestoreReport {
+    pub fn add(&mut self, other: RestoreReport) {
+        self.restored += other.restored;
+        self.gone += other.gone;
+        self.untouched += other.untouched;
+        self.errors.extend(other.errors);
+    }
+}
+
+/// What to do with one setting of one thread, given its layers (any order) and its current
+/// value: `Some(original)` to set it back, `None` to leave it (at its original already, or
+/// changed by someone else). Pure: the one decision every restore path takes.
+pub fn undo_value<T: PartialEq + Clone>(
+    layers: &[(&str, &T, &[T])],
+    current: &T,
+    same: impl Fn(&T, &T) -> bool,
+) -> Option<T> {
+    let bottom = layers.iter().min_by_key(|(layer, _, _)| layer_rank(layer))?;
+    let original = bottom.1;
+    if same(current, original) {
+        return None;
+    }
+    let ours = layers.iter().any(|(_, _, applied)| applied.iter().any(|a| same(current, a)));
+    ours.then(|| original.clone())
+}
+
+/// The outcome of putting one setting back.
+enum Undo {
+    Restored,
+    Untouched,
+    Gone,
+}
+
+fn is_gone(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Puts back one setting of one thread from its layers' entries.
+fn undo_setting(tid: i32, entries: &[&Entry], ops: &mut dyn ThreadOps) -> Result<Undo, String> {
+    macro_rules! undo {
+        ($variant:ident, $get:expr, $set:expr, $same:expr, $show:expr) => {{
+            let layers: Vec<_> = entries
+                .iter()
+                .filter_map(|e| match &e.setting {
+                    Setting::$variant { original, applied } => Some((e.layer.as_str(), original, applied.as_slice())),
+                    _ => None,
+                })
+                .collect();
+            let current = match $get {
+                Ok(c) => c,
+                Err(e) if is_gone(&e) => return Ok(Undo::Gone),
+                Err(e) => return Err(format!("reading {} of thread {tid}: {e}", entries[0].setting.kind())),
+            };
+            match undo_value(&layers, &current, $same) {
+                None => Ok(Undo::Untouched),
+                Some(original) => match $set(&original) {
+                    Ok(()) => Ok(Undo::Restored),
+                    Err(e) if is_gone(&e) => Ok(Undo::Gone),
+                    Err(e) => Err($show(&original, &e)),
+                },
+            }
+        }};
+    }
+    match &entries[0].setting {
+        Setting::Sched { .. } => undo!(
+            Sched,
+            ops.get(tid),
+            |o: &SchedAttr| ops.set(tid, o),
+            |a: &SchedAttr, b: &SchedAttr| a.same_as(b),
+            |o: &SchedAttr, e: &io::Error| crate::sched::explain_set_error(tid, o, e)
+        ),
+        Setting::Ioprio { .. } => undo!(
+            Ioprio,
+            ops.get_ioprio(tid),
+            |o: &u16| ops.set_ioprio(tid, *o),
+            |a: &u16, b: &u16| a == b,
+            |o: &u16, e: &io::Error| format!("ioprio_set({tid}, {o:#x}): {e}")
+        ),
+        Setting::Affinity { .. } => undo!(
+            Affinity,
+            ops.get_affinity(tid),
+            |o: &Vec<usize>| ops.set_affinity(tid, o),
+            |a: &Vec<usize>, b: &Vec<usize>| a == b,
+            |o: &Vec<usize>, e: &io::Error| format!("sched_setaffinity({tid}, {o:?}): {e}")
+        ),
+    }
+}
+
+/// Puts back everything `rec` recorded. Returns the report; `errors` empty means the record is
+/// fully handled and may be removed.
+pub fn restore_record(rec: &VmRecord, procfs: &ProcFs, ops: &mut dyn ThreadOps) -> RestoreReport {
+    let mut report = RestoreReport::default();
+    // (thread, setting kind) -> its entries, one per layer.
+    let mut groups: BTreeMap<(TaskId, &'static str), Vec<&Entry>> = BTreeMap::new();
+    for e in &rec.entries {
+        groups.entry((e.task, e.setting.kind())).or_default().push(e);
+    }
+    let mut checked: BTreeMap<TaskId, bool> = BTreeMap::new();
+    for ((task, _), entries) in groups {
+        // Only a thread that is still the same thread of the same process is touched.
+        let alive = *checked.entry(task).or_insert_with(|| procfs.is_same_task(rec.process.id, task));
+        if !alive {
+            report.gone += 1;
+            continue;
+        }
+        match undo_setting(task.id, &entries, ops) {
+            Ok(Undo::Restored) => report.restored += 1,
+            Ok(Undo::Untouched) => report.untouched += 1,
+            Ok(Undo::Gone) => report.gone += 1,
+            Err(e) => report.errors.push(format!("{}: {e}", rec.vm)),
+        }
+    }
+    report
+}
+
+/// Restores every record in `store`, and removes the records that were fully handled. A record
+/// that cannot be used is reported and kept; the others are restored all the same.
+pub fn restore_all(store: &StateDir, procfs: &ProcFs, ops: &mut dyn ThreadOps) -> io::Result<RestoreReport> {
     let mut report = RestoreReport::default();
     for (path, rec) in store.load_all()? {
         let rec = match rec {
             Ok(r) => r,
             Err(e) => {
-                report.errors.push(format!("{}: unreadable, kept: {e}", path.display()));
+                report.errors.push(format!("{}: cannot be restored, kept for you to look at: {e}", path.display()));
                 continue;
             }
         };
-        let mut failed = false;
-        for t in &rec.threads {
-            if !procfs.is_same_task(rec.process.id, t.task) {
-                report.gone += 1;
-                continue;
-            }
-            match sched.get(t.task.id) {
-                Ok(cur) if looks_applied_by_us(&cur, &t.original) => match sched.set(t.task.id, &t.original) {
-                    Ok(()) => report.restored += 1,
-                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => report.gone += 1,
-                    Err(e) => {
-                        failed = true;
-                        report.errors.push(crate::sched::explain_set_error(t.task.id, &t.original, &e));
-                    }
-                },
-                Ok(_) => report.untouched += 1,
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => report.gone += 1,
-                Err(e) => {
-                    failed = true;
-                    report.errors.push(format!("sched_getattr({}): {e}", t.task.id));
-                }
-            }
-        }
-        if !failed {
+        let r = restore_record(&rec, procfs, ops);
+        let done = r.errors.is_empty();
+        report.add(r);
+        if done {
             fs::remove_file(&path)?;
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::{SCHED_FLAG_RESET_ON_FORK, SCHED_RR};
+
+    #[test]
+    fn a_setting_changed_by_two_layers_goes_back_to_what_was_there_before_both() {
+        let orig = 4u16;
+        let stat = 1u16; // a static policy set 1
+        let boost = 0u16; // a boost over it set 0
+        let layers: Vec<(&str, &u16, &[u16])> =
+            vec![("io", &stat, std::slice::from_ref(&boost)), (STATIC_LAYER, &orig, std::slice::from_ref(&stat))];
+        let same = |a: &u16, b: &u16| a == b;
+        assert_eq!(undo_value(&layers, &boost, same), Some(orig), "boosted over static: back to the original");
+        assert_eq!(undo_value(&layers, &stat, same), Some(orig), "boost already undone: static's original");
+        assert_eq!(undo_value(&layers, &orig, same), None, "already original");
+        assert_eq!(undo_value(&layers, &7, same), None, "someone else's value stays");
+    }
+
+    #[test]
+    fn records_carry_their_version_and_unknown_ones_are_refused() {
+        let task = TaskId { id: 5, start_time: 9 };
+        let rec = VmRecord::new(
+            "vm",
+            task,
+            vec![Entry {
+                task,
+                layer: "cpu".into(),
+                setting: Setting::Sched {
+                    original: SchedAttr::other(0, 0),
+                    applied: vec![SchedAttr::rt(SCHED_RR, 1, SCHED_FLAG_RESET_ON_FORK)],
+                },
+            }],
+        );
+        let text = serde_json::to_string(&rec).unwrap();
+        assert!(text.contains("\"version\":2") && text.contains("\"setting\":\"sched\""), "{text}");
+        assert_eq!(parse(text.as_bytes()), Ok(rec));
+        assert!(parse(b"{garbage").unwrap_err().starts_with("corrupt"));
+        let v1 = br#"{"vm":"x","process":{"id":1,"start_time":2},"threads":[]}"#;
+        assert!(parse(v1).unwrap_err().contains("no format version"));
+        assert!(parse(br#"{"version":3}"#).unwrap_err().contains("version 3"));
+        let unknown = text.replace("\"sched\"", "\"memory_tier\"");
+        assert!(parse(unknown.as_bytes()).unwrap_err().contains("unknown"), "{unknown}");
+    }
 }

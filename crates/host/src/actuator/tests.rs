@@ -8,7 +8,7 @@ use cosched_procfs::fake;
 
 use super::*;
 use crate::sched::SCHED_OTHER;
-use crate::store::{restore_all, VmRecord};
+use crate::store::{restore_all, Entry, VmRecord};
 
 /// A scheduler that keeps attributes in a map; threads not in the map do not exist. Shared
 /// (`Rc`) so the test can look inside while the [`Host`] owns it.
@@ -17,10 +17,29 @@ struct FakeState {
     attrs: HashMap<i32, SchedAttr>,
     sets: Vec<(i32, SchedAttr)>,
     fail_with: Option<i32>,
+    ioprio: HashMap<i32, u16>,
+    affinity: HashMap<i32, Vec<usize>>,
 }
 
 #[derive(Default, Clone)]
 struct FakeSched(Rc<RefCell<FakeState>>);
+
+impl ThreadOps for FakeSched {
+    fn get_ioprio(&mut self, tid: i32) -> io::Result<u16> {
+        self.0.borrow().ioprio.get(&tid).copied().ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
+    }
+    fn set_ioprio(&mut self, tid: i32, ioprio: u16) -> io::Result<()> {
+        self.0.borrow_mut().ioprio.insert(tid, ioprio);
+        Ok(())
+    }
+    fn get_affinity(&mut self, tid: i32) -> io::Result<Vec<usize>> {
+        self.0.borrow().affinity.get(&tid).cloned().ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
+    }
+    fn set_affinity(&mut self, tid: i32, cpus: &[usize]) -> io::Result<()> {
+        self.0.borrow_mut().affinity.insert(tid, cpus.to_vec());
+        Ok(())
+    }
+}
 
 impl SchedOps for FakeSched {
     fn get(&mut self, tid: i32) -> io::Result<SchedAttr> {
@@ -93,6 +112,14 @@ impl World {
     }
 }
 
+/// The original scheduling attributes a record holds for thread `tid`.
+fn original(rec: &VmRecord, tid: i32) -> SchedAttr {
+    match rec.entries.iter().find(|e: &&Entry| e.task.id == tid).map(|e| &e.setting) {
+        Some(Setting::Sched { original, .. }) => *original,
+        other => panic!("no sched entry for {tid}: {other:?}"),
+    }
+}
+
 fn rr(prio: u32) -> SchedAttr {
     SchedAttr::rt(SCHED_RR, prio, SCHED_FLAG_RESET_ON_FORK)
 }
@@ -126,8 +153,8 @@ fn originals_are_on_disk_before_the_first_change() {
     assert!(out.errors[0].contains("CAP_SYS_NICE"), "{:?}", out.errors);
     let recs = w.host.store.load_all().unwrap();
     let rec = recs[0].1.as_ref().unwrap();
-    assert_eq!(rec.threads.len(), 4);
-    assert_eq!(rec.threads[1].original, SchedAttr::other(5, 0));
+    assert_eq!(rec.entries.len(), 4);
+    assert_eq!(original(rec, 501), SchedAttr::other(5, 0));
 }
 
 #[test]
@@ -171,7 +198,7 @@ fn a_record_left_on_disk_keeps_the_true_originals_across_a_reconnect() {
     w.sched.0.borrow_mut().fail_with = None;
     assert_eq!(w.attr(501), rr(1), "still boosted");
     let mut vm = w.vm();
-    assert_eq!(w.records()[0].threads[1].original, SchedAttr::other(5, 0), "record untouched by tracking");
+    assert_eq!(original(&w.records()[0], 501), SchedAttr::other(5, 0), "record untouched by tracking");
     // A boost and deboost later, nice 5 comes back: the disk's original won over what we read.
     vm.set_level(&mut w.host, Level::Boosted, 1, false);
     vm.set_level(&mut w.host, Level::Normal, 1, false);
@@ -271,7 +298,7 @@ fn new_threads_are_boosted_on_refresh_and_gone_ones_dropped() {
     assert_eq!(w.attr(510), rr(1));
     assert_eq!(vm.thread_count(), 4);
     let rec = w.host.store.load_all().unwrap().remove(0).1.unwrap();
-    assert!(rec.threads.iter().any(|t| t.task.id == 510), "newcomer persisted before its change");
+    assert!(rec.entries.iter().any(|t| t.task.id == 510), "newcomer persisted before its change");
     vm.set_level(&mut w.host, Level::Normal, 1, false);
     assert_eq!(w.attr(510), SchedAttr::other(0, 0));
 }
@@ -316,7 +343,7 @@ fn originals_are_refreshed_between_boosts() {
     vm.set_level(&mut w.host, Level::Normal, 1, false);
     assert_eq!(w.attr(502), SchedAttr::other(-5, 0));
     let rec = w.host.store.load_all().unwrap().remove(0).1.unwrap();
-    assert_eq!(rec.threads.iter().find(|t| t.task.id == 502).unwrap().original, SchedAttr::other(-5, 0));
+    assert_eq!(original(&rec, 502), SchedAttr::other(-5, 0));
 }
 
 #[test]
@@ -350,7 +377,7 @@ fn restore_all_keeps_records_it_could_not_finish_and_reports_bad_files() {
     w.sched.0.borrow_mut().fail_with = Some(libc::EPERM);
     let report = restore_all(&w.host.store, &w.host.procfs, w.host.sched.as_mut()).unwrap();
     assert_eq!(report.errors.len(), 5, "{:?}", report.errors);
-    assert!(report.errors[0].contains("unreadable"));
+    assert!(report.errors[0].contains("cannot be restored, kept for you to look at: corrupt"));
     let left: Vec<_> = w.host.store.load_all().unwrap().into_iter().map(|(p, _)| p).collect();
     assert_eq!(left.len(), 2, "bad file and unfinished record kept, tmp file dropped: {left:?}");
     w.sched.0.borrow_mut().fail_with = None;

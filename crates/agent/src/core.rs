@@ -1,31 +1,59 @@
-//! The agent's protocol logic, without I/O: registration, turning per-CPU transitions from BPF
-//! into `CPU 1` / `CPU 0` frames (only on change), and reacting to the host's replies.
+//! The agent's protocol logic, without I/O, generic over resources: registration with the
+//! capabilities of the detectors that can load, attaching exactly the ones the host grants,
+//! turning each resource's per-unit transitions into `CPU 1` / `IO 0`... frames (only on
+//! change), and reacting to the host's replies, per resource.
+//!
+//! Each resource has its own state: what it wants, what the host has, the seq of its last
+//! request and its backoff. A `DENY` that names a resource, `DISABLE` and `ENABLE` affect only the
+//! resources they name; `DENY(not_registered)` and a denial of the `REGISTER` affect all. The
+//! agent runs as long as a resource is granted or may be enabled; it exits only when no detector
+//! can run or the host supports none of them.
 
-use cosched_proto::{caps, DenyReason, Frame, Kind};
+use cosched_proto::{caps, DenyReason, Frame, Kind, Resource};
 
 /// What the I/O layer must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Out {
     Send(Frame),
-    /// Load and attach the BPF detectors (fresh state).
-    Attach,
-    /// Detach and unload them: the host does not want to hear from us.
-    Detach,
-    /// Give up, with this message (the host does not support CPU coordination).
+    /// Load and attach this resource's detector (fresh state). If that fails, tell
+    /// [`AgentCore::on_attach_failed`].
+    Attach(Resource),
+    /// Detach and unload it: the host does not want to hear about this resource.
+    Detach(Resource),
+    /// Give up, with this message (nothing is left to coordinate).
     Exit(String),
     Log(String),
 }
 
+/// The registration with the host (one for all resources).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Registration to (re)send at the next tick.
+pub enum Registration {
+    /// To (re)send at the next tick.
     Unregistered,
     /// REGISTER sent with this seq at this time; waiting for the reply.
     Registering { seq: u32, sent_ns: u64 },
-    /// Registered, detectors attached.
+    /// The host granted these capability bits.
+    Registered { granted: u64 },
+    /// The host denied the registration (`DENY(disabled)`): waiting for `ENABLE`.
+    Denied,
+    /// Gave up ([`Out::Exit`]).
+    Finished,
+}
+
+/// Where one resource stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Its detector can run; waiting for a registration to grant it.
+    Idle,
+    /// Granted; its detector is attached.
     Active,
-    /// The operator disabled coordination: detached, waiting for ENABLE.
+    /// Granted, then the operator disabled it: detached, waiting for `ENABLE`.
     Disabled,
+    /// The registration stands without it: the host does not support it, or the operator turned
+    /// it off (the host then sends `ENABLE` for it when it is back on).
+    NotGranted,
+    /// Its detector cannot run here: left out of every registration from now on.
+    Failed,
 }
 
 #[derive(Debug, Clone)]
@@ -54,32 +82,100 @@ pub struct Counters {
     pub registrations: u64,
 }
 
+/// The state of one resource.
+#[derive(Debug, Clone)]
+pub struct ResourceState {
+    pub resource: Resource,
+    pub phase: Phase,
+    /// What each unit (a CPU, a device) wants.
+    wants: Vec<bool>,
+    /// What the host has applied as far as we know (`None`: unknown, e.g. just attached).
+    sent: Option<bool>,
+    /// Seq of the last request for this resource: only a denial of that one changes what the
+    /// host has.
+    last_seq: u32,
+    backoff_until_ns: u64,
+}
+
+impl ResourceState {
+    fn new(resource: Resource) -> ResourceState {
+        ResourceState { resource, phase: Phase::Idle, wants: Vec::new(), sent: None, last_seq: 0, backoff_until_ns: 0 }
+    }
+
+    /// True if any unit wants a boost.
+    pub fn desired(&self) -> bool {
+        self.wants.iter().any(|w| *w)
+    }
+
+    /// Forgets what the detector and the host had: a detector attaches with fresh state.
+    fn reset(&mut self) {
+        self.wants.clear();
+        self.sent = None;
+        self.last_seq = 0;
+        self.backoff_until_ns = 0;
+    }
+
+    /// Moves to `phase`, detaching the detector if it was attached.
+    fn leave(&mut self, phase: Phase, out: &mut Vec<Out>) {
+        if self.phase == Phase::Active {
+            out.push(Out::Detach(self.resource));
+        }
+        self.phase = phase;
+        self.reset();
+    }
+
+    fn activate(&mut self, out: &mut Vec<Out>) {
+        self.phase = Phase::Active;
+        self.reset();
+        out.push(Out::Attach(self.resource));
+    }
+
+    fn is(&self, bits: u64) -> bool {
+        bits & self.resource.cap() != 0
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct AgentCore {
     cfg: Config,
-    pub phase: Phase,
+    pub registration: Registration,
     seq: u32,
-    cpu_wants: Vec<bool>,
-    /// What the host has applied as far as we know (`None`: unknown, e.g. after registering).
-    sent: Option<bool>,
-    /// Seq of the last `CPU` frame sent: only a denial of that one changes what the host has.
-    last_cpu_seq: u32,
-    backoff_until_ns: u64,
+    resources: Vec<ResourceState>,
     pub counters: Counters,
 }
 
+/// Capability bits of these resources.
+fn bits<'a>(rs: impl IntoIterator<Item = &'a ResourceState>) -> u64 {
+    rs.into_iter().fold(0, |b, s| b | s.resource.cap())
+}
+
 impl AgentCore {
-    pub fn new(cfg: Config) -> AgentCore {
-        AgentCore {
-            cfg,
-            phase: Phase::Unregistered,
-            seq: 0,
-            cpu_wants: Vec::new(),
-            sent: None,
-            last_cpu_seq: 0,
-            backoff_until_ns: 0,
-            counters: Counters::default(),
+    /// `detectors`: the resources whose detector can run here (probed by the I/O layer).
+    pub fn new(cfg: Config, detectors: &[Resource]) -> AgentCore {
+        let mut resources: Vec<ResourceState> = Vec::new();
+        for r in detectors {
+            if resources.iter().all(|s| s.resource != *r) {
+                resources.push(ResourceState::new(*r));
+            }
         }
+        AgentCore { cfg, registration: Registration::Unregistered, seq: 0, resources, counters: Counters::default() }
+    }
+
+    /// Where `resource` stands (`None`: this agent has no detector for it).
+    pub fn phase(&self, resource: Resource) -> Option<Phase> {
+        self.state(resource).map(|s| s.phase)
+    }
+
+    pub fn state(&self, resource: Resource) -> Option<&ResourceState> {
+        self.resources.iter().find(|s| s.resource == resource)
+    }
+
+    fn state_mut(&mut self, resource: Resource) -> Option<&mut ResourceState> {
+        self.resources.iter_mut().find(|s| s.resource == resource)
+    }
+
+    pub fn is_registered(&self) -> bool {
+        matches!(self.registration, Registration::Registered { .. })
     }
 
     fn next_seq(&mut self) -> u32 {
@@ -87,163 +183,351 @@ impl AgentCore {
         self.seq
     }
 
-    /// True if any CPU wants a boost.
-    pub fn desired(&self) -> bool {
-        self.cpu_wants.iter().any(|w| *w)
+    /// What a registration offers: every resource whose detector can run.
+    fn offered(&self) -> u64 {
+        bits(self.resources.iter().filter(|s| s.phase != Phase::Failed))
     }
 
-    /// The BPF detectors report a transition of one CPU.
-    pub fn on_transition(&mut self, cpu: usize, want: bool, now: u64, out: &mut Vec<Out>) {
-        if self.phase != Phase::Active {
+    /// A detector reports a transition of one unit (a CPU) of its resource.
+    pub fn on_transition(&mut self, resource: Resource, unit: usize, want: bool, now: u64, out: &mut Vec<Out>) {
+        let Some(i) = self.resources.iter().position(|s| s.resource == resource && s.phase == Phase::Active) else {
             return;
+        };
+        let st = &mut self.resources[i];
+        if unit >= st.wants.len() {
+            st.wants.resize(unit + 1, false);
         }
-        if cpu >= self.cpu_wants.len() {
-            self.cpu_wants.resize(cpu + 1, false);
-        }
-        self.cpu_wants[cpu] = want;
-        self.sync(now, out);
+        st.wants[unit] = want;
+        self.sync(i, now, out);
     }
 
-    /// Replaces the per-CPU state wholesale (reconciliation with the BPF maps).
-    pub fn reconcile(&mut self, wants: &[bool], now: u64, out: &mut Vec<Out>) {
-        if self.phase != Phase::Active {
+    /// Replaces a resource's per-unit state wholesale (reconciliation with the detector's own).
+    pub fn reconcile(&mut self, resource: Resource, wants: &[bool], now: u64, out: &mut Vec<Out>) {
+        let Some(i) = self.resources.iter().position(|s| s.resource == resource && s.phase == Phase::Active) else {
             return;
-        }
-        self.cpu_wants = wants.to_vec();
-        self.sync(now, out);
+        };
+        self.resources[i].wants = wants.to_vec();
+        self.sync(i, now, out);
     }
 
-    /// Sends `CPU x` if what we want differs from what the host has.
-    fn sync(&mut self, now: u64, out: &mut Vec<Out>) {
-        let want = self.desired();
+    /// Sends a request for resource `i` if what it wants differs from what the host has.
+    fn sync(&mut self, i: usize, now: u64, out: &mut Vec<Out>) {
+        let st = &self.resources[i];
+        let want = st.desired();
         // A deboost is always sent at once; a boost waits out a backoff.
-        if self.sent == Some(want) || (want && now < self.backoff_until_ns) {
+        if st.sent == Some(want) || (want && now < st.backoff_until_ns) {
             return;
         }
-        if self.sent.is_none() && !want {
-            self.sent = Some(false); // just registered: the host starts deboosted
+        let Some(kind) = st.resource.request_kind() else { return };
+        if st.sent.is_none() && !want {
+            self.resources[i].sent = Some(false); // just attached: the host starts deboosted
             return;
         }
         let seq = self.next_seq();
-        self.last_cpu_seq = seq;
-        out.push(Out::Send(Frame::cpu(seq, want)));
+        let st = &mut self.resources[i];
+        st.last_seq = seq;
+        st.sent = Some(want);
+        out.push(Out::Send(Frame::new(kind, seq, want as u64)));
         if want {
             self.counters.boosts_sent += 1;
         } else {
             self.counters.deboosts_sent += 1;
         }
-        self.sent = Some(want);
     }
 
+    /// Sends REGISTER with every resource that can still run; all start over.
     fn register(&mut self, now: u64, out: &mut Vec<Out>) {
+        let offered = self.offered();
+        if offered == 0 {
+            return self.finish("no detector can run here".into(), out);
+        }
+        for st in self.resources.iter_mut().filter(|s| s.phase != Phase::Failed) {
+            st.leave(Phase::Idle, out);
+        }
         let seq = self.next_seq();
-        self.phase = Phase::Registering { seq, sent_ns: now };
+        self.registration = Registration::Registering { seq, sent_ns: now };
         self.counters.registrations += 1;
-        out.push(Out::Send(Frame::register(seq, caps::CPU)));
+        out.push(Out::Send(Frame::register(seq, offered)));
     }
 
-    fn deactivate(&mut self, phase: Phase, out: &mut Vec<Out>) {
-        if self.phase == Phase::Active {
-            out.push(Out::Detach);
+    /// Gives up: detaches everything, deregisters if registered, and exits.
+    fn finish(&mut self, msg: String, out: &mut Vec<Out>) {
+        for st in &mut self.resources {
+            let phase = if st.phase == Phase::Failed { Phase::Failed } else { Phase::NotGranted };
+            st.leave(phase, out);
         }
-        self.phase = phase;
-        self.sent = None;
-        self.cpu_wants.clear();
+        if self.is_registered() {
+            let seq = self.next_seq();
+            out.push(Out::Send(Frame::deregister(seq)));
+        }
+        self.registration = Registration::Finished;
+        out.push(Out::Exit(msg));
+    }
+
+    /// Exits once no detector can run: every one failed to attach. (A resource the host did not
+    /// grant, or disabled, may still be enabled.)
+    fn exit_if_nothing_left(&mut self, out: &mut Vec<Out>) {
+        if self.offered() != 0 {
+            return;
+        }
+        let names = caps::names(bits(&self.resources));
+        self.finish(format!("nothing left to coordinate: no detector can run here ({names})"), out);
+    }
+
+    /// The I/O layer could not attach `resource`'s detector: that resource is unsupported here
+    /// from now on; the others keep working.
+    pub fn on_attach_failed(&mut self, resource: Resource, why: &str, out: &mut Vec<Out>) {
+        let Some(st) = self.state_mut(resource) else { return };
+        // Nothing was attached: no Detach.
+        st.phase = Phase::Failed;
+        st.reset();
+        out.push(Out::Log(format!(
+            "{resource}: unsupported: its detector cannot be attached ({why}); the other resources keep working"
+        )));
+        self.exit_if_nothing_left(out);
     }
 
     /// Time passes: (re)registration and the end of a backoff.
     pub fn tick(&mut self, now: u64, out: &mut Vec<Out>) {
-        match self.phase {
-            Phase::Unregistered => self.register(now, out),
-            Phase::Registering { sent_ns, .. } if now >= sent_ns + self.cfg.register_retry_ns => {
+        match self.registration {
+            Registration::Unregistered => self.register(now, out),
+            Registration::Registering { sent_ns, .. } if now >= sent_ns + self.cfg.register_retry_ns => {
                 self.register(now, out)
             }
-            Phase::Active => self.sync(now, out),
+            Registration::Registered { .. } => {
+                for i in 0..self.resources.len() {
+                    if self.resources[i].phase == Phase::Active {
+                        self.sync(i, now, out);
+                    }
+                }
+            }
             _ => {}
         }
     }
 
     /// When [`AgentCore::tick`] next has something to do.
     pub fn next_tick(&self, now: u64) -> Option<u64> {
-        match self.phase {
-            Phase::Unregistered => Some(now),
-            Phase::Registering { sent_ns, .. } => Some(sent_ns + self.cfg.register_retry_ns),
-            Phase::Active if self.desired() && self.sent != Some(true) => Some(self.backoff_until_ns.max(now)),
+        match self.registration {
+            Registration::Unregistered => Some(now),
+            Registration::Registering { sent_ns, .. } => Some(sent_ns + self.cfg.register_retry_ns),
+            Registration::Registered { .. } => self
+                .resources
+                .iter()
+                .filter(|s| s.phase == Phase::Active && s.desired() && s.sent != Some(true))
+                .map(|s| s.backoff_until_ns.max(now))
+                .min(),
             _ => None,
         }
     }
 
     /// The channel to the host went away (or came back): start over.
     pub fn on_disconnected(&mut self, out: &mut Vec<Out>) {
-        self.deactivate(Phase::Unregistered, out);
+        for st in self.resources.iter_mut().filter(|s| s.phase != Phase::Failed) {
+            st.leave(Phase::Idle, out);
+        }
+        if self.registration != Registration::Finished {
+            self.registration = Registration::Unregistered;
+        }
+    }
+
+    /// The agent stops: detach everything and deregister if registered.
+    pub fn stop(&mut self, out: &mut Vec<Out>) {
+        for st in self.resources.iter_mut().filter(|s| s.phase == Phase::Active) {
+            st.leave(Phase::Idle, out);
+        }
+        if self.is_registered() {
+            let seq = self.next_seq();
+            out.push(Out::Send(Frame::deregister(seq)));
+        }
+        self.registration = Registration::Finished;
     }
 
     /// A frame from the host.
     pub fn on_frame(&mut self, f: Frame, now: u64, out: &mut Vec<Out>) {
-        match (f.kind, self.phase) {
-            (Kind::Ack, Phase::Registering { seq, .. }) if f.seq == seq => {
-                if f.value & caps::CPU == 0 {
-                    self.phase = Phase::Disabled;
-                    out.push(Out::Exit("the host did not grant CPU coordination".into()));
-                    return;
-                }
-                self.phase = Phase::Active;
-                self.sent = None;
-                self.backoff_until_ns = 0;
-                out.push(Out::Log("registered with the host".into()));
-                out.push(Out::Attach);
+        match f.kind {
+            Kind::Ack => match self.registration {
+                Registration::Registering { seq, .. } if f.seq == seq => self.on_registered(f.value, out),
+                // The value of an ACK to a request is what the host granted; what it has is
+                // tracked from what we sent and its denials.
+                _ => self.counters.acks += 1,
+            },
+            Kind::Deny => self.on_deny(f, now, out),
+            Kind::Disable => self.on_disable(f.value, out),
+            Kind::Enable => self.on_enable(f.value, now, out),
+            _ => {}
+        }
+    }
+
+    fn on_registered(&mut self, granted: u64, out: &mut Vec<Out>) {
+        let offered = self.offered();
+        self.registration = Registration::Registered { granted };
+        let ours = granted & offered;
+        if ours == 0 {
+            return self.finish(
+                format!(
+                    "the host grants none of what this guest can detect (offered {}, granted {})",
+                    caps::names(offered),
+                    caps::names(granted)
+                ),
+                out,
+            );
+        }
+        out.push(Out::Log(format!("registered with the host; granted {}", caps::names(ours))));
+        for st in self.resources.iter_mut().filter(|s| s.phase != Phase::Failed) {
+            if !st.is(granted) {
+                st.leave(Phase::NotGranted, out);
+                out.push(Out::Log(format!(
+                    "{}: not granted: the host does not support it or has it turned off (it is attached if the \
+                     host enables it)",
+                    st.resource
+                )));
+            } else if st.phase == Phase::Disabled {
+                // The operator disabled it while the registration was on its way: wait for ENABLE.
+            } else {
+                st.activate(out);
             }
-            (Kind::Ack, _) => self.counters.acks += 1,
-            (Kind::Deny, phase) => {
-                let reason = f.deny_reason();
-                let is_reply_to_register = matches!(phase, Phase::Registering { seq, .. } if seq == f.seq);
-                // The host's own end of a boost (seq 0), or a refusal of our latest request; a
-                // refusal of an older one says nothing about what the host has now.
-                let about_now = f.seq == 0 || f.seq == self.last_cpu_seq;
-                match reason {
-                    Some(DenyReason::Disabled) => {
-                        out.push(Out::Log("the host operator disabled coordination; waiting for ENABLE".into()));
-                        self.deactivate(Phase::Disabled, out);
-                    }
-                    Some(DenyReason::Unsupported) if is_reply_to_register => {
-                        self.phase = Phase::Disabled;
-                        out.push(Out::Exit("the host does not support CPU coordination".into()));
-                    }
-                    Some(DenyReason::NotRegistered) => {
-                        // The host restarted or deregistered us: register again.
-                        out.push(Out::Log("the host says we are not registered; registering again".into()));
-                        self.deactivate(Phase::Unregistered, out);
-                        self.register(now, out);
-                    }
-                    Some(DenyReason::Budget) => {
+        }
+    }
+
+    fn on_register_denied(&mut self, f: Frame, out: &mut Vec<Out>) {
+        match f.deny_reason() {
+            Some(DenyReason::Disabled) => {
+                out.push(Out::Log("the host operator disabled coordination; waiting for ENABLE".into()));
+                for st in self.resources.iter_mut().filter(|s| s.phase != Phase::Failed) {
+                    st.leave(Phase::Idle, out);
+                }
+                self.registration = Registration::Denied;
+            }
+            Some(DenyReason::Unsupported) => {
+                let offered = self.offered();
+                self.finish(format!("the host does not support {} coordination", caps::names(offered)), out)
+            }
+            _ => {
+                // Rate limited, or a reply we do not expect: the registration is retried.
+                self.counters.other_denials += 1;
+                out.push(Out::Log(format!("host replied {f} to our registration; will retry")));
+            }
+        }
+    }
+
+    fn on_deny(&mut self, f: Frame, now: u64, out: &mut Vec<Out>) {
+        if matches!(self.registration, Registration::Registering { seq, .. } if seq == f.seq) {
+            return self.on_register_denied(f, out);
+        }
+        let reason = f.deny_reason();
+        if reason == Some(DenyReason::NotRegistered) {
+            // The host restarted or deregistered us: register again, every resource.
+            out.push(Out::Log("the host says we are not registered; registering again".into()));
+            return self.register(now, out);
+        }
+        // A denial that names a resource concerns that resource only; one that names none (an
+        // older host, seq 0 or a reply) concerns all, and each resource checks the seq.
+        let named = f.deny_resource();
+        let concerned = |st: &ResourceState| named.is_none_or(|r| r == st.resource);
+        // The host's own end of a boost (seq 0), or a refusal of this resource's latest request;
+        // a refusal of an older one says nothing about what the host has now.
+        let about_now = |st: &ResourceState| f.seq == 0 || f.seq == st.last_seq;
+        match reason {
+            Some(DenyReason::Disabled) => {
+                if self.resources.iter().any(|s| concerned(s) && s.phase == Phase::Active) {
+                    out.push(Out::Log("the host operator disabled coordination; waiting for ENABLE".into()));
+                }
+                for st in self.resources.iter_mut().filter(|s| concerned(s) && s.phase == Phase::Active) {
+                    st.leave(Phase::Disabled, out);
+                }
+            }
+            Some(DenyReason::Unsupported) => {
+                self.counters.other_denials += 1;
+                let mut any = false;
+                for st in self.resources.iter_mut().filter(|s| {
+                    concerned(s) && s.phase == Phase::Active && (named.is_some() || f.seq == s.last_seq)
+                }) {
+                    out.push(Out::Log(format!("{}: the host no longer supports it ({f}); detaching", st.resource)));
+                    st.leave(Phase::NotGranted, out);
+                    any = true;
+                }
+                if !any {
+                    out.push(Out::Log(format!("host replied {f}")));
+                }
+            }
+            Some(DenyReason::Malformed) | None => {
+                self.counters.other_denials += 1;
+                out.push(Out::Log(format!("host replied {f}")));
+            }
+            // Budget, rate, and any other refusal (e.g. a share the host keeps for itself): only
+            // boosts are refused that way, so the host does not have this one.
+            Some(r) => {
+                let backoff = match r {
+                    DenyReason::Budget => {
                         self.counters.budget_denials += 1;
-                        if about_now {
-                            // The host ended (or refused) a boost: it is deboosted now.
-                            self.sent = Some(false);
-                            self.backoff_until_ns = now + self.cfg.budget_backoff_ns;
-                        }
+                        self.cfg.budget_backoff_ns
                     }
-                    Some(DenyReason::RateLimited) => {
+                    DenyReason::RateLimited => {
                         self.counters.other_denials += 1;
-                        if about_now {
-                            // Only boosts are refused for rate: the host is deboosted.
-                            self.sent = Some(false);
-                            self.backoff_until_ns = now + self.cfg.rate_backoff_ns;
-                        }
+                        self.cfg.rate_backoff_ns
                     }
                     _ => {
                         self.counters.other_denials += 1;
-                        out.push(Out::Log(format!("host replied {f}")));
+                        self.cfg.budget_backoff_ns
                     }
+                };
+                for st in self.resources.iter_mut().filter(|s| concerned(s) && s.phase == Phase::Active && about_now(s)) {
+                    // The host ended (or refused) a boost: it is deboosted now.
+                    st.sent = Some(false);
+                    st.backoff_until_ns = now + backoff;
                 }
             }
-            (Kind::Disable, _) if f.value & caps::CPU != 0 => {
-                out.push(Out::Log("the host operator disabled coordination; detaching".into()));
-                self.deactivate(Phase::Disabled, out);
+        }
+    }
+
+    fn on_disable(&mut self, disabled: u64, out: &mut Vec<Out>) {
+        let registering = matches!(self.registration, Registration::Registering { .. });
+        if self.resources.iter().any(|s| s.is(disabled) && s.phase == Phase::Active) {
+            out.push(Out::Log("the host operator disabled coordination; detaching".into()));
+        }
+        for st in self.resources.iter_mut().filter(|s| s.is(disabled)) {
+            match st.phase {
+                Phase::Active => st.leave(Phase::Disabled, out),
+                // Not attached yet: once granted, it waits for ENABLE.
+                Phase::Idle if registering => st.phase = Phase::Disabled,
+                _ => {}
             }
-            (Kind::Enable, Phase::Disabled) if f.value & caps::CPU != 0 => {
+        }
+    }
+
+    fn on_enable(&mut self, enabled: u64, now: u64, out: &mut Vec<Out>) {
+        match self.registration {
+            Registration::Denied if enabled & self.offered() != 0 => {
                 out.push(Out::Log("the host operator enabled coordination; registering".into()));
                 self.register(now, out);
+            }
+            Registration::Registered { .. } => {
+                // The registration stands: attach what the operator had turned off (disabled at
+                // run time, or granted but off at registration).
+                let again: Vec<usize> = (0..self.resources.len())
+                    .filter(|&i| {
+                        let st = &self.resources[i];
+                        st.is(enabled) && matches!(st.phase, Phase::Disabled | Phase::NotGranted)
+                    })
+                    .collect();
+                if again.is_empty() {
+                    return;
+                }
+                // Attaching a detector registers its hooks with the kernel (tracepoint probes);
+                // the registration with the host is kept.
+                let names = caps::names(bits(again.iter().map(|&i| &self.resources[i])));
+                out.push(Out::Log(format!(
+                    "the host operator enabled coordination; registering the {names} detector's hooks again \
+                     (the registration with the host stands)"
+                )));
+                for i in again {
+                    self.resources[i].activate(out);
+                }
+            }
+            Registration::Registering { .. } => {
+                for st in self.resources.iter_mut().filter(|s| s.is(enabled) && s.phase == Phase::Disabled) {
+                    st.phase = Phase::Idle;
+                }
             }
             _ => {}
         }
@@ -253,38 +537,63 @@ impl AgentCore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cosched_proto::Resource::{Cpu, Io};
+
+    fn io(seq: u32, boost: bool) -> Frame {
+        Frame::new(Kind::Io, seq, boost as u64)
+    }
 
     fn registered() -> (AgentCore, u32) {
-        let mut a = AgentCore::new(Config::default());
+        let mut a = AgentCore::new(Config::default(), &[Cpu]);
         let mut out = Vec::new();
         a.tick(0, &mut out);
         assert_eq!(out, vec![Out::Send(Frame::register(1, caps::CPU))]);
         out.clear();
         a.on_frame(Frame::ack(1, caps::CPU), 1, &mut out);
-        assert!(out.contains(&Out::Attach));
-        assert_eq!(a.phase, Phase::Active);
+        assert!(out.contains(&Out::Attach(Cpu)));
+        assert_eq!(a.phase(Cpu), Some(Phase::Active));
         (a, 1)
+    }
+
+    /// Registered with CPU and I/O detectors, the host granting both.
+    fn registered_both() -> AgentCore {
+        let mut a = AgentCore::new(Config::default(), &[Cpu, Io]);
+        let mut out = Vec::new();
+        a.tick(0, &mut out);
+        assert_eq!(sent(&out), vec![Frame::register(1, caps::CPU | caps::IO)]);
+        out.clear();
+        a.on_frame(Frame::ack(1, caps::CPU | caps::IO), 1, &mut out);
+        assert_eq!(attached(&out), vec![Out::Attach(Cpu), Out::Attach(Io)]);
+        a
     }
 
     fn sent(out: &[Out]) -> Vec<Frame> {
         out.iter().filter_map(|o| if let Out::Send(f) = o { Some(*f) } else { None }).collect()
     }
 
+    fn attached(out: &[Out]) -> Vec<Out> {
+        out.iter().filter(|o| matches!(o, Out::Attach(_) | Out::Detach(_))).cloned().collect()
+    }
+
+    fn exited(out: &[Out]) -> bool {
+        out.iter().any(|o| matches!(o, Out::Exit(_)))
+    }
+
     #[test]
     fn sends_only_transitions_of_the_whole_vm() {
         let (mut a, _) = registered();
         let mut out = Vec::new();
-        a.on_transition(0, true, 10, &mut out);
-        a.on_transition(1, true, 11, &mut out); // another CPU: still boosted, nothing new
-        a.on_transition(0, false, 12, &mut out);
-        a.on_transition(1, false, 13, &mut out);
-        a.on_transition(1, false, 14, &mut out);
+        a.on_transition(Cpu, 0, true, 10, &mut out);
+        a.on_transition(Cpu, 1, true, 11, &mut out); // another CPU: still boosted, nothing new
+        a.on_transition(Cpu, 0, false, 12, &mut out);
+        a.on_transition(Cpu, 1, false, 13, &mut out);
+        a.on_transition(Cpu, 1, false, 14, &mut out);
         assert_eq!(sent(&out), vec![Frame::cpu(2, true), Frame::cpu(3, false)]);
     }
 
     #[test]
     fn register_is_retried_until_answered() {
-        let mut a = AgentCore::new(Config::default());
+        let mut a = AgentCore::new(Config::default(), &[Cpu]);
         let mut out = Vec::new();
         a.tick(0, &mut out);
         assert_eq!(a.next_tick(0), Some(1_000_000_000));
@@ -294,90 +603,107 @@ mod tests {
         // A late ACK to the first one is not taken as the answer.
         out.clear();
         a.on_frame(Frame::ack(1, caps::CPU), 5, &mut out);
-        assert!(!out.contains(&Out::Attach));
+        assert!(!out.contains(&Out::Attach(Cpu)));
         a.on_frame(Frame::ack(2, caps::CPU), 5, &mut out);
-        assert!(out.contains(&Out::Attach));
+        assert!(out.contains(&Out::Attach(Cpu)));
     }
 
     #[test]
     fn denied_registration_detaches_and_waits_for_enable() {
-        let mut a = AgentCore::new(Config::default());
+        let mut a = AgentCore::new(Config::default(), &[Cpu]);
         let mut out = Vec::new();
         a.tick(0, &mut out);
         a.on_frame(Frame::deny(1, DenyReason::Disabled), 1, &mut out);
-        assert_eq!(a.phase, Phase::Disabled);
-        assert!(!out.contains(&Out::Attach));
+        assert_eq!(a.registration, Registration::Denied);
+        assert!(!out.contains(&Out::Attach(Cpu)));
         a.tick(10_000_000_000, &mut out);
         assert_eq!(sent(&out).len(), 1, "no retries while disabled");
+        assert!(!exited(&out));
         out.clear();
         a.on_frame(Frame::enable(caps::CPU), 2, &mut out);
         assert_eq!(sent(&out), vec![Frame::register(2, caps::CPU)]);
+        assert!(out.contains(&Out::Log("the host operator enabled coordination; registering".into())));
     }
 
     #[test]
     fn disable_at_run_time_detaches() {
         let (mut a, _) = registered();
         let mut out = Vec::new();
-        a.on_transition(0, true, 10, &mut out);
+        a.on_transition(Cpu, 0, true, 10, &mut out);
         out.clear();
         a.on_frame(Frame::disable(caps::CPU), 11, &mut out);
-        assert!(out.contains(&Out::Detach));
-        a.on_transition(0, false, 12, &mut out);
+        assert!(out.contains(&Out::Detach(Cpu)));
+        assert!(out.contains(&Out::Log("the host operator disabled coordination; detaching".into())));
+        assert!(!exited(&out), "disabled, not gone: it may be enabled again");
+        a.on_transition(Cpu, 0, false, 12, &mut out);
         assert!(sent(&out).is_empty(), "detached: nothing sent");
+        // ENABLE: the registration stands, so the detector is attached again (fresh state)
+        // without registering again.
+        out.clear();
+        a.on_frame(Frame::enable(caps::CPU), 13, &mut out);
+        assert_eq!(attached(&out), vec![Out::Attach(Cpu)]);
+        assert!(out.iter().any(|o| matches!(o, Out::Log(m) if m.contains("enabled coordination; registering"))));
+        assert!(sent(&out).is_empty(), "{out:?}");
+        a.reconcile(Cpu, &[true], 14, &mut out);
+        assert_eq!(sent(&out), vec![Frame::cpu(3, true)]);
     }
 
     #[test]
     fn unsupported_exits() {
-        let mut a = AgentCore::new(Config::default());
+        let mut a = AgentCore::new(Config::default(), &[Cpu]);
         let mut out = Vec::new();
         a.tick(0, &mut out);
         a.on_frame(Frame::deny(1, DenyReason::Unsupported), 1, &mut out);
         assert!(matches!(out.last(), Some(Out::Exit(_))));
+        assert_eq!(sent(&out), vec![Frame::register(1, caps::CPU)], "not registered: no DEREGISTER");
     }
 
     #[test]
     fn budget_denial_backs_off_then_asks_again() {
-        let (mut a, _) = registered();
-        let mut out = Vec::new();
-        a.on_transition(0, true, 0, &mut out);
-        // The host ends the boost (unsolicited DENY(budget)).
-        a.on_frame(Frame::deny(0, DenyReason::Budget), 1_000, &mut out);
-        out.clear();
-        a.tick(50_000_000, &mut out);
-        assert!(sent(&out).is_empty(), "within the backoff");
-        assert_eq!(a.next_tick(50_000_000), Some(100_001_000));
-        a.tick(100_001_000, &mut out);
-        assert_eq!(sent(&out), vec![Frame::cpu(3, true)]);
-        // If the guest no longer wants it by then, nothing is sent.
-        let (mut a, _) = registered();
-        a.on_transition(0, true, 0, &mut out);
-        a.on_frame(Frame::deny(0, DenyReason::Budget), 1_000, &mut out);
-        out.clear();
-        a.on_transition(0, false, 2_000, &mut out);
-        a.tick(200_000_000, &mut out);
-        assert!(sent(&out).is_empty(), "{out:?}");
+        // Both the named denial (this protocol) and one naming no resource (an older host).
+        for deny in [Frame::deny_for(0, Cpu, DenyReason::Budget), Frame::deny(0, DenyReason::Budget)] {
+            let (mut a, _) = registered();
+            let mut out = Vec::new();
+            a.on_transition(Cpu, 0, true, 0, &mut out);
+            // The host ends the boost (unsolicited DENY(budget)).
+            a.on_frame(deny, 1_000, &mut out);
+            out.clear();
+            a.tick(50_000_000, &mut out);
+            assert!(sent(&out).is_empty(), "within the backoff");
+            assert_eq!(a.next_tick(50_000_000), Some(100_001_000));
+            a.tick(100_001_000, &mut out);
+            assert_eq!(sent(&out), vec![Frame::cpu(3, true)]);
+            // If the guest no longer wants it by then, nothing is sent.
+            let (mut a, _) = registered();
+            a.on_transition(Cpu, 0, true, 0, &mut out);
+            a.on_frame(deny, 1_000, &mut out);
+            out.clear();
+            a.on_transition(Cpu, 0, false, 2_000, &mut out);
+            a.tick(200_000_000, &mut out);
+            assert!(sent(&out).is_empty(), "{out:?}");
+        }
     }
 
     #[test]
     fn a_denial_of_an_older_frame_does_not_change_what_the_host_has() {
         let (mut a, _) = registered();
         let mut out = Vec::new();
-        a.on_transition(0, true, 0, &mut out); // CPU 1, seq 2
-        a.on_transition(0, false, 1, &mut out); // CPU 0, seq 3
-        a.on_transition(0, true, 2, &mut out); // CPU 1, seq 4
+        a.on_transition(Cpu, 0, true, 0, &mut out); // CPU 1, seq 2
+        a.on_transition(Cpu, 0, false, 1, &mut out); // CPU 0, seq 3
+        a.on_transition(Cpu, 0, true, 2, &mut out); // CPU 1, seq 4
         assert_eq!(sent(&out), vec![Frame::cpu(2, true), Frame::cpu(3, false), Frame::cpu(4, true)]);
         out.clear();
         // seq 2 was refused for rate, but seq 3 and 4 went through: the host is boosted.
-        a.on_frame(Frame::deny(2, DenyReason::RateLimited), 3, &mut out);
+        a.on_frame(Frame::deny_for(2, Cpu, DenyReason::RateLimited), 3, &mut out);
         a.on_frame(Frame::ack(3, 0), 3, &mut out);
-        a.on_frame(Frame::ack(4, 0), 3, &mut out);
-        a.on_transition(0, false, 4, &mut out);
+        a.on_frame(Frame::ack(4, 1), 3, &mut out);
+        a.on_transition(Cpu, 0, false, 4, &mut out);
         assert_eq!(sent(&out), vec![Frame::cpu(5, false)], "the deboost must go out");
         // A refusal of the latest request does count.
         out.clear();
-        a.on_transition(0, true, 5, &mut out); // seq 6
-        a.on_frame(Frame::deny(6, DenyReason::Budget), 6, &mut out);
-        a.on_transition(0, false, 7, &mut out);
+        a.on_transition(Cpu, 0, true, 5, &mut out); // seq 6
+        a.on_frame(Frame::deny_for(6, Cpu, DenyReason::Budget), 6, &mut out);
+        a.on_transition(Cpu, 0, false, 7, &mut out);
         assert_eq!(sent(&out), vec![Frame::cpu(6, true)], "host already deboosted: no CPU 0");
     }
 
@@ -385,16 +711,16 @@ mod tests {
     fn not_registered_reregisters() {
         let (mut a, _) = registered();
         let mut out = Vec::new();
-        a.on_transition(0, true, 0, &mut out);
+        a.on_transition(Cpu, 0, true, 0, &mut out);
         out.clear();
         a.on_frame(Frame::deny(2, DenyReason::NotRegistered), 5, &mut out);
-        assert_eq!(out[1], Out::Detach);
+        assert_eq!(out[1], Out::Detach(Cpu));
         assert_eq!(sent(&out), vec![Frame::register(3, caps::CPU)]);
         out.clear();
         a.on_frame(Frame::ack(3, caps::CPU), 6, &mut out);
-        assert!(out.contains(&Out::Attach));
+        assert!(out.contains(&Out::Attach(Cpu)));
         // Fresh detectors report the CPU still wants a boost: it is asked for again.
-        a.reconcile(&[true], 7, &mut out);
+        a.reconcile(Cpu, &[true], 7, &mut out);
         assert_eq!(sent(&out), vec![Frame::cpu(4, true)]);
     }
 
@@ -402,8 +728,253 @@ mod tests {
     fn fresh_registration_does_not_send_a_useless_deboost() {
         let (mut a, _) = registered();
         let mut out = Vec::new();
-        a.reconcile(&[false, false], 5, &mut out);
-        a.on_transition(1, false, 6, &mut out);
+        a.reconcile(Cpu, &[false, false], 5, &mut out);
+        a.on_transition(Cpu, 1, false, 6, &mut out);
         assert!(sent(&out).is_empty());
+    }
+
+    #[test]
+    fn exits_at_once_when_no_detector_can_run() {
+        let mut a = AgentCore::new(Config::default(), &[]);
+        let mut out = Vec::new();
+        a.tick(0, &mut out);
+        assert!(sent(&out).is_empty(), "nothing to register");
+        assert!(exited(&out));
+    }
+
+    #[test]
+    fn attaches_exactly_what_the_host_grants() {
+        let mut a = AgentCore::new(Config::default(), &[Cpu, Io]);
+        let mut out = Vec::new();
+        a.tick(0, &mut out);
+        assert_eq!(sent(&out), vec![Frame::register(1, caps::CPU | caps::IO)], "both detectors can run");
+        out.clear();
+        a.on_frame(Frame::ack(1, caps::IO), 1, &mut out);
+        assert_eq!(attached(&out), vec![Out::Attach(Io)]);
+        assert_eq!((a.phase(Cpu), a.phase(Io)), (Some(Phase::NotGranted), Some(Phase::Active)));
+        assert!(!exited(&out));
+        // The I/O detector reports; the CPU one is not attached, so nothing of it goes out.
+        out.clear();
+        a.on_transition(Io, 0, true, 2, &mut out);
+        a.on_transition(Cpu, 0, true, 3, &mut out);
+        assert_eq!(sent(&out), vec![io(2, true)]);
+        // A host granting none of ours: deregister and exit.
+        let mut a = AgentCore::new(Config::default(), &[Cpu, Io]);
+        out.clear();
+        a.tick(0, &mut out);
+        a.on_frame(Frame::ack(1, caps::MEMBW), 1, &mut out);
+        assert_eq!(sent(&out)[1..], [Frame::deregister(2)]);
+        assert!(exited(&out));
+        assert!(attached(&out).is_empty());
+    }
+
+    #[test]
+    fn resources_keep_their_own_state() {
+        let mut a = registered_both();
+        let mut out = Vec::new();
+        a.on_transition(Cpu, 0, true, 10, &mut out);
+        a.on_transition(Io, 0, true, 11, &mut out);
+        a.on_transition(Io, 1, true, 12, &mut out); // another device: still wanted
+        a.on_transition(Cpu, 0, false, 13, &mut out);
+        assert_eq!(sent(&out), vec![Frame::cpu(2, true), io(3, true), Frame::cpu(4, false)]);
+    }
+
+    #[test]
+    fn a_denial_naming_one_resource_leaves_the_other_alone() {
+        let mut a = registered_both();
+        let mut out = Vec::new();
+        a.on_transition(Cpu, 0, true, 0, &mut out); // CPU 1, seq 2
+        a.on_transition(Io, 0, true, 0, &mut out); // IO 1, seq 3
+        out.clear();
+        // The host ends the I/O boost for budget.
+        a.on_frame(Frame::deny_for(0, Io, DenyReason::Budget), 1_000, &mut out);
+        assert_eq!(a.next_tick(1_000), Some(100_001_000), "I/O waits out its backoff");
+        // CPU still has its boost: its deboost goes out; it can boost again at once.
+        a.on_transition(Cpu, 0, false, 2_000, &mut out);
+        a.on_transition(Cpu, 0, true, 3_000, &mut out);
+        a.tick(4_000, &mut out);
+        assert_eq!(sent(&out), vec![Frame::cpu(4, false), Frame::cpu(5, true)]);
+        // I/O asks again once its backoff is over.
+        out.clear();
+        a.tick(100_001_000, &mut out);
+        assert_eq!(sent(&out), vec![io(6, true)]);
+        // A denial naming no resource but answering one request concerns that request's resource.
+        out.clear();
+        a.on_transition(Io, 0, false, 100_002_000, &mut out); // IO 0, seq 7
+        a.on_transition(Io, 0, true, 100_003_000, &mut out); // IO 1, seq 8
+        a.on_frame(Frame::deny(8, DenyReason::RateLimited), 100_004_000, &mut out);
+        a.on_transition(Cpu, 0, false, 100_005_000, &mut out); // CPU still boosted: CPU 0, seq 9
+        a.on_transition(Io, 0, false, 100_006_000, &mut out); // the host has no I/O boost: nothing
+        assert_eq!(sent(&out), vec![io(7, false), io(8, true), Frame::cpu(9, false)]);
+        // The operator disabling one resource through a DENY detaches only that one.
+        out.clear();
+        a.on_frame(Frame::deny_for(0, Io, DenyReason::Disabled), 100_007_000, &mut out);
+        assert_eq!(attached(&out), vec![Out::Detach(Io)]);
+        assert_eq!((a.phase(Cpu), a.phase(Io)), (Some(Phase::Active), Some(Phase::Disabled)));
+        // And the host dropping support of one: the other keeps working.
+        out.clear();
+        a.on_frame(Frame::deny_for(0, Cpu, DenyReason::Unsupported), 100_008_000, &mut out);
+        assert_eq!(attached(&out), vec![Out::Detach(Cpu)]);
+        assert!(!exited(&out), "I/O may still be enabled again");
+    }
+
+    #[test]
+    fn not_registered_and_a_denied_registration_concern_every_resource() {
+        let mut a = registered_both();
+        let mut out = Vec::new();
+        a.on_frame(Frame::deny(0, DenyReason::NotRegistered), 5, &mut out);
+        assert_eq!(attached(&out), vec![Out::Detach(Cpu), Out::Detach(Io)]);
+        assert_eq!(sent(&out), vec![Frame::register(2, caps::CPU | caps::IO)]);
+        out.clear();
+        a.on_frame(Frame::deny(2, DenyReason::Disabled), 6, &mut out);
+        assert_eq!(a.registration, Registration::Denied);
+        assert!(attached(&out).is_empty());
+        out.clear();
+        a.on_frame(Frame::enable(caps::IO), 7, &mut out);
+        assert_eq!(sent(&out), vec![Frame::register(3, caps::CPU | caps::IO)], "registers every resource");
+        a.on_frame(Frame::ack(3, caps::CPU | caps::IO), 8, &mut out);
+        assert_eq!(attached(&out), vec![Out::Attach(Cpu), Out::Attach(Io)]);
+    }
+
+    #[test]
+    fn disable_and_enable_of_one_resource() {
+        let mut a = registered_both();
+        let mut out = Vec::new();
+        a.on_transition(Io, 0, true, 10, &mut out); // IO 1, seq 2
+        out.clear();
+        a.on_frame(Frame::disable(caps::IO), 11, &mut out);
+        assert_eq!(attached(&out), vec![Out::Detach(Io)]);
+        assert!(sent(&out).is_empty(), "the host deboosts a disabled resource itself");
+        // CPU keeps working; I/O reports nothing while detached.
+        a.on_transition(Cpu, 0, true, 12, &mut out);
+        a.on_transition(Io, 0, false, 13, &mut out);
+        assert_eq!(sent(&out), vec![Frame::cpu(3, true)]);
+        // ENABLE of I/O: attached again with fresh state, no new registration.
+        out.clear();
+        a.on_frame(Frame::enable(caps::IO), 14, &mut out);
+        assert_eq!(attached(&out), vec![Out::Attach(Io)]);
+        assert!(sent(&out).is_empty());
+        a.reconcile(Io, &[false], 15, &mut out);
+        assert!(sent(&out).is_empty(), "fresh state: the host starts deboosted");
+        a.reconcile(Io, &[true], 16, &mut out);
+        assert_eq!(sent(&out), vec![io(4, true)]);
+        // ENABLE of something already attached changes nothing.
+        out.clear();
+        a.on_frame(Frame::enable(caps::CPU | caps::IO), 17, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        // Disabling everything: the agent waits, it does not exit.
+        a.on_frame(Frame::disable(caps::ALL), 18, &mut out);
+        assert_eq!(attached(&out), vec![Out::Detach(Cpu), Out::Detach(Io)]);
+        assert!(!exited(&out));
+        assert_eq!(a.next_tick(19), None);
+    }
+
+    #[test]
+    fn an_attach_failure_leaves_the_others_working() {
+        let mut a = registered_both();
+        let mut out = Vec::new();
+        a.on_attach_failed(Io, "no BFQ here", &mut out);
+        assert_eq!(a.phase(Io), Some(Phase::Failed));
+        assert!(attached(&out).is_empty(), "nothing to detach: it never attached");
+        assert!(!exited(&out));
+        assert!(matches!(&out[0], Out::Log(m) if m.contains("io: unsupported") && m.contains("no BFQ here")));
+        a.on_transition(Cpu, 0, true, 10, &mut out);
+        a.on_transition(Io, 0, true, 11, &mut out);
+        assert_eq!(sent(&out), vec![Frame::cpu(2, true)]);
+        // A later registration leaves the failed detector out.
+        out.clear();
+        a.on_frame(Frame::deny(0, DenyReason::NotRegistered), 12, &mut out);
+        assert_eq!(sent(&out), vec![Frame::register(3, caps::CPU)]);
+        out.clear();
+        a.on_frame(Frame::ack(3, caps::CPU | caps::IO), 13, &mut out);
+        assert_eq!(attached(&out), vec![Out::Attach(Cpu)]);
+        // The last one failing too: nothing is left, so deregister and exit.
+        out.clear();
+        a.on_attach_failed(Cpu, "verifier", &mut out);
+        assert_eq!(sent(&out), vec![Frame::deregister(4)]);
+        assert!(matches!(out.last(), Some(Out::Exit(m)) if m.contains("no detector can run here")));
+    }
+
+    #[test]
+    fn exits_only_when_nothing_is_left() {
+        // The host grants CPU only (it does not support I/O, or has it turned off), then stops
+        // supporting CPU: either may come back with ENABLE, so the agent waits.
+        let mut a = AgentCore::new(Config::default(), &[Cpu, Io]);
+        let mut out = Vec::new();
+        a.tick(0, &mut out);
+        a.on_frame(Frame::ack(1, caps::CPU), 1, &mut out);
+        assert_eq!(a.phase(Io), Some(Phase::NotGranted));
+        a.on_frame(Frame::deny_for(0, Cpu, DenyReason::Unsupported), 2, &mut out);
+        assert_eq!(attached(&out), vec![Out::Attach(Cpu), Out::Detach(Cpu)]);
+        assert!(!exited(&out));
+        // The operator turns I/O on: the host says ENABLE, and the registration stands.
+        out.clear();
+        a.on_frame(Frame::enable(caps::IO), 3, &mut out);
+        assert_eq!(attached(&out), vec![Out::Attach(Io)]);
+        assert!(sent(&out).is_empty(), "no new registration");
+        // One disabled, the other failing: the disabled one may come back, so it waits.
+        let mut a = registered_both();
+        out.clear();
+        a.on_frame(Frame::disable(caps::CPU), 2, &mut out);
+        a.on_attach_failed(Io, "gone", &mut out);
+        assert!(!exited(&out));
+        a.on_frame(Frame::enable(caps::CPU), 3, &mut out);
+        assert!(out.contains(&Out::Attach(Cpu)));
+        // No detector left that can run: deregister and exit.
+        out.clear();
+        a.on_attach_failed(Cpu, "gone too", &mut out);
+        assert_eq!(sent(&out), vec![Frame::deregister(2)]);
+        assert!(exited(&out));
+    }
+
+    #[test]
+    fn other_refusals_of_a_boost_back_off_like_a_budget() {
+        // A reason this agent does not know by name (e.g. the host's own reserve): the host does
+        // not have the boost; ask again after the budget backoff.
+        let (mut a, _) = registered();
+        let mut out = Vec::new();
+        a.on_transition(Cpu, 0, true, 0, &mut out); // seq 2
+        use DenyReason::*;
+        let Some(other) = DenyReason::ALL
+            .into_iter()
+            .find(|r| !matches!(r, Disabled | Unsupported | Budget | Malformed | RateLimited | NotRegistered))
+        else {
+            return; // this protocol version has no other reason
+        };
+        a.on_frame(Frame::deny_for(2, Cpu, other), 1_000, &mut out);
+        assert_eq!(a.next_tick(1_000), Some(100_001_000));
+        // A malformed-frame reply says nothing about the boost.
+        a.on_frame(Frame::deny(9, DenyReason::Malformed), 2_000, &mut out);
+        assert_eq!(a.next_tick(2_000), Some(100_001_000));
+    }
+
+    #[test]
+    fn stop_detaches_and_deregisters() {
+        let mut a = registered_both();
+        let mut out = Vec::new();
+        a.on_frame(Frame::disable(caps::IO), 2, &mut out);
+        out.clear();
+        a.stop(&mut out);
+        assert_eq!(attached(&out), vec![Out::Detach(Cpu)]);
+        assert_eq!(sent(&out), vec![Frame::deregister(2)]);
+        // Not registered: nothing to deregister.
+        let mut a = AgentCore::new(Config::default(), &[Cpu]);
+        out.clear();
+        a.tick(0, &mut out);
+        out.clear();
+        a.stop(&mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn disconnection_starts_over_with_every_resource() {
+        let mut a = registered_both();
+        let mut out = Vec::new();
+        a.on_frame(Frame::disable(caps::IO), 2, &mut out);
+        out.clear();
+        a.on_disconnected(&mut out);
+        assert_eq!(attached(&out), vec![Out::Detach(Cpu)]);
+        a.tick(3, &mut out);
+        assert_eq!(sent(&out), vec![Frame::register(2, caps::CPU | caps::IO)]);
     }
 }

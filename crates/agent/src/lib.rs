@@ -1,36 +1,36 @@
 //! The cosched guest agent (`cosched guest`).
 //!
-//! It opens the virtio-serial port `org.cosched.0`, registers with the host, and loads the BPF
-//! detectors (`src/bpf/cosched.bpf.c`, on `sched_switch`, `sched_wakeup`, `sched_wakeup_new`).
-//! The detectors decide in the kernel; the agent wakes only when a CPU's need changes and sends
-//! the host the VM's transitions (`CPU 1` / `CPU 0`). If the host denies registration or the
-//! operator disables coordination, the detectors are detached and the agent waits for `ENABLE`.
+//! It opens the virtio-serial port `org.cosched.0`, probes its detectors (one per resource, see
+//! `detector.rs`; today the CPU one: `src/bpf/cosched.bpf.c` on `sched_switch`, `sched_wakeup`,
+//! `sched_wakeup_new`), registers with the host the resources whose detector can load, and
+//! attaches the detectors of the resources the host grants. The detectors decide in the kernel;
+//! the agent wakes only when a unit's need changes and sends the host the VM's transitions
+//! (`CPU 1` / `CPU 0`). The protocol logic is in [`core`], per resource: if the host denies the
+//! registration, or the operator disables a resource, its detector is detached and the agent
+//! waits for `ENABLE`.
+//!
+//! The loop (`Agent::run`): carry out what the core asked for, wait for the port, the
+//! detectors or the next deadline (`ppoll`), read the host's frames, drain the detectors into the
+//! core, tick.
 
 pub mod core;
+mod cpu;
+mod detector;
 
-#[allow(clippy::all, clippy::undocumented_unsafe_blocks, non_camel_case_types, dead_code)]
-mod skel {
-    include!(concat!(env!("OUT_DIR"), "/cosched.skel.rs"));
-}
-
-use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read, Write};
-use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use cosched_proto::{Event, StreamDecoder};
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+use cosched_proto::{Event, Frame, Resource, StreamDecoder};
 
-use crate::core::{AgentCore, Config, Out, Phase};
-use skel::{CoschedSkel, CoschedSkelBuilder};
+use crate::core::{AgentCore, Config, Out};
+use crate::detector::{Detector, Transition, DETECTORS};
 
 /// The port name the host side is configured with (`virtserialport,name=org.cosched.0`).
 pub const PORT_NAME: &str = "org.cosched.0";
@@ -83,7 +83,7 @@ extern "C" fn on_stop_signal(_: libc::c_int) {
 fn install_signal_handlers() {
     for sig in [libc::SIGTERM, libc::SIGINT] {
         // SAFETY: installing an async-signal-safe handler (it only stores to an atomic); no
-        // SA_RESTART so that poll() returns EINTR and the loop sees STOP.
+        // SA_RESTART so that ppoll() returns EINTR and the loop sees STOP.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as usize;
@@ -119,126 +119,7 @@ pub fn find_port(sys_root: &Path, dev_root: &Path, name: &str) -> anyhow::Result
     )
 }
 
-/// The loaded and attached detectors.
-struct Detectors {
-    /// Declared before `skel`: fields drop in order, and the ring buffer uses the map's fd.
-    ring: libbpf_rs::RingBuffer<'static>,
-    skel: CoschedSkel<'static>,
-    events: Rc<RefCell<Vec<Transition>>>,
-    ncpus: usize,
-}
-
-/// One `struct cosched_event` from the ring buffer.
-#[derive(Debug, Clone, Copy)]
-struct Transition {
-    ts_ns: u64,
-    cpu: usize,
-    want: bool,
-    reason: u32,
-    pid: u32,
-}
-
-impl Transition {
-    fn parse(data: &[u8]) -> Option<Transition> {
-        let u32_at = |o: usize| Some(u32::from_ne_bytes(data.get(o..o + 4)?.try_into().ok()?));
-        Some(Transition {
-            ts_ns: u64::from_ne_bytes(data.get(0..8)?.try_into().ok()?),
-            cpu: u32_at(8)? as usize,
-            want: u32_at(12)? != 0,
-            reason: u32_at(16)?,
-            pid: u32_at(20)?,
-        })
-    }
-
-    fn reason_name(&self) -> &'static str {
-        match self.reason {
-            1 => "rt task",
-            2 => "watched task",
-            3 => "no-switch timer",
-            _ if self.want => "?",
-            _ => "hold elapsed at a switch",
-        }
-    }
-}
-
-/// Byte offset of `boosted` in `struct cpu_state` (4 u64 fields before it).
-const CPU_STATE_BOOSTED_OFFSET: usize = 32;
-
-impl Detectors {
-    fn load(opts: &Options) -> anyhow::Result<Detectors> {
-        // The skeleton borrows its object storage for its whole life. Detectors are loaded once
-        // per registration (a handful of times in an agent's life), so the few bytes leaked each
-        // time are the simplest correct owner.
-        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let mut open = CoschedSkelBuilder::default()
-            .open(storage)
-            .context("opening the BPF object (needs a kernel with BTF: /sys/kernel/btf/vmlinux)")?;
-        let ro = open.maps.rodata_data.as_deref_mut().context("BPF rodata missing")?;
-        ro.min_boost_ns = opts.min_boost_us * 1_000;
-        ro.hold_periodic_max_ns = opts.hold_periodic_max_us * 1_000;
-        ro.idle_deboost_ns = opts.idle_deboost_ms * 1_000_000;
-        ro.watch_count = opts.watch_count;
-        ro.agent_tgid = std::process::id();
-        let mut skel = open.load().context("loading the BPF detectors (root, BTF, bpf_timer: Linux >= 5.15)")?;
-        skel.attach().context("attaching to sched_switch/sched_wakeup/sched_wakeup_new (tp_btf)")?;
-        let events = Rc::new(RefCell::new(Vec::new()));
-        let sink = events.clone();
-        let mut rb = RingBufferBuilder::new();
-        rb.add(&skel.maps.events, move |data: &[u8]| {
-            if let Some(t) = Transition::parse(data) {
-                sink.borrow_mut().push(t);
-            }
-            0
-        })?;
-        let ring = rb.build()?;
-        let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1);
-        Ok(Detectors { ring, skel, events, ncpus })
-    }
-
-    /// Per-CPU `boosted` flags read from the BPF map (the ground truth).
-    fn wants(&self) -> Vec<bool> {
-        (0..self.ncpus as u32)
-            .map(|cpu| {
-                self.skel
-                    .maps
-                    .cpu_states
-                    .lookup(&cpu.to_ne_bytes(), MapFlags::ANY)
-                    .ok()
-                    .flatten()
-                    .and_then(|v| v.get(CPU_STATE_BOOSTED_OFFSET..CPU_STATE_BOOSTED_OFFSET + 4).map(|b| b != [0; 4]))
-                    .unwrap_or(false)
-            })
-            .collect()
-    }
-
-    /// The detectors' counters summed over CPUs, as `name value` pairs.
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        const NAMES: [&str; 9] = [
-            "switches",
-            "need_rt",
-            "need_watched",
-            "boosts",
-            "deboosts",
-            "timer_deboosts",
-            "watch_added",
-            "events_dropped",
-            "watch_agent_returns",
-        ];
-        let mut sums = [0u64; NAMES.len()];
-        if let Ok(Some(per_cpu)) = self.skel.maps.stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
-            for v in per_cpu {
-                for (i, s) in sums.iter_mut().enumerate() {
-                    if let Some(b) = v.get(i * 8..i * 8 + 8) {
-                        *s += u64::from_ne_bytes(b.try_into().unwrap());
-                    }
-                }
-            }
-        }
-        NAMES.into_iter().zip(sums).collect()
-    }
-}
-
-fn log(msg: &str) {
+pub(crate) fn log(msg: &str) {
     eprintln!("cosched-guest: {msg}");
 }
 
@@ -251,8 +132,15 @@ fn set_rt_priority(prio: u32) -> io::Result<()> {
     Ok(())
 }
 
-/// Runs the agent until SIGTERM/SIGINT (then deregisters) or until the host refuses CPU
-/// coordination for good.
+/// How often each attached detector's own state is compared with what the agent believes.
+const RECONCILE_EVERY: Duration = Duration::from_millis(100);
+/// The longest wait with the host connected and nothing due.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+/// How often a closed channel is checked for the host's return.
+const DISCONNECTED_WAIT: Duration = Duration::from_millis(500);
+
+/// Runs the agent until SIGTERM/SIGINT (then deregisters), or until nothing is left to
+/// coordinate: no detector can load here, or the host grants none of them.
 pub fn run(opts: Options) -> anyhow::Result<()> {
     if opts.min_boost_us == 0 || opts.idle_deboost_ms * 1000 <= opts.min_boost_us {
         bail!("--idle-deboost-ms must be well above --min-boost-us (and both > 0)");
@@ -265,179 +153,301 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
         Some(p) => p.clone(),
         None => find_port(Path::new("/sys"), Path::new("/dev"), PORT_NAME)?,
     };
-    let mut port = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
+    let port = Port::open(&path, opts.verbose)?;
     log(&format!("using {}", path.display()));
-
+    let loadable = probe_detectors(&opts)?;
+    let core = AgentCore::new(
+        Config { budget_backoff_ns: opts.budget_backoff_ms * 1_000_000, ..Config::default() },
+        &loadable,
+    );
+    let stats_every = opts.stats_interval_s.map(|s| Duration::from_secs(s.max(1)));
     let start = Instant::now();
-    let now = || start.elapsed().as_nanos() as u64;
-    let mut core =
-        AgentCore::new(Config { budget_backoff_ns: opts.budget_backoff_ms * 1_000_000, ..Config::default() });
-    let mut decoder = StreamDecoder::new();
-    let mut detectors: Option<Detectors> = None;
-    let mut connected = true;
-    let mut next_stats = opts.stats_interval_s.map(|s| Duration::from_secs(s.max(1)));
-    let mut stats_due = next_stats.map(|d| start + d);
-    let mut next_reconcile = Instant::now();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 256];
+    let mut agent = Agent {
+        start,
+        port,
+        core,
+        detectors: BTreeMap::new(),
+        out: Vec::new(),
+        transitions: Vec::new(),
+        next_reconcile: start,
+        stats_every,
+        stats_due: stats_every.map(|d| start + d),
+        opts,
+    };
+    agent.run()
+}
 
-    while !STOP.load(Ordering::Relaxed) {
-        // Carry out what the core asked for.
-        for o in out.drain(..) {
-            match o {
-                Out::Send(f) => {
-                    if opts.verbose {
-                        log(&format!("-> {f}"));
-                    }
-                    if let Err(e) = port.write_all(&f.encode()) {
-                        if opts.verbose || connected {
-                            log(&format!("host not reachable ({e}); will retry"));
-                        }
-                        connected = false;
-                    }
-                }
-                Out::Attach => match Detectors::load(&opts) {
-                    Ok(d) => {
-                        log(&format!("detectors attached ({} CPUs)", d.ncpus));
-                        detectors = Some(d);
-                    }
-                    Err(e) => {
-                        // Tell the host we stop; it deboosts us.
-                        let _ = port.write_all(&cosched_proto::Frame::deregister(0).encode());
-                        return Err(e);
-                    }
-                },
-                Out::Detach => {
-                    if let Some(d) = detectors.take() {
-                        print_stats(&d);
-                    }
-                    log("detectors detached");
-                }
-                Out::Exit(msg) => bail!("{msg}"),
-                Out::Log(msg) => log(&msg),
-            }
+/// Probes every detector: the resources whose detector can load here. Those that cannot are
+/// reported once, with why; if none can, there is nothing to do.
+fn probe_detectors(opts: &Options) -> anyhow::Result<Vec<Resource>> {
+    let mut loadable = Vec::new();
+    let mut failed = Vec::new();
+    for d in DETECTORS {
+        match (d.probe)(opts) {
+            Ok(()) => loadable.push(d.resource),
+            Err(e) => failed.push(format!("{}: {e:#}", d.resource)),
         }
+    }
+    if loadable.is_empty() {
+        bail!("no detector can load here ({})", failed.join("; "));
+    }
+    for why in failed {
+        log(&format!("unsupported here, the other detectors keep working: {why}"));
+    }
+    Ok(loadable)
+}
 
-        // Wait for the port, the detectors or the next deadline.
-        let t = now();
-        let mut timeout = Duration::from_millis(if connected { 100 } else { 500 });
-        if let Some(n) = core.next_tick(t) {
-            if connected {
-                timeout = timeout.min(Duration::from_nanos(n.saturating_sub(t)));
-            }
-        }
-        let mut fds = vec![libc::pollfd { fd: port.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
-        if let Some(d) = &detectors {
-            fds.push(libc::pollfd { fd: d.ring.epoll_fd(), events: libc::POLLIN, revents: 0 });
-        }
-        if !connected {
-            fds[0].events = 0; // a disconnected port reports POLLHUP without end: just wait
-        }
-        // SAFETY: `fds` is a valid array of pollfd of the given length.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.as_millis() as i32) };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e).context("poll");
-        }
-        let t = now();
+/// The virtio-serial port to the host.
+struct Port {
+    file: fs::File,
+    /// False while the host's end is closed (the port reports POLLHUP) or a write failed.
+    connected: bool,
+    decoder: StreamDecoder,
+    verbose: bool,
+}
 
-        if connected && fds[0].revents & libc::POLLIN != 0 {
-            match port.read(&mut buf) {
-                Ok(0) => {}
-                Ok(n) => {
-                    decoder.push(&buf[..n]);
-                    while let Some(ev) = decoder.next_event() {
-                        match ev {
-                            Event::Frame(f) => {
-                                if opts.verbose {
-                                    log(&format!("<- {f}"));
-                                }
-                                core.on_frame(f, t, &mut out);
+impl Port {
+    fn open(path: &Path, verbose: bool) -> anyhow::Result<Port> {
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        Ok(Port { file, connected: true, decoder: StreamDecoder::new(), verbose })
+    }
+
+    fn send(&mut self, f: Frame) {
+        if self.verbose {
+            log(&format!("-> {f}"));
+        }
+        if let Err(e) = self.file.write_all(&f.encode()) {
+            if self.verbose || self.connected {
+                log(&format!("host not reachable ({e}); will retry"));
+            }
+            self.connected = false;
+        }
+    }
+
+    /// Reads what the host sent and appends its frames to `into`.
+    fn read_frames(&mut self, into: &mut Vec<Frame>) {
+        let mut buf = [0u8; 256];
+        match self.file.read(&mut buf) {
+            Ok(0) => {}
+            Ok(n) => {
+                self.decoder.push(&buf[..n]);
+                while let Some(ev) = self.decoder.next_event() {
+                    match ev {
+                        Event::Frame(f) => {
+                            if self.verbose {
+                                log(&format!("<- {f}"));
                             }
-                            other => log(&format!("unexpected bytes from the host: {other:?}")),
+                            into.push(f);
                         }
+                        other => log(&format!("unexpected bytes from the host: {other:?}")),
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => log(&format!("reading the port: {e}")),
             }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => log(&format!("reading the port: {e}")),
         }
-        if connected && fds[0].revents & libc::POLLHUP != 0 && fds[0].revents & libc::POLLIN == 0 {
-            log("the host closed the channel; waiting for it to come back");
-            connected = false;
-            core.on_disconnected(&mut out);
-            continue;
-        }
-        if !connected {
-            // Probe: once the host is back the port stops reporting POLLHUP.
-            let mut p = libc::pollfd { fd: port.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut p, 1, 0) };
-            if p.revents & libc::POLLHUP == 0 && p.revents & libc::POLLOUT != 0 {
-                log("the host channel is back");
-                connected = true;
-                core.on_disconnected(&mut out);
-            }
-            continue;
-        }
-
-        if let Some(d) = &detectors {
-            let _ = d.ring.consume();
-            let events: Vec<Transition> = d.events.borrow_mut().drain(..).collect();
-            for e in events {
-                if opts.verbose {
-                    log(&format!(
-                        "cpu {} {} at {} µs: {} (pid {})",
-                        e.cpu,
-                        if e.want { "wants a boost" } else { "done" },
-                        e.ts_ns / 1000,
-                        e.reason_name(),
-                        e.pid
-                    ));
-                }
-                core.on_transition(e.cpu, e.want, t, &mut out);
-            }
-            // Events can be lost when the ring is full; the map is the truth.
-            if Instant::now() >= next_reconcile {
-                next_reconcile = Instant::now() + Duration::from_millis(100);
-                core.reconcile(&d.wants(), t, &mut out);
-            }
-            if let (Some(due), Some(every)) = (stats_due, next_stats.as_mut()) {
-                if Instant::now() >= due {
-                    print_stats(d);
-                    stats_due = Some(due + *every);
-                }
-            }
-        }
-        core.tick(t, &mut out);
     }
 
-    log("stopping: deregistering");
-    if core.phase == Phase::Active {
-        let _ = port.write_all(&cosched_proto::Frame::deregister(0).encode());
+    /// While disconnected: whether the host's end is open again (the port stops reporting
+    /// POLLHUP).
+    fn is_back(&self) -> bool {
+        let mut p = [libc::pollfd { fd: self.file.as_raw_fd(), events: libc::POLLOUT, revents: 0 }];
+        ppoll(&mut p, Duration::ZERO).is_ok() && p[0].revents & libc::POLLHUP == 0 && p[0].revents & libc::POLLOUT != 0
     }
-    if let Some(d) = detectors.take() {
-        print_stats(&d);
+}
+
+/// `ppoll(2)`: unlike `poll(2)` the timeout has nanosecond resolution, so a deadline under a
+/// millisecond away is waited for, not spun on.
+fn ppoll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<()> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `fds` is a valid, writable array of `fds.len()` pollfd; `ts` is a valid timespec
+    // that outlives the call; a null signal mask keeps ours (ppoll then behaves like poll).
+    let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
     }
-    let c = &core.counters;
-    log(&format!(
-        "sent {} boost(s), {} deboost(s); {} budget denial(s)",
-        c.boosts_sent, c.deboosts_sent, c.budget_denials
-    ));
     Ok(())
 }
 
-fn print_stats(d: &Detectors) {
-    let s: Vec<String> = d.stats().into_iter().map(|(k, v)| format!("{k}={v}")).collect();
-    log(&format!("detector stats: {}", s.join(" ")));
+/// What woke the agent up.
+struct Ready {
+    port_in: bool,
+    port_hup: bool,
+}
+
+/// The agent: the port, the pure protocol logic, and the attached detectors.
+struct Agent {
+    opts: Options,
+    start: Instant,
+    port: Port,
+    core: AgentCore,
+    detectors: BTreeMap<Resource, Box<dyn Detector>>,
+    /// What the core asked for and the agent has not carried out yet.
+    out: Vec<Out>,
+    transitions: Vec<Transition>,
+    next_reconcile: Instant,
+    stats_every: Option<Duration>,
+    stats_due: Option<Instant>,
+}
+
+impl Agent {
+    /// The core's clock: nanoseconds since the start.
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// The main loop, until SIGTERM/SIGINT or [`Out::Exit`].
+    fn run(&mut self) -> anyhow::Result<()> {
+        while !STOP.load(Ordering::Relaxed) {
+            self.carry_out()?;
+            let Some(ready) = self.wait()? else { continue };
+            let t = self.now();
+            if self.port.connected && ready.port_in {
+                let mut frames = Vec::new();
+                self.port.read_frames(&mut frames);
+                for f in frames {
+                    self.core.on_frame(f, t, &mut self.out);
+                }
+            }
+            if self.port.connected && ready.port_hup && !ready.port_in {
+                log("the host closed the channel; waiting for it to come back");
+                self.port.connected = false;
+                self.core.on_disconnected(&mut self.out);
+                continue;
+            }
+            if !self.port.connected {
+                if self.port.is_back() {
+                    log("the host channel is back");
+                    self.port.connected = true;
+                    self.core.on_disconnected(&mut self.out);
+                }
+                continue;
+            }
+            self.drain_detectors(t);
+            self.core.tick(t, &mut self.out);
+        }
+        self.stop()
+    }
+
+    /// Carries out what the core asked for, including what it asks while this runs (an attach
+    /// that fails is reported back to it).
+    fn carry_out(&mut self) -> anyhow::Result<()> {
+        while !self.out.is_empty() {
+            for o in std::mem::take(&mut self.out) {
+                match o {
+                    Out::Send(f) => self.port.send(f),
+                    Out::Attach(r) => self.attach(r),
+                    Out::Detach(r) => self.detach(r),
+                    Out::Exit(msg) => {
+                        for r in self.detectors.keys().copied().collect::<Vec<_>>() {
+                            self.detach(r);
+                        }
+                        bail!("{msg}");
+                    }
+                    Out::Log(msg) => log(&msg),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn attach(&mut self, r: Resource) {
+        let Some(kind) = DETECTORS.iter().find(|d| d.resource == r) else {
+            return self.core.on_attach_failed(r, "this agent has no detector for it", &mut self.out);
+        };
+        match (kind.attach)(&self.opts) {
+            Ok(d) => {
+                log(&format!("detectors attached: {r} ({})", d.units()));
+                self.detectors.insert(r, d);
+            }
+            Err(e) => self.core.on_attach_failed(r, &format!("{e:#}"), &mut self.out),
+        }
+    }
+
+    fn detach(&mut self, r: Resource) {
+        if let Some(d) = self.detectors.remove(&r) {
+            print_stats(&*d);
+            drop(d);
+            log(&format!("detectors detached: {r}"));
+        }
+    }
+
+    /// Waits for the port, the detectors or the core's next deadline; `None` if a signal came.
+    fn wait(&self) -> anyhow::Result<Option<Ready>> {
+        let t = self.now();
+        let mut timeout = if self.port.connected { IDLE_WAIT } else { DISCONNECTED_WAIT };
+        if let (true, Some(n)) = (self.port.connected, self.core.next_tick(t)) {
+            timeout = timeout.min(Duration::from_nanos(n.saturating_sub(t)));
+        }
+        // A closed port reports POLLHUP without end: then only wait, and probe it after.
+        let port_events = if self.port.connected { libc::POLLIN } else { 0 };
+        let mut fds = vec![libc::pollfd { fd: self.port.file.as_raw_fd(), events: port_events, revents: 0 }];
+        fds.extend(self.detectors.values().map(|d| libc::pollfd { fd: d.poll_fd(), events: libc::POLLIN, revents: 0 }));
+        match ppoll(&mut fds, timeout) {
+            Ok(()) => Ok(Some(Ready {
+                port_in: fds[0].revents & libc::POLLIN != 0,
+                port_hup: fds[0].revents & libc::POLLHUP != 0,
+            })),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
+            Err(e) => Err(e).context("ppoll"),
+        }
+    }
+
+    /// Hands each detector's transitions to the core, reconciles with the detectors' own state
+    /// now and then (events can be lost when a ring buffer is full), and prints the counters
+    /// when due.
+    fn drain_detectors(&mut self, t: u64) {
+        let now = Instant::now();
+        let reconcile = now >= self.next_reconcile;
+        if reconcile {
+            self.next_reconcile = now + RECONCILE_EVERY;
+        }
+        let print = match (self.stats_due, self.stats_every) {
+            (Some(due), Some(every)) if now >= due => {
+                self.stats_due = Some(due + every);
+                true
+            }
+            _ => false,
+        };
+        for (r, d) in &mut self.detectors {
+            self.transitions.clear();
+            d.drain(self.opts.verbose, &mut self.transitions);
+            for tr in &self.transitions {
+                self.core.on_transition(*r, tr.unit, tr.want, t, &mut self.out);
+            }
+            if reconcile {
+                self.core.reconcile(*r, &d.wants(), t, &mut self.out);
+            }
+            if print {
+                print_stats(&**d);
+            }
+        }
+    }
+
+    /// SIGTERM/SIGINT: detach everything and deregister.
+    fn stop(&mut self) -> anyhow::Result<()> {
+        log("stopping: deregistering");
+        self.core.stop(&mut self.out);
+        self.carry_out()?;
+        let c = &self.core.counters;
+        log(&format!(
+            "sent {} boost(s), {} deboost(s); {} budget denial(s)",
+            c.boosts_sent, c.deboosts_sent, c.budget_denials
+        ));
+        Ok(())
+    }
+}
+
+fn print_stats(d: &dyn Detector) {
+    log(&format!("{} detector stats: {}", d.resource(), d.stats()));
 }
 
 #[cfg(test)]

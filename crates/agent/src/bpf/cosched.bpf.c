@@ -33,19 +33,11 @@ const volatile u64 hold_periodic_max_ns = 25000000;
 const volatile u32 watch_count = 8;
 const volatile u32 agent_tgid = 0;
 
-struct cpu_state {
-	u64 last_need_ns;	/* last switch to a task that needs a boost */
-	u64 last_switch_ns;
-	u64 episode_start_ns;	/* start of the current run of needing switches */
-	u64 period_ns;		/* smoothed time between episode starts */
-	u32 boosted;
-	u32 cur_needs;		/* the task switched in last needs a boost */
-	u32 timer_armed;
-	u32 timer_ready;
-	u32 agent_victim;	/* the task the agent preempted, if the agent runs now */
-	u32 pad;		/* bpf_timer must be 8-byte aligned */
-	struct bpf_timer timer;
-};
+/*
+ * Dummy instance so that the skeleton's `types` module has `struct cosched_event`: the ring buffer
+ * has no value type, and libbpf-cargo generates only the types a map or a global refers to.
+ */
+const volatile struct cosched_event cosched_event_type = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -139,6 +131,88 @@ static int idle_timer_cb(void *map, u32 *key, struct cpu_state *st)
 	return 0;
 }
 
+/*
+ * The watch list, at the switch-in of a task that is not RT: returns COSCHED_REASON_WATCHED if
+ * `pid` is watched with units left, and charges it one unit (but see back_from_agent).
+ */
+static __always_inline u32 watch_charge(struct cosched_stats *s, u32 pid, bool back_from_agent)
+{
+	u32 reason = COSCHED_REASON_NONE;
+	u32 *cnt;
+
+	cnt = bpf_map_lookup_elem(&watch, &pid);
+	if (cnt) {
+		if (*cnt > 0) {
+			reason = COSCHED_REASON_WATCHED;
+			s->need_watched++;
+			/* Every hint wakes the agent, which preempts the task that caused it: coming
+			 * back from the agent is not the task's doing, and charging it would make a
+			 * task leave the list in proportion to the hints it caused. Only a direct
+			 * return is free: after task -> kworker -> agent -> task, the task pays for
+			 * the kworker's preemption as usual. */
+			if (back_from_agent)
+				s->watch_agent_returns++;
+			else
+				__sync_fetch_and_add(cnt, -1); /* BPF has no atomic sub */
+		}
+		if (*cnt == 0)
+			bpf_map_delete_elem(&watch, &pid);
+	}
+	return reason;
+}
+
+/* A switch to a task that needs a boost: track the episodes (and their period) of this CPU. */
+static __always_inline void track_episode(struct cpu_state *st, u64 now)
+{
+	if (!st->cur_needs) {
+		/* A new episode: track the period of recurring needs. */
+		if (st->episode_start_ns) {
+			u64 d = now - st->episode_start_ns;
+
+			if (d > hold_periodic_max_ns || !st->period_ns)
+				st->period_ns = d;
+			else
+				st->period_ns = (3 * st->period_ns + d) / 4;
+		}
+		st->episode_start_ns = now;
+	}
+	st->cur_needs = 1;
+	st->last_need_ns = now;
+}
+
+/* Arms the no-switch timer of this CPU (initialising it on first use), unless it is armed. */
+static __always_inline void arm_idle_timer(struct cpu_state *st)
+{
+	if (!st->timer_ready) {
+		/* -EBUSY if a racing path initialised it first: fine either way. */
+		bpf_timer_init(&st->timer, &cpu_states, CLOCK_MONOTONIC);
+		bpf_timer_set_callback(&st->timer, idle_timer_cb);
+		st->timer_ready = 1;
+	}
+	if (!st->timer_armed) {
+		st->timer_armed = 1;
+		bpf_timer_start(&st->timer, idle_deboost_ns, 0);
+	}
+}
+
+/* The deboost decision, at a switch to a task that needs no boost. */
+static __always_inline void maybe_deboost(struct cpu_state *st, struct cosched_stats *s, u32 cpu, u32 pid,
+					  u64 now)
+{
+	st->cur_needs = 0;
+	if (!st->boosted)
+		return;
+	if (now >= st->last_need_ns + hold_ns(st)) {
+		if (emit(cpu, 0, COSCHED_REASON_NONE, pid, now)) {
+			st->boosted = 0;
+			s->deboosts++;
+		}
+		return;
+	}
+	/* Still within hold: if no switch comes, the timer deboosts. */
+	arm_idle_timer(st);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
@@ -149,7 +223,6 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	u32 pid = next->pid;
 	bool back_from_agent;
 	u64 now;
-	u32 *cnt;
 
 	if (!st || !s)
 		return 0;
@@ -169,41 +242,11 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		reason = COSCHED_REASON_RT;
 		s->need_rt++;
 	} else {
-		cnt = bpf_map_lookup_elem(&watch, &pid);
-		if (cnt) {
-			if (*cnt > 0) {
-				reason = COSCHED_REASON_WATCHED;
-				s->need_watched++;
-				/* Every hint wakes the agent, which preempts the task that caused it: coming
-				 * back from the agent is not the task's doing, and charging it would make a
-				 * task leave the list in proportion to the hints it caused. Only a direct
-				 * return is free: after task -> kworker -> agent -> task, the task pays for
-				 * the kworker's preemption as usual. */
-				if (back_from_agent)
-					s->watch_agent_returns++;
-				else
-					__sync_fetch_and_add(cnt, -1); /* BPF has no atomic sub */
-			}
-			if (*cnt == 0)
-				bpf_map_delete_elem(&watch, &pid);
-		}
+		reason = watch_charge(s, pid, back_from_agent);
 	}
 
 	if (reason != COSCHED_REASON_NONE) {
-		if (!st->cur_needs) {
-			/* A new episode: track the period of recurring needs. */
-			if (st->episode_start_ns) {
-				u64 d = now - st->episode_start_ns;
-
-				if (d > hold_periodic_max_ns || !st->period_ns)
-					st->period_ns = d;
-				else
-					st->period_ns = (3 * st->period_ns + d) / 4;
-			}
-			st->episode_start_ns = now;
-		}
-		st->cur_needs = 1;
-		st->last_need_ns = now;
+		track_episode(st, now);
 		if (!st->boosted && emit(cpu, 1, reason, pid, now)) {
 			st->boosted = 1;
 			s->boosts++;
@@ -211,27 +254,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		return 0;
 	}
 
-	st->cur_needs = 0;
-	if (!st->boosted)
-		return 0;
-	if (now >= st->last_need_ns + hold_ns(st)) {
-		if (emit(cpu, 0, COSCHED_REASON_NONE, pid, now)) {
-			st->boosted = 0;
-			s->deboosts++;
-		}
-		return 0;
-	}
-	/* Still within hold: if no switch comes, the timer deboosts. */
-	if (!st->timer_ready) {
-		/* -EBUSY if a racing path initialised it first: fine either way. */
-		bpf_timer_init(&st->timer, &cpu_states, CLOCK_MONOTONIC);
-		bpf_timer_set_callback(&st->timer, idle_timer_cb);
-		st->timer_ready = 1;
-	}
-	if (!st->timer_armed) {
-		st->timer_armed = 1;
-		bpf_timer_start(&st->timer, idle_deboost_ns, 0);
-	}
+	maybe_deboost(st, s, cpu, pid, now);
 	return 0;
 }
 

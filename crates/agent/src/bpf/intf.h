@@ -1,7 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Types shared by the BPF program (cosched.bpf.c) and the agent (src/lib.rs): the single source
- * of truth for their layout. The Rust side gets them through the generated skeleton.
+ * Types shared by the BPF program (cosched.bpf.c) and the agent (src/cpu.rs): the single source
+ * of truth for their layout. The Rust side never copies a layout or an offset: it uses the types
+ * libbpf-cargo generates from the program's BTF into the skeleton's `types` module. A type is
+ * generated only if a map or a global refers to it, so each one here is referred to by one
+ * (cpu_states, stats, and the `cosched_event_type` global in cosched.bpf.c).
+ *
+ * The agent reads map values and ring-buffer records into these types as raw bytes, so every
+ * field must accept any bit pattern: integers, arrays of them, enums (4 bytes), opaque kernel
+ * structs; never a bool. Include after vmlinux.h (struct bpf_timer).
  */
 #ifndef COSCHED_INTF_H
 #define COSCHED_INTF_H
@@ -18,9 +25,9 @@ enum cosched_reason {
 struct cosched_event {
 	unsigned long long ts_ns;
 	unsigned int cpu;
-	unsigned int want;	/* 1 boost, 0 deboost */
-	unsigned int reason;	/* enum cosched_reason */
-	unsigned int pid;	/* the task switched in */
+	unsigned int want;		/* 1 boost, 0 deboost */
+	enum cosched_reason reason;	/* 4 bytes, like the unsigned int it replaces */
+	unsigned int pid;		/* the task switched in */
 };
 
 /* Counters, per CPU (summed by the agent). */
@@ -34,6 +41,26 @@ struct cosched_stats {
 	unsigned long long watch_added;
 	unsigned long long events_dropped;
 	unsigned long long watch_agent_returns;	/* victim -> agent -> victim: not charged */
+};
+
+/*
+ * The detector's state of one CPU (value of the cpu_states array map). The agent reads `boosted`
+ * (the ground truth its reconciliation compares against). The bpf_timer is opaque to user space:
+ * the kernel's BTF declares it as two unnamed 64-bit fields, which libbpf-cargo turns into a
+ * 16-byte padding array; the agent never touches it.
+ */
+struct cpu_state {
+	unsigned long long last_need_ns;	/* last switch to a task that needs a boost */
+	unsigned long long last_switch_ns;
+	unsigned long long episode_start_ns;	/* start of the current run of needing switches */
+	unsigned long long period_ns;		/* smoothed time between episode starts */
+	unsigned int boosted;
+	unsigned int cur_needs;		/* the task switched in last needs a boost */
+	unsigned int timer_armed;
+	unsigned int timer_ready;
+	unsigned int agent_victim;	/* the task the agent preempted, if the agent runs now */
+	unsigned int pad;		/* bpf_timer must be 8-byte aligned */
+	struct bpf_timer timer;
 };
 
 #endif

@@ -1,0 +1,110 @@
+//! Detectors: one per resource, each independent of the others.
+//!
+//! A detector watches the guest for one resource's needs (the CPU detector: BPF on the
+//! scheduler's tracepoints) and reports per-unit transitions (a CPU, a device: want / done). The
+//! agent probes each at start (can it load here?), registers the capabilities of those that can,
+//! and attaches exactly those the host grants. A new resource's detector is a new module with a
+//! [`DetectorKind`] and one line in [`DETECTORS`].
+
+use std::os::fd::RawFd;
+
+use cosched_proto::Resource;
+
+use crate::Options;
+
+/// How to bring up the detector of one resource.
+pub(crate) struct DetectorKind {
+    pub resource: Resource,
+    /// Can the detector run here (kernel support, permissions)? Loads it without attaching.
+    pub probe: fn(&Options) -> anyhow::Result<()>,
+    /// Loads and attaches it, with fresh state.
+    pub attach: fn(&Options) -> anyhow::Result<Box<dyn Detector>>,
+}
+
+/// Every detector this agent has, in the order they are probed and attached.
+pub(crate) const DETECTORS: &[DetectorKind] = &[
+    crate::cpu::KIND,
+    // crate::io::KIND (the guest's BFQ) and crate::membw::KIND come here.
+];
+
+/// One transition of one unit (a CPU for the CPU detector).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Transition {
+    pub unit: usize,
+    pub want: bool,
+}
+
+/// An attached detector. Dropping it detaches and unloads it.
+pub(crate) trait Detector {
+    fn resource(&self) -> Resource;
+    /// What it watches, for the log (e.g. `2 CPUs`).
+    fn units(&self) -> String;
+    /// Readable when the detector has transitions to report.
+    fn poll_fd(&self) -> RawFd;
+    /// Appends the transitions reported since the last call (logging each when `verbose`).
+    fn drain(&mut self, verbose: bool, into: &mut Vec<Transition>);
+    /// What each unit wants now, read from the detector's own state (the ground truth: events
+    /// can be lost).
+    fn wants(&self) -> Vec<bool>;
+    /// Its counters, as `name=value` pairs separated by spaces.
+    fn stats(&self) -> String;
+}
+
+/// A type whose every bit pattern is a valid value, so that it can be read from bytes the kernel
+/// wrote (a map value, a ring-buffer record).
+///
+/// # Safety
+///
+/// Implement only for `#[repr(C)]` types made of integers, arrays of integers, and other `Plain`
+/// types: no `bool`, no Rust `enum`, no pointer or reference.
+pub(crate) unsafe trait Plain: Copy {}
+
+/// Reads a `T` from exactly `size_of::<T>()` bytes; `None` if the length differs (a layout that
+/// does not match the generated type).
+pub(crate) fn read_plain<T: Plain>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() != std::mem::size_of::<T>() {
+        return None;
+    }
+    // SAFETY: `bytes` holds exactly `size_of::<T>()` initialised bytes; `read_unaligned` copies
+    // them without any alignment requirement; `T: Plain` makes any bit pattern a valid `T`.
+    Some(unsafe { bytes.as_ptr().cast::<T>().read_unaligned() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[repr(C)]
+    struct Pair {
+        a: u64,
+        b: u32,
+        c: u32,
+    }
+    // SAFETY: repr(C), integers only.
+    unsafe impl Plain for Pair {}
+
+    #[test]
+    fn reads_plain_data_of_the_exact_size_only() {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&7u64.to_ne_bytes());
+        bytes.extend_from_slice(&8u32.to_ne_bytes());
+        bytes.extend_from_slice(&9u32.to_ne_bytes());
+        assert_eq!(read_plain::<Pair>(&bytes), Some(Pair { a: 7, b: 8, c: 9 }));
+        // Unaligned source.
+        let mut shifted = vec![0u8];
+        shifted.extend_from_slice(&bytes);
+        assert_eq!(read_plain::<Pair>(&shifted[1..]), Some(Pair { a: 7, b: 8, c: 9 }));
+        assert_eq!(read_plain::<Pair>(&bytes[..15]), None);
+        assert_eq!(read_plain::<Pair>(&shifted), None);
+    }
+
+    #[test]
+    fn every_detector_is_listed_once() {
+        let mut seen: Vec<Resource> = DETECTORS.iter().map(|d| d.resource).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), DETECTORS.len());
+        assert!(seen.iter().all(|r| r.request_kind().is_some()), "a guest detector asks for its resource");
+    }
+}

@@ -1,0 +1,491 @@
+//! Root tests on the real kernel: this test process forks a child that makes named threads on
+//! command (a pipe byte), the child is watched, and the events are read the way the daemon reads
+//! them (the ring buffer's fd in an edge-triggered mio poll).
+//!
+//! Needs root. Without root these tests say so and pass, unless `COSCHED_REQUIRE_ROOT=1` (set by
+//! the project's test command and CI), which makes a missing root a failure.
+//!
+//! Latencies and costs are printed, not asserted: `cargo test --release -p cosched-hostbpf --
+//! --nocapture` shows them.
+
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use cosched_hostbpf::{Mechanism, ThreadEvent, ThreadWatch};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+
+fn have_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    if std::env::var("COSCHED_REQUIRE_ROOT").is_ok_and(|v| v == "1") {
+        panic!("COSCHED_REQUIRE_ROOT=1 but not running as root");
+    }
+    eprintln!("not root: skipping (set COSCHED_REQUIRE_ROOT=1 to make this a failure)");
+    false
+}
+
+const THREAD_NAME: &[u8] = b"hb-worker\0";
+const BURST_THREADS: usize = 4000;
+
+/// CLOCK_MONOTONIC in ns: shared by this process and the child.
+fn now_ns() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec to a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+fn pipe() -> (RawFd, RawFd) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into a valid array.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0, "pipe2");
+    (fds[0], fds[1])
+}
+
+fn write_all(fd: RawFd, buf: &[u8]) {
+    // SAFETY: writes from a valid buffer of that length.
+    let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+    assert_eq!(n, buf.len() as isize, "write to a pipe");
+}
+
+/// Reads exactly `buf.len()` bytes (pipes of small records: one read each in practice).
+fn read_exact(fd: RawFd, buf: &mut [u8]) -> bool {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: reads into the unfilled tail of a valid buffer.
+        let n = unsafe { libc::read(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+        if n <= 0 {
+            return false;
+        }
+        got += n as usize;
+    }
+    true
+}
+
+// ---- The child: only raw libc calls after fork (the test harness has other threads). ----
+
+/// The two fds a waiting thread uses, in its pthread argument: report (high half), end (low).
+fn thread_arg(report_w: RawFd, end_r: RawFd) -> *mut libc::c_void {
+    (((report_w as u64) << 32) | end_r as u32 as u64) as usize as *mut libc::c_void
+}
+
+/// A thread made on 'c': names itself, reports {tid, time before naming}, waits for an end byte.
+extern "C" fn waiting_thread(arg: *mut libc::c_void) -> *mut libc::c_void {
+    let (report_w, end_r) = ((arg as usize as u64 >> 32) as RawFd, arg as usize as u64 as u32 as RawFd);
+    let t_rename = now_ns();
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string.
+    unsafe { libc::prctl(libc::PR_SET_NAME, THREAD_NAME.as_ptr()) };
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+    let mut rec = [0u8; 12];
+    rec[..4].copy_from_slice(&tid.to_ne_bytes());
+    rec[4..].copy_from_slice(&t_rename.to_ne_bytes());
+    // SAFETY: writes from a valid buffer; the fds live as long as the child.
+    unsafe {
+        libc::write(report_w, rec.as_ptr().cast(), rec.len());
+        let mut b = 0u8;
+        libc::read(end_r, (&mut b as *mut u8).cast(), 1);
+    }
+    std::ptr::null_mut()
+}
+
+/// A thread of a burst: names itself and ends.
+extern "C" fn short_thread(_: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string.
+    unsafe { libc::prctl(libc::PR_SET_NAME, THREAD_NAME.as_ptr()) };
+    std::ptr::null_mut()
+}
+
+/// The child's main loop: 'c' makes a waiting thread (after reporting the time just before
+/// pthread_create), 'b' makes and joins BURST_THREADS short threads then reports 'd', 'q' exits.
+fn child_main(cmd_r: RawFd, report_w: RawFd, end_r: RawFd) -> ! {
+    loop {
+        let mut b = 0u8;
+        // SAFETY: reads one byte into a valid buffer.
+        if unsafe { libc::read(cmd_r, (&mut b as *mut u8).cast(), 1) } != 1 {
+            b = b'q';
+        }
+        // SAFETY: plain libc calls on valid buffers and fds; pthread_t out-pointers are valid.
+        unsafe {
+            match b {
+                b'c' => {
+                    let t = now_ns().to_ne_bytes();
+                    libc::write(report_w, t.as_ptr().cast(), t.len());
+                    let mut th: libc::pthread_t = 0;
+                    if libc::pthread_create(&mut th, std::ptr::null(), waiting_thread, thread_arg(report_w, end_r)) == 0
+                    {
+                        libc::pthread_detach(th);
+                    }
+                }
+                b'b' => {
+                    for _ in 0..BURST_THREADS {
+                        let mut th: libc::pthread_t = 0;
+                        if libc::pthread_create(&mut th, std::ptr::null(), short_thread, std::ptr::null_mut()) == 0 {
+                            libc::pthread_join(th, std::ptr::null_mut());
+                        }
+                    }
+                    libc::write(report_w, b"d".as_ptr().cast(), 1);
+                }
+                _ => libc::_exit(0),
+            }
+        }
+    }
+}
+
+/// The forked child and the pipes to it.
+struct Child {
+    pid: i32,
+    cmd_w: RawFd,
+    report_r: RawFd,
+    end_w: RawFd,
+}
+
+impl Child {
+    fn spawn() -> Child {
+        let (cmd_r, cmd_w) = pipe();
+        let (report_r, report_w) = pipe();
+        let (end_r, end_w) = pipe();
+        // SAFETY: the child runs only child_main: raw libc calls (read, write, prctl,
+        // clock_gettime, pthread_create/join/detach, which glibc supports after fork) and never
+        // returns into the test harness.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            child_main(cmd_r, report_w, end_r);
+        }
+        // SAFETY: closing the child's ends of the pipes in this process.
+        unsafe {
+            libc::close(cmd_r);
+            libc::close(report_w);
+            libc::close(end_r);
+        }
+        Child { pid, cmd_w, report_r, end_w }
+    }
+
+    /// Asks for a waiting thread.
+    fn make_thread(&self) {
+        write_all(self.cmd_w, b"c");
+    }
+
+    /// The time just before the child's pthread_create for the last make_thread.
+    fn creation_report(&self) -> i64 {
+        let mut t = [0u8; 8];
+        assert!(read_exact(self.report_r, &mut t), "child report");
+        i64::from_ne_bytes(t)
+    }
+
+    /// The waiting thread's report: its tid and the time just before it named itself.
+    fn thread_report(&self) -> (i32, i64) {
+        let mut rec = [0u8; 12];
+        assert!(read_exact(self.report_r, &mut rec), "thread report");
+        (i32::from_ne_bytes(rec[..4].try_into().unwrap()), i64::from_ne_bytes(rec[4..].try_into().unwrap()))
+    }
+
+    /// Ends one waiting thread.
+    fn end_thread(&self) {
+        write_all(self.end_w, b"e");
+    }
+
+    fn burst(&self) {
+        write_all(self.cmd_w, b"b");
+        let mut d = [0u8; 1];
+        assert!(read_exact(self.report_r, &mut d) && d[0] == b'd', "burst done");
+    }
+
+    /// Ends the child and reaps it.
+    fn quit(&mut self) {
+        if self.pid > 0 {
+            write_all(self.cmd_w, b"q");
+            let mut status = 0;
+            // SAFETY: waits for our own child.
+            unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            self.pid = 0;
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // SAFETY: kills and reaps our own child (if still there), closes our fds.
+        unsafe {
+            if self.pid > 0 {
+                libc::kill(self.pid, libc::SIGKILL);
+                libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+            }
+            libc::close(self.cmd_w);
+            libc::close(self.report_r);
+            libc::close(self.end_w);
+        }
+    }
+}
+
+// ---- Reading events the way the daemon does. ----
+
+struct Reader {
+    poll: Poll,
+    events: Events,
+    /// Each event with the CLOCK_MONOTONIC time its drain returned.
+    got: Vec<(ThreadEvent, i64)>,
+    drain_ns: Vec<(u64, usize)>,
+}
+
+impl Reader {
+    fn new(w: &ThreadWatch) -> Reader {
+        let poll = Poll::new().expect("mio poll");
+        poll.registry().register(&mut SourceFd(&w.fd()), Token(0), Interest::READABLE).expect("register fd");
+        Reader { poll, events: Events::with_capacity(8), got: Vec::new(), drain_ns: Vec::new() }
+    }
+
+    /// Waits on the fd and drains until `done(all events so far)` or the timeout.
+    fn until(&mut self, w: &mut ThreadWatch, timeout: Duration, done: impl Fn(&[(ThreadEvent, i64)]) -> bool) -> bool {
+        let end = Instant::now() + timeout;
+        let mut out = Vec::new();
+        while !done(&self.got) {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            self.poll.poll(&mut self.events, Some(left)).expect("poll");
+            let t0 = now_ns();
+            w.drain(&mut out);
+            let t1 = now_ns();
+            if !out.is_empty() {
+                self.drain_ns.push(((t1 - t0) as u64, out.len()));
+            }
+            self.got.extend(out.drain(..).map(|e| (e, t1)));
+        }
+        true
+    }
+
+    /// What arrives within `wait` (no condition).
+    fn settle(&mut self, w: &mut ThreadWatch, wait: Duration) {
+        self.until(w, wait, |_| false);
+    }
+}
+
+fn find(got: &[(ThreadEvent, i64)], want: &ThreadEvent) -> Option<(usize, i64)> {
+    got.iter().position(|(e, _)| e == want).map(|i| (i, got[i].1))
+}
+
+fn stats(name: &str, mut v: Vec<i64>) {
+    v.sort_unstable();
+    let us = |ns: i64| ns as f64 / 1000.0;
+    eprintln!("  {name}: median {:.1} µs, max {:.1} µs (n = {})", us(v[v.len() / 2]), us(v[v.len() - 1]), v.len());
+}
+
+/// The mechanisms that load here (each refused one is printed).
+fn loadable() -> Vec<Mechanism> {
+    Mechanism::ALL
+        .into_iter()
+        .filter(|&m| match ThreadWatch::open_with(&[m]) {
+            Ok(_) => true,
+            Err(e) => {
+                eprintln!("{m}: not available here: {e}");
+                false
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn open_picks_the_best_mechanism_that_loads() {
+    if !have_root() {
+        return;
+    }
+    let w = ThreadWatch::open().unwrap_or_else(|e| panic!("{e}"));
+    let first = loadable()[0];
+    assert_eq!(w.mechanism(), first.name());
+    eprintln!("ThreadWatch::open() attached with {}", w.mechanism());
+}
+
+#[test]
+fn a_watched_childs_threads_are_created_renamed_and_exit() {
+    if !have_root() {
+        return;
+    }
+    const CYCLES: usize = 20;
+    for m in loadable() {
+        let mut w = ThreadWatch::open_with(&[m]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(w.mechanism(), m.name());
+        let mut r = Reader::new(&w);
+        let mut child = Child::spawn();
+        w.watch(child.pid).expect("watch");
+        let (mut created, mut renamed, mut exited) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..CYCLES {
+            r.got.clear();
+            // Wait for the events the way the daemon would, while the thread is being made;
+            // read what the child says only then.
+            child.make_thread();
+            let tgid = child.pid;
+            assert!(
+                r.until(&mut w, Duration::from_secs(5), |g| {
+                    g.iter().any(|(e, _)| matches!(e, ThreadEvent::Created { .. }))
+                        && g.iter().any(|(e, _)| matches!(e, ThreadEvent::Renamed { .. }))
+                }),
+                "{m}: no Created + Renamed: {:?}",
+                r.got
+            );
+            let t_create = child.creation_report();
+            let (tid, t_rename) = child.thread_report();
+            let c = ThreadEvent::Created { tgid, tid };
+            let n = ThreadEvent::Renamed { tgid, tid, comm: "hb-worker".to_string() };
+            assert!(find(&r.got, &c).is_some() && find(&r.got, &n).is_some(), "{m}: tid {tid}: {:?}", r.got);
+            let (ci, ct) = find(&r.got, &c).unwrap();
+            let (ni, nt) = find(&r.got, &n).unwrap();
+            assert!(ci < ni, "{m}: Renamed before Created: {:?}", r.got);
+            created.push(ct - t_create);
+            renamed.push(nt - t_rename);
+
+            let t_end = now_ns();
+            child.end_thread();
+            let x = ThreadEvent::Exited { tgid, tid };
+            assert!(r.until(&mut w, Duration::from_secs(5), |g| find(g, &x).is_some()), "{m}: no Exited: {:?}", r.got);
+            exited.push(find(&r.got, &x).unwrap().1 - t_end);
+            assert!(r.got.iter().all(|(e, _)| e.tgid() == tgid && e.tid() == tid), "{m}: stray events: {:?}", r.got);
+            assert_eq!(r.got.len(), 3, "{m}: {:?}", r.got);
+        }
+
+        // The whole process ends: its main thread's exit comes, and the kernel forgets it.
+        let pid = child.pid;
+        r.got.clear();
+        child.quit();
+        let x = ThreadEvent::Exited { tgid: pid, tid: pid };
+        assert!(r.until(&mut w, Duration::from_secs(5), |g| find(g, &x).is_some()), "{m}: {:?}", r.got);
+        let c = w.counters();
+        assert_eq!((c.sent, c.dropped, c.forgotten), (3 * CYCLES as u64 + 1, 0, 1), "{m}: {c:?}");
+
+        // Draining an empty ring buffer (the daemon's spurious wake-ups).
+        let mut out = Vec::new();
+        let t0 = Instant::now();
+        for _ in 0..10_000 {
+            w.drain(&mut out);
+        }
+        let empty_ns = t0.elapsed().as_nanos() / 10_000;
+        assert!(out.is_empty());
+
+        eprintln!("{m}: {CYCLES} threads of a watched process, time until the event was drained (mio poll):");
+        stats("created (just before pthread_create) -> Created", created);
+        stats("renamed (just before prctl) -> Renamed", renamed);
+        stats("end byte written (the thread wakes and exits) -> Exited", exited);
+        let per_event: Vec<i64> = r.drain_ns.iter().map(|&(ns, n)| (ns / n as u64) as i64).collect();
+        eprintln!("  drain: {empty_ns} ns when empty; per event when not:");
+        stats("drain cost per event", per_event);
+    }
+}
+
+#[test]
+fn threads_of_unwatched_processes_make_no_events() {
+    if !have_root() {
+        return;
+    }
+    let mut w = ThreadWatch::open().unwrap_or_else(|e| panic!("{e}"));
+    let mut r = Reader::new(&w);
+    // This test process: named threads come and go.
+    for i in 0..20 {
+        std::thread::Builder::new()
+            .name(format!("hb-unwatched-{i}"))
+            .spawn(|| ())
+            .expect("spawn")
+            .join()
+            .expect("join");
+    }
+    // Another process, not watched either.
+    let child = Child::spawn();
+    child.make_thread();
+    child.creation_report();
+    child.thread_report();
+    child.end_thread();
+    r.settle(&mut w, Duration::from_millis(300));
+    assert!(r.got.is_empty(), "{:?}", r.got);
+    assert_eq!(w.counters().sent, 0);
+}
+
+#[test]
+fn after_unwatch_no_more_events() {
+    if !have_root() {
+        return;
+    }
+    let mut w = ThreadWatch::open().unwrap_or_else(|e| panic!("{e}"));
+    let mut r = Reader::new(&w);
+    let child = Child::spawn();
+    w.watch(child.pid).expect("watch");
+    child.make_thread();
+    child.creation_report();
+    let (tid, _) = child.thread_report();
+    let c = ThreadEvent::Created { tgid: child.pid, tid };
+    assert!(r.until(&mut w, Duration::from_secs(5), |g| find(g, &c).is_some()), "{:?}", r.got);
+    r.settle(&mut w, Duration::from_millis(50));
+    r.got.clear();
+
+    w.unwatch(child.pid);
+    w.unwatch(child.pid); // twice: no harm
+    child.end_thread(); // no Exited
+    child.make_thread(); // no Created, Renamed
+    child.creation_report();
+    child.thread_report();
+    r.settle(&mut w, Duration::from_millis(300));
+    assert!(r.got.is_empty(), "{:?}", r.got);
+
+    // Watching again works.
+    w.watch(child.pid).expect("watch again");
+    child.end_thread();
+    r.until(&mut w, Duration::from_secs(5), |g| g.iter().any(|(e, _)| matches!(e, ThreadEvent::Exited { .. })));
+}
+
+#[test]
+fn a_full_ring_buffer_counts_what_it_drops() {
+    if !have_root() {
+        return;
+    }
+    let mut w = ThreadWatch::open().unwrap_or_else(|e| panic!("{e}"));
+    let child = Child::spawn();
+    w.watch(child.pid).expect("watch");
+    // 3 events per thread, not drained meanwhile: more than the 256 KiB ring buffer holds.
+    let t0 = Instant::now();
+    child.burst();
+    let burst = t0.elapsed();
+    let mut out = Vec::new();
+    let t0 = Instant::now();
+    w.drain(&mut out);
+    let drain = t0.elapsed();
+    let c = w.counters();
+    let expected = 3 * BURST_THREADS as u64;
+    assert!(c.dropped > 0, "{c:?}");
+    assert_eq!(c.sent + c.dropped, expected, "{c:?}");
+    assert_eq!(out.len() as u64, c.sent, "{c:?}");
+    assert_eq!(w.dropped(), c.dropped);
+    assert!(out.iter().all(|e| e.tgid() == child.pid));
+    // The ring keeps the oldest: a prefix of whole threads' lives, in order.
+    assert!(matches!(out[0], ThreadEvent::Created { .. }), "{:?}", &out[..3]);
+    eprintln!(
+        "burst of {BURST_THREADS} threads in {:.0} ms: {} events kept, {} dropped; draining the full \
+         ring took {:.2} ms ({:.0} ns per event)",
+        burst.as_secs_f64() * 1e3,
+        c.sent,
+        c.dropped,
+        drain.as_secs_f64() * 1e3,
+        drain.as_nanos() as f64 / out.len() as f64
+    );
+    // After the drain, events flow again.
+    out.clear();
+    let mut r = Reader::new(&w);
+    child.make_thread();
+    child.creation_report();
+    let (tid, _) = child.thread_report();
+    let n = ThreadEvent::Renamed { tgid: child.pid, tid, comm: "hb-worker".into() };
+    assert!(r.until(&mut w, Duration::from_secs(5), |g| find(g, &n).is_some()), "{:?}", r.got);
+    child.end_thread();
+}
+
+#[test]
+fn watch_rejects_a_bad_pid() {
+    if !have_root() {
+        return;
+    }
+    let mut w = ThreadWatch::open().unwrap_or_else(|e| panic!("{e}"));
+    let e = w.watch(0).unwrap_err().to_string();
+    assert!(e.contains("process 0") && e.contains("Invalid argument"), "{e}");
+}

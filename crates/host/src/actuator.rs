@@ -248,6 +248,11 @@ pub struct Host {
     pub class: BoostClass,
     /// How long a listing of a VM's threads is trusted before a change needs a new one.
     pub fresh: Duration,
+    /// How long the threads' attributes as we know them are trusted before a change reads them
+    /// again (someone else may have changed them).
+    pub verify: Duration,
+    /// Time spent in `sched_setattr` on behalf of transitions (the cost breakdown).
+    pub syscall_ns: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -298,6 +303,8 @@ pub struct VmCpu {
     smp: u32,
     /// When the task directory was last listed (membership of every tracked thread verified).
     listed_at: Option<Instant>,
+    /// When every thread's attributes were last read.
+    verified_at: Option<Instant>,
 }
 
 impl VmCpu {
@@ -314,6 +321,7 @@ impl VmCpu {
             persisted: false,
             smp: env.procfs.cmdline(process.id).map(|a| cosched_procfs::qemu_smp(&a)).unwrap_or(1),
             listed_at: None,
+            verified_at: None,
         };
         vm.rescan(env).map_err(io::Error::other)?;
         let rec = env.store.load(process).map_err(|e| {
@@ -462,45 +470,31 @@ impl VmCpu {
         }
         self.level = level;
         self.priority = priority;
-        let vcpus_known = self.vcpus_known();
-        // Threads at their own attributes: read them again before deciding (the operator may
-        // have changed them since we last looked, e.g. to a real-time class we must not lower).
-        if level != Level::Normal {
-            for (tid, t) in self.threads.iter_mut().filter(|(_, t)| t.applied.is_none()) {
-                match env.sched.get(*tid) {
-                    Ok(cur) if !cur.same_as(&t.original) => {
-                        t.original = cur;
-                        self.persisted = false;
-                    }
-                    _ => {}
-                }
-            }
+        if self.verified_at.is_none_or(|t| t.elapsed() >= env.verify) {
+            self.verify(env, &mut out);
         }
-        let targets: Vec<(i32, Option<SchedAttr>)> = self
-            .threads
-            .iter()
-            .map(|(tid, t)| {
-                let target = if t.original.is_realtime() {
-                    None // never lower a thread that is already real-time
-                } else {
-                    env.class.target(level, t.role, vcpus_known, priority)
-                };
-                (*tid, target)
-            })
-            .collect();
-
+        let vcpus_known = self.vcpus_known();
+        let class = &env.class;
+        let target = |t: &Tracked| {
+            if t.original.is_realtime() {
+                None // never lower a thread that is already real-time
+            } else {
+                class.target(level, t.role, vcpus_known, priority)
+            }
+        };
         // Every value about to be set is recorded as one we may apply, before it is set.
-        for (tid, target) in &targets {
-            let Some(attr) = target else { continue };
-            let t = self.threads.get_mut(tid).expect("tracked");
-            if !t.may_apply.iter().any(|a| a == attr) {
-                t.may_apply.push(*attr);
+        let mut any_target = false;
+        for t in self.threads.values_mut() {
+            let Some(attr) = target(t) else { continue };
+            any_target = true;
+            if !t.may_apply.contains(&attr) {
+                t.may_apply.push(attr);
                 self.persisted = false;
             }
         }
         // Persist before changing anything. If that fails nothing is changed; the level stays
         // what was asked, so the next refresh tries again.
-        if targets.iter().any(|(_, target)| target.is_some()) && !self.persisted {
+        if any_target && !self.persisted {
             if let Err(e) = env.store.save(&self.record()) {
                 out.errors.push(format!(
                     "{}: not boosting: cannot save original attributes in {}: {e}",
@@ -512,35 +506,25 @@ impl VmCpu {
             self.persisted = true;
         }
 
+        // One sched_setattr per thread that changes, and nothing else: what a thread has was
+        // checked by the last verification (see `verify`).
         let mut gone = Vec::new();
-        for (tid, target) in targets {
-            let t = self.threads.get_mut(&tid).expect("tracked");
-            if target == t.applied {
+        for (tid, t) in self.threads.iter_mut() {
+            let want = target(t);
+            if want == t.applied {
                 continue;
             }
-            let result = match target {
-                Some(attr) => env.sched.set(tid, &attr).map(|()| Some(attr)),
-                None => {
-                    let applied = t.applied.expect("target != applied");
-                    match env.sched.get(tid) {
-                        Ok(cur) if cur.same_as(&applied) => env.sched.set(tid, &t.original).map(|()| None),
-                        Ok(_) => {
-                            out.foreign += 1;
-                            Ok(None)
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
-            };
+            let attr = want.unwrap_or(t.original);
+            let started = Instant::now();
+            let result = env.sched.set(*tid, &attr);
+            env.syscall_ns += started.elapsed().as_nanos() as u64;
             match result {
-                Ok(applied) => {
-                    if applied != t.applied {
-                        out.changed += 1;
-                    }
-                    t.applied = applied;
+                Ok(()) => {
+                    out.changed += 1;
+                    t.applied = want;
                 }
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => gone.push(tid),
-                Err(e) => out.errors.push(sched::explain_set_error(tid, &target.unwrap_or(t.original), &e)),
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => gone.push(*tid),
+                Err(e) => out.errors.push(sched::explain_set_error(*tid, &attr, &e)),
             }
         }
         out.gone += gone.len() as u32;
@@ -548,6 +532,62 @@ impl VmCpu {
             self.threads.remove(&tid);
         }
         out
+    }
+
+    /// Reads every thread's attributes and takes in what someone else changed: a thread at its
+    /// own attributes gets its present ones as original (the operator may have made it
+    /// real-time, which a boost must not lower); a thread that no longer has what we set keeps
+    /// the other's change, and we let go of it. Runs before a change when the last run is older
+    /// than [`Host::verify`], so a transition costs no `sched_getattr` in between.
+    fn verify(&mut self, env: &mut Host, out: &mut Outcome) {
+        for (tid, t) in self.threads.iter_mut() {
+            let Ok(cur) = env.sched.get(*tid) else { continue }; // gone: the change will say so
+            match t.applied {
+                None if !cur.same_as(&t.original) => {
+                    t.original = cur;
+                    self.persisted = false;
+                }
+                Some(applied) if !cur.same_as(&applied) => {
+                    out.foreign += 1;
+                    t.original = cur;
+                    t.applied = None;
+                    self.persisted = false;
+                }
+                _ => {}
+            }
+        }
+        self.verified_at = Some(Instant::now());
+    }
+
+    pub fn priority(&self) -> u8 {
+        self.priority
+    }
+
+    /// A thread of this VM was created, renamed or exited (seen by the host BPF). Updates what
+    /// is tracked, changes nothing; returns whether anything changed (the caller then brings
+    /// the VM's threads to its level again).
+    pub fn thread_event(&mut self, env: &mut Host, ev: &cosched_hostbpf::ThreadEvent) -> bool {
+        use cosched_hostbpf::ThreadEvent;
+        match ev {
+            ThreadEvent::Exited { tid, .. } => self.threads.remove(tid).is_some(),
+            ThreadEvent::Created { tid, .. } | ThreadEvent::Renamed { tid, .. } => {
+                // Read from /proc: a thread id the VM's task directory does not list is not ours.
+                let Ok(info) = env.procfs.thread(self.process.id, *tid) else { return false };
+                match self.threads.get_mut(tid) {
+                    Some(t) if t.task == info.task => {
+                        let changed = t.role != info.role;
+                        t.comm = info.comm;
+                        t.role = info.role;
+                        changed
+                    }
+                    _ => {
+                        self.threads.remove(tid);
+                        self.track(env, info);
+                        true
+                    }
+                }
+            }
+        }
     }
 
     /// Re-reads the thread list and brings threads that appeared since to the current level.

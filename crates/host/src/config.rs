@@ -69,8 +69,17 @@ pub struct HostConfig {
     pub metrics_listen: Option<String>,
     /// How often the socket directory is rescanned (inotify catches most changes at once).
     pub rescan_ms: u64,
-    /// How often a boosted VM's thread list is re-read to boost threads that appeared.
+    /// Without thread events (see `thread_events`): how often a boosted VM's thread list is
+    /// re-read to boost threads that appeared, and how long a listing is trusted before a change.
     pub thread_refresh_ms: u64,
+    /// See threads being created, renamed and exiting as it happens (host BPF on the scheduler's
+    /// thread tracepoints, filtered to the VMs' processes) instead of re-reading thread lists
+    /// every `thread_refresh_ms`. Falls back to re-reading, with a warning, where BPF is refused.
+    pub thread_events: bool,
+    /// How long the attributes of a VM's threads as the daemon knows them are trusted before a
+    /// change reads them again (to take in what someone else changed); between two reads a
+    /// transition costs one sched_setattr per thread that changes and nothing else.
+    pub thread_verify_ms: u64,
     /// Coordination on at start, every resource (`cosched enable` / `disable` change it at run time).
     pub enabled: bool,
     /// One resource on or off at start (`[resources] io = false`); wins over `enabled`.
@@ -92,6 +101,8 @@ impl Default for HostConfig {
             metrics_listen: None,
             rescan_ms: 1000,
             thread_refresh_ms: 100,
+            thread_events: true,
+            thread_verify_ms: 1000,
             enabled: true,
             resources: BTreeMap::new(),
             daemon_priority: 99,

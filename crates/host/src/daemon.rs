@@ -31,6 +31,7 @@ const INOTIFY: Token = Token(0);
 const SIGNALS: Token = Token(1);
 const CONTROL: Token = Token(2);
 const METRICS: Token = Token(3);
+const THREADS: Token = Token(4);
 const FIRST_CONN: usize = 16;
 /// Replies queued for a guest that does not read them are dropped beyond this.
 const MAX_OUT: usize = 64 * 1024;
@@ -151,10 +152,44 @@ pub struct Daemon {
     metrics: Option<TcpListener>,
     /// VMs with bytes left to read after their last wake-up's share.
     backlog: Vec<usize>,
+    /// Thread creation, naming and exit of the VMs' processes, seen as they happen (host BPF);
+    /// `None`: thread lists are re-read every `thread_refresh_ms` instead.
+    thread_watch: Option<cosched_hostbpf::ThreadWatch>,
+    thread_events: Vec<cosched_hostbpf::ThreadEvent>,
+    /// Ring-buffer drops seen so far: more means a rescan of every VM.
+    thread_drops: u64,
+    /// QEMU pid -> its VM's token.
+    by_pid: HashMap<i32, usize>,
+    /// VMs with replies waiting: written once per loop turn, however many frames caused them.
+    dirty: Vec<usize>,
+    /// Reused for every frame, so the hot path does not allocate.
+    scratch_actions: Vec<Action>,
+    scratch_events: Vec<Event>,
+    cost: Cost,
     shutdown: bool,
     next_rescan_ns: u64,
     next_refresh_ns: u64,
     _lock: fs::File,
+}
+
+/// Where the daemon's time goes, in total since it started (the `scale` experiment divides by
+/// `frames`): reading, decoding, the coordinator, the actuators (of which `syscall_ns` in
+/// `sched_setattr`), encoding and writing replies, and the whole of each loop turn but the wait.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Cost {
+    pub frames: u64,
+    pub read_ns: u64,
+    pub decode_ns: u64,
+    pub coordinator_ns: u64,
+    pub actuate_ns: u64,
+    pub syscall_ns: u64,
+    pub encode_ns: u64,
+    pub write_ns: u64,
+    pub loop_ns: u64,
+}
+
+fn ns_since(t: Instant) -> u64 {
+    t.elapsed().as_nanos() as u64
 }
 
 fn errno_result(rc: libc::c_int) -> io::Result<libc::c_int> {
@@ -344,8 +379,29 @@ impl Daemon {
             cfg.control_socket.display(),
             if cfg.enabled { "enabled" } else { "disabled" }
         );
-        let fresh = Duration::from_millis(cfg.thread_refresh_ms);
-        let host = Host { procfs, sched, store, class: cfg.boost.clone(), fresh };
+        let thread_watch = if cfg.thread_events {
+            match cosched_hostbpf::ThreadWatch::open() {
+                Ok(w) => {
+                    poll.registry().register(&mut SourceFd(&w.fd()), THREADS, Interest::READABLE)?;
+                    info!("seeing VM threads come and go as it happens ({})", w.mechanism());
+                    Some(w)
+                }
+                Err(e) => {
+                    warn!(
+                        "thread events unavailable ({e}); re-reading boosted VMs' thread lists every {} ms instead",
+                        cfg.thread_refresh_ms
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        // With thread events, membership is known as it changes: a listing is redone only as a
+        // safety net, once per rescan.
+        let fresh = Duration::from_millis(if thread_watch.is_some() { cfg.rescan_ms } else { cfg.thread_refresh_ms });
+        let verify = Duration::from_millis(cfg.thread_verify_ms);
+        let host = Host { procfs, sched, store, class: cfg.boost.clone(), fresh, verify, syscall_ns: 0 };
         Ok(Daemon {
             cfg,
             host,
@@ -363,6 +419,14 @@ impl Daemon {
             control,
             metrics,
             backlog: Vec::new(),
+            thread_watch,
+            thread_events: Vec::new(),
+            thread_drops: 0,
+            by_pid: HashMap::new(),
+            dirty: Vec::new(),
+            scratch_actions: Vec::new(),
+            scratch_events: Vec::new(),
+            cost: Cost::default(),
             shutdown: false,
             next_rescan_ns: 0,
             next_refresh_ns: 0,
@@ -379,7 +443,10 @@ impl Daemon {
         let mut events = Events::with_capacity(256);
         while !self.shutdown {
             let now = self.now();
-            let mut next = self.next_rescan_ns.min(self.next_refresh_ns);
+            let mut next = self.next_rescan_ns;
+            if self.thread_watch.is_none() {
+                next = next.min(self.next_refresh_ns);
+            }
             if let Some(retry) = self.attempts.values().map(|a| a.next_try_ns).min() {
                 next = next.min(retry);
             }
@@ -397,8 +464,12 @@ impl Daemon {
                     return Err(e).context("epoll");
                 }
             }
+            let turn = Instant::now();
+            // Thread exits first: no change goes to a thread id that is no longer the VM's.
+            self.on_thread_events();
             for ev in events.iter() {
                 match ev.token() {
+                    THREADS => {}
                     INOTIFY => self.on_inotify(),
                     SIGNALS => self.on_signal(),
                     CONTROL => self.accept_control(),
@@ -416,16 +487,20 @@ impl Daemon {
             if now >= self.next_rescan_ns {
                 self.next_rescan_ns = now + self.cfg.rescan_ms * NS_PER_MS;
                 self.check_vms_alive();
-                self.refresh_threads(true);
+                if self.thread_watch.is_none() {
+                    self.refresh_threads(true);
+                }
                 self.scan_socket_dir();
                 self.expire_clients(now);
             } else if self.attempts.values().any(|a| now >= a.next_try_ns) {
                 self.scan_socket_dir();
             }
-            if now >= self.next_refresh_ns {
+            if self.thread_watch.is_none() && now >= self.next_refresh_ns {
                 self.next_refresh_ns = now + self.cfg.thread_refresh_ms * NS_PER_MS;
                 self.refresh_threads(false);
             }
+            self.flush_dirty();
+            self.cost.loop_ns += ns_since(turn);
         }
         self.restore_everything();
         Ok(())
@@ -523,8 +598,19 @@ impl Daemon {
         let pid = process.task.id;
         self.check_binary(&process)?;
         let name = vm_name(path);
-        let cpu = VmCpu::new(&name, process.task, &mut self.host)
-            .map_err(|e| format!("reading threads of pid {pid}: {e}"))?;
+        // Watch before listing: a thread born in between is seen either way.
+        if let Some(w) = self.thread_watch.as_mut() {
+            w.watch(pid).map_err(|e| format!("watching the threads of pid {pid}: {e}"))?;
+        }
+        let cpu = match VmCpu::new(&name, process.task, &mut self.host) {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(w) = self.thread_watch.as_mut() {
+                    w.unwatch(pid);
+                }
+                return Err(format!("reading threads of pid {pid}: {e}"));
+            }
+        };
         let token = self.next_token;
         self.next_token += 1;
         self.poll
@@ -537,6 +623,7 @@ impl Daemon {
         self.coord.set_vm_vcpus(id, cpu.vcpu_count());
         info!("{name}: connected to QEMU pid {pid} ({} threads) via {}", cpu.thread_count(), path.display());
         self.by_path.insert(path.to_path_buf(), token);
+        self.by_pid.insert(pid, token);
         self.attempts.remove(path);
         self.conns.insert(
             token,
@@ -628,27 +715,41 @@ impl Daemon {
 
     fn read_vm(&mut self, token: usize) {
         let mut buf = [0u8; 4096];
+        let mut events = std::mem::take(&mut self.scratch_events);
+        let mut actions = std::mem::take(&mut self.scratch_actions);
         for _ in 0..READS_PER_WAKEUP {
-            let Some(Conn::Vm(vm)) = self.conns.get_mut(&token) else { return };
-            let n = match vm.stream.read(&mut buf) {
-                Ok(0) => return self.drop_conn(token, "channel closed (QEMU exited?)"),
+            let Some(Conn::Vm(vm)) = self.conns.get_mut(&token) else { break };
+            let t = Instant::now();
+            let read = vm.stream.read(&mut buf);
+            self.cost.read_ns += ns_since(t);
+            let n = match read {
+                Ok(0) => {
+                    self.drop_conn(token, "channel closed (QEMU exited?)");
+                    break;
+                }
                 Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return self.drop_conn(token, &format!("read error: {e}")),
+                Err(e) => {
+                    self.drop_conn(token, &format!("read error: {e}"));
+                    break;
+                }
             };
             let rx_ns = self.start.elapsed().as_nanos() as u64;
+            let t = Instant::now();
             vm.decoder.push(&buf[..n]);
             let id = vm.id;
-            let mut events = Vec::new();
+            events.clear();
             while let Some(ev) = vm.decoder.next_event() {
                 events.push(ev);
             }
-            for ev in events {
-                let mut actions = Vec::new();
+            self.cost.decode_ns += ns_since(t);
+            for ev in events.drain(..) {
+                let t = Instant::now();
                 match ev {
                     Event::Frame(f) => {
                         debug!("{}: <- {f}", self.vm_label(token));
+                        self.cost.frames += 1;
                         self.coord.frame(id, f, rx_ns, &mut actions);
                     }
                     Event::Malformed(e) => {
@@ -660,18 +761,27 @@ impl Daemon {
                         self.coord.malformed(id, None, skipped as u64, rx_ns, &mut actions);
                     }
                 }
-                self.execute(actions, Some(rx_ns));
+                self.cost.coordinator_ns += ns_since(t);
+                self.execute_into(&mut actions, Some(rx_ns));
             }
             if n < buf.len() {
                 // A short read drained the socket; bytes arriving later raise a new edge. This
                 // spares the read that would only say EAGAIN.
-                return;
+                break;
+            }
+            if !self.backlog.contains(&token) {
+                // Edge-triggered: no new wake-up comes for bytes already waiting; the last
+                // round's share being used up, read them next round.
+                self.backlog.push(token);
             }
         }
-        // Edge-triggered: no new wake-up comes for bytes already waiting; read them next round.
-        if !self.backlog.contains(&token) {
-            self.backlog.push(token);
-        }
+        self.scratch_events = events;
+        self.scratch_actions = actions;
+        // One write per VM per wake-up, however many frames it sent.
+        let t = Instant::now();
+        self.flush_vm(token);
+        self.dirty.retain(|d| *d != token);
+        self.cost.write_ns += ns_since(t);
     }
 
     fn vm_label(&self, token: usize) -> String {
@@ -693,11 +803,17 @@ impl Daemon {
     }
 
     /// Carries out the coordinator's actions. `rx_ns`: when the frame that caused them was read.
-    fn execute(&mut self, actions: Vec<Action>, rx_ns: Option<u64>) {
-        let mut to_flush: Vec<usize> = Vec::new();
-        for a in actions {
+    fn execute(&mut self, mut actions: Vec<Action>, rx_ns: Option<u64>) {
+        self.execute_into(&mut actions, rx_ns);
+    }
+
+    /// Like [`Daemon::execute`], leaving `actions` empty for reuse. Replies are queued; they are
+    /// written at the end of the loop turn ([`Daemon::flush_dirty`]).
+    fn execute_into(&mut self, actions: &mut Vec<Action>, rx_ns: Option<u64>) {
+        for a in actions.drain(..) {
             match a {
                 Action::Send { vm, frame } => {
+                    let t = Instant::now();
                     let token = vm.0 as usize;
                     if let Some(Conn::Vm(c)) = self.conns.get_mut(&token) {
                         debug!("{}: -> {frame}", c.cpu.name);
@@ -706,13 +822,16 @@ impl Daemon {
                         } else {
                             c.out.extend_from_slice(&frame.encode());
                         }
-                        if !to_flush.contains(&token) {
-                            to_flush.push(token);
+                        if !self.dirty.contains(&token) {
+                            self.dirty.push(token);
                         }
                     }
+                    self.cost.encode_ns += ns_since(t);
                 }
                 Action::Apply { vm, resource: Resource::Cpu, level, priority, .. } => {
-                    self.set_cpu(vm.0 as usize, level, priority, rx_ns)
+                    let t = Instant::now();
+                    self.set_cpu(vm.0 as usize, level, priority, rx_ns);
+                    self.cost.actuate_ns += ns_since(t);
                 }
                 Action::Apply { vm, resource, .. } => {
                     // The coordinator only grants what an actuator was registered for.
@@ -720,15 +839,67 @@ impl Daemon {
                 }
             }
         }
-        for token in to_flush {
+    }
+
+    /// Writes the replies queued during this loop turn: one write per VM however many frames
+    /// it sent.
+    fn flush_dirty(&mut self) {
+        let t = Instant::now();
+        for token in std::mem::take(&mut self.dirty) {
             self.flush_vm(token);
+        }
+        self.cost.write_ns += ns_since(t);
+    }
+
+    /// Thread life-cycle events of the VMs' processes: newcomers are tracked (and brought to
+    /// their VM's level at once), renamed threads get their role, exited ones are dropped.
+    fn on_thread_events(&mut self) {
+        let Some(w) = self.thread_watch.as_mut() else { return };
+        let mut evs = std::mem::take(&mut self.thread_events);
+        w.drain(&mut evs);
+        let dropped = w.dropped();
+        let mut touched: Vec<usize> = Vec::new();
+        for ev in evs.drain(..) {
+            let Some(&token) = self.by_pid.get(&ev.tgid()) else { continue };
+            let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { continue };
+            if c.cpu.thread_event(&mut self.host, &ev) && !touched.contains(&token) {
+                touched.push(token);
+            }
+        }
+        self.thread_events = evs;
+        for token in touched {
+            let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { continue };
+            self.coord.set_vm_vcpus(c.id, c.cpu.vcpu_count());
+            if c.cpu.level() == Level::Normal {
+                continue;
+            }
+            let (level, priority) = (c.cpu.level(), c.cpu.priority());
+            let out = c.cpu.set_level(&mut self.host, level, priority, false);
+            if out.changed > 0 {
+                debug!("{}: boosted {} new thread(s)", c.cpu.name, out.changed);
+            }
+            if !out.errors.is_empty() {
+                c.actuation_errors += out.errors.len() as u64;
+                let msg = out.errors.join("; ");
+                self.warn_vm(token, &msg);
+            }
+        }
+        if dropped > self.thread_drops {
+            warn!(
+                "{} thread event(s) lost (ring buffer full): re-reading every VM's threads",
+                dropped - self.thread_drops
+            );
+            self.thread_drops = dropped;
+            self.refresh_threads(true);
         }
     }
 
     fn set_cpu(&mut self, token: usize, level: Level, priority: u8, rx_ns: Option<u64>) {
         let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { return };
         let was = c.cpu.level();
+        let syscalls = self.host.syscall_ns;
         let out = c.cpu.set_level(&mut self.host, level, priority, false);
+        self.cost.syscall_ns += self.host.syscall_ns - syscalls;
         let done = self.start.elapsed().as_nanos() as u64;
         if let Some(rx) = rx_ns {
             let ns = done.saturating_sub(rx);
@@ -782,6 +953,10 @@ impl Daemon {
                 }
                 let _ = self.poll.registry().deregister(&mut c.stream);
                 self.by_path.remove(&c.path);
+                self.by_pid.remove(&c.cpu.process.id);
+                if let Some(w) = self.thread_watch.as_mut() {
+                    w.unwatch(c.cpu.process.id);
+                }
                 info!("{}: {why}; {} setting(s) restored", c.cpu.name, out.restored);
             }
             Conn::Control(mut c) => {
@@ -1129,6 +1304,8 @@ impl Daemon {
                 "socket_dir": self.cfg.socket_dir,
                 "state_dir": self.cfg.state_dir,
                 "metrics_addr": self.metrics.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.to_string()),
+                "thread_events": self.thread_watch.as_ref().map(|w| w.mechanism()),
+                "cost": self.cost,
             },
             "resources": resources,
             "policy": policy,

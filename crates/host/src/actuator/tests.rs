@@ -18,6 +18,7 @@ struct FakeState {
     sets: Vec<(i32, SchedAttr)>,
     fail_with: Option<i32>,
     ioprio: HashMap<i32, u16>,
+    gets: u64,
     affinity: HashMap<i32, Vec<usize>>,
 }
 
@@ -43,6 +44,7 @@ impl ThreadOps for FakeSched {
 
 impl SchedOps for FakeSched {
     fn get(&mut self, tid: i32) -> io::Result<SchedAttr> {
+        self.0.borrow_mut().gets += 1;
         self.0.borrow().attrs.get(&tid).copied().ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
     }
     fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()> {
@@ -90,6 +92,9 @@ impl World {
             class: BoostClass::default(),
             // Re-list before every change, so each test sees the tree as it is now.
             fresh: std::time::Duration::ZERO,
+            // And read every thread's attributes again before every change.
+            verify: std::time::Duration::ZERO,
+            syscall_ns: 0,
         };
         World { proc_dir, _state_dir: state_dir, host, sched }
     }
@@ -427,4 +432,29 @@ fn deadline_reservations_the_kernel_would_refuse_are_config_errors() {
     std::fs::write(d.path().join("sched_rt_runtime_us"), "-1\n").unwrap();
     let read = DeadlineLimits::read(d.path());
     assert_eq!((read.period_min_us, read.period_max_us, read.max_bandwidth), (500, 1 << 22, None));
+}
+
+#[test]
+fn between_verifications_a_transition_is_one_sched_setattr_per_thread_and_no_read() {
+    let mut w = World::new();
+    w.host.verify = std::time::Duration::from_secs(3600);
+    w.host.fresh = std::time::Duration::from_secs(3600);
+    let mut vm = w.vm();
+    vm.set_level(&mut w.host, Level::Boosted, 1, false); // verifies once
+    let gets = std::rc::Rc::clone(&w.sched.0);
+    gets.borrow_mut().gets = 0;
+    gets.borrow_mut().sets.clear();
+    for _ in 0..10 {
+        vm.set_level(&mut w.host, Level::Normal, 1, false);
+        vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    }
+    assert_eq!(gets.borrow().gets, 0, "no sched_getattr on the hot path");
+    assert_eq!(gets.borrow().sets.len(), 20 * 4, "one sched_setattr per thread per transition");
+    // Once the interval has passed, the next change reads them again and takes in a foreign change.
+    w.put(502, SchedAttr::rt(SCHED_FIFO, 30, 0));
+    w.host.verify = std::time::Duration::ZERO;
+    let out = vm.set_level(&mut w.host, Level::Normal, 1, false);
+    assert_eq!(out.foreign, 1);
+    assert_eq!(w.attr(502), SchedAttr::rt(SCHED_FIFO, 30, 0), "the other's change stays");
+    assert!(w.records()[0].entries.iter().any(|e| e.task.id == 502), "and is on disk as 502's original");
 }

@@ -173,6 +173,13 @@ impl Coordinator {
         }
     }
 
+    /// The VM is known by another name now (its agent's channel joined a VM found by process).
+    pub fn rename(&mut self, id: VmId, name: &str) {
+        if let Some(vm) = self.vms.get_mut(&id) {
+            vm.name = name.to_string();
+        }
+    }
+
     /// The VM's vCPU count changed (its thread list was re-read).
     pub fn set_vm_vcpus(&mut self, id: VmId, vcpus: u32) {
         let Some(vm) = self.vms.get_mut(&id) else { return };

@@ -173,7 +173,7 @@ impl BoostClass {
     pub fn target(&self, level: Level, role: ThreadRole, vcpus_known: bool, priority: u8) -> Option<SchedAttr> {
         let is_vcpu = role == ThreadRole::Vcpu || (!vcpus_known && role != ThreadRole::Main);
         let rt = |policy: u32, offset: u8| {
-            let prio = (priority as u32 + offset as u32).min(98);
+            let prio = (priority as u32 + offset as u32).min(*cosched_core::VM_PRIORITY.end() as u32);
             SchedAttr::rt(policy, prio, SCHED_FLAG_RESET_ON_FORK)
         };
         let offset = if is_vcpu { 0 } else { self.other_threads_priority_offset };

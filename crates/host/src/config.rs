@@ -67,7 +67,12 @@ pub struct HostConfig {
     pub control_socket: PathBuf,
     /// Also serve Prometheus metrics over HTTP at this address (e.g. `127.0.0.1:9477`).
     pub metrics_listen: Option<String>,
-    /// How often the socket directory is rescanned (inotify catches most changes at once).
+    /// Also find QEMU processes that have no socket in `socket_dir` (guests without an agent,
+    /// libvirt domains without the channel), every `rescan_ms`, so that `[vm.NAME]` (by QEMU's
+    /// `-name`) and host-side features reach them. Only root-owned QEMU binaries are adopted.
+    pub discover_processes: bool,
+    /// How often the socket directory (and the processes) are rescanned (inotify catches most
+    /// socket changes at once).
     pub rescan_ms: u64,
     /// Without thread events (see `thread_events`): how often a boosted VM's thread list is
     /// re-read to boost threads that appeared, and how long a listing is trusted before a change.
@@ -99,6 +104,7 @@ impl Default for HostConfig {
             state_dir: DEFAULT_STATE_DIR.into(),
             control_socket: DEFAULT_CONTROL_SOCKET.into(),
             metrics_listen: None,
+            discover_processes: false,
             rescan_ms: 1000,
             thread_refresh_ms: 100,
             thread_events: true,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use cosched_core::{Action, Coordinator, Level, VmId, VmSettings, NS_PER_MS};
-use cosched_procfs::{ProcFs, ProcessInfo};
+use cosched_procfs::{ProcFs, ProcessInfo, TaskId};
 use cosched_proto::Resource;
 use cosched_proto::{Event, StreamDecoder};
 use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
@@ -42,10 +42,12 @@ const READS_PER_WAKEUP: usize = 8;
 const MAX_CLIENTS: usize = 64;
 const CLIENT_TIMEOUT_NS: u64 = 5_000 * NS_PER_MS;
 
+/// A VM the daemon knows: its QEMU process and threads, and its agent's channel if it has one
+/// (a VM found among the host's processes has none until a socket of it appears).
 struct VmConn {
     id: VmId,
-    stream: UnixStream,
-    path: PathBuf,
+    stream: Option<UnixStream>,
+    path: Option<PathBuf>,
     decoder: StreamDecoder,
     out: Vec<u8>,
     cpu: VmCpu,
@@ -156,6 +158,8 @@ pub struct Daemon {
     /// `None`: thread lists are re-read every `thread_refresh_ms` instead.
     thread_watch: Option<cosched_hostbpf::ThreadWatch>,
     thread_events: Vec<cosched_hostbpf::ThreadEvent>,
+    /// QEMU processes refused by the process scan (warned once).
+    refused_pids: std::collections::HashSet<i32>,
     /// Ring-buffer drops seen so far: more means a rescan of every VM.
     thread_drops: u64,
     /// QEMU pid -> its VM's token.
@@ -422,6 +426,7 @@ impl Daemon {
             thread_watch,
             thread_events: Vec::new(),
             thread_drops: 0,
+            refused_pids: Default::default(),
             by_pid: HashMap::new(),
             dirty: Vec::new(),
             scratch_actions: Vec::new(),
@@ -491,6 +496,9 @@ impl Daemon {
                     self.refresh_threads(true);
                 }
                 self.scan_socket_dir();
+                if self.cfg.discover_processes {
+                    self.scan_processes();
+                }
                 self.expire_clients(now);
             } else if self.attempts.values().any(|a| now >= a.next_try_ns) {
                 self.scan_socket_dir();
@@ -598,11 +606,45 @@ impl Daemon {
         let pid = process.task.id;
         self.check_binary(&process)?;
         let name = vm_name(path);
+        if let Some(&token) = self.by_pid.get(&pid) {
+            // Found among the processes before: its agent's channel joins the same entry.
+            self.poll
+                .registry()
+                .register(&mut stream, Token(token), Interest::READABLE)
+                .map_err(|e| format!("epoll: {e}"))?;
+            let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { return Err("internal: lost VM".into()) };
+            info!("{}: its agent channel {} connected; now named {name}", c.cpu.name, path.display());
+            c.stream = Some(stream);
+            c.path = Some(path.to_path_buf());
+            c.cpu.name = name.clone();
+            self.coord.rename(c.id, &name);
+            self.by_path.insert(path.to_path_buf(), token);
+            self.attempts.remove(path);
+            return Ok(());
+        }
+        let token = self.adopt(&name, process.task)?;
+        self.poll
+            .registry()
+            .register(&mut stream, Token(token), Interest::READABLE)
+            .map_err(|e| format!("epoll: {e}"))?;
+        let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { return Err("internal: lost VM".into()) };
+        info!("{name}: connected to QEMU pid {pid} ({} threads) via {}", c.cpu.thread_count(), path.display());
+        c.stream = Some(stream);
+        c.path = Some(path.to_path_buf());
+        self.by_path.insert(path.to_path_buf(), token);
+        self.attempts.remove(path);
+        Ok(())
+    }
+
+    /// Makes an entry for the VM of QEMU process `process`, named `name`, with no channel yet:
+    /// its threads are tracked and watched, the coordinator knows it. Returns its token.
+    fn adopt(&mut self, name: &str, process: TaskId) -> Result<usize, String> {
+        let pid = process.id;
         // Watch before listing: a thread born in between is seen either way.
         if let Some(w) = self.thread_watch.as_mut() {
             w.watch(pid).map_err(|e| format!("watching the threads of pid {pid}: {e}"))?;
         }
-        let cpu = match VmCpu::new(&name, process.task, &mut self.host) {
+        let cpu = match VmCpu::new(name, process, &mut self.host) {
             Ok(c) => c,
             Err(e) => {
                 if let Some(w) = self.thread_watch.as_mut() {
@@ -613,24 +655,17 @@ impl Daemon {
         };
         let token = self.next_token;
         self.next_token += 1;
-        self.poll
-            .registry()
-            .register(&mut stream, Token(token), Interest::READABLE)
-            .map_err(|e| format!("epoll: {e}"))?;
         let id = VmId(token as u64);
-        let settings = *self.settings.entry(name.clone()).or_insert_with(|| self.coord.default_settings());
-        self.coord.vm_found(id, &name, settings, self.now());
+        let settings = *self.settings.entry(name.to_string()).or_insert_with(|| self.coord.default_settings());
+        self.coord.vm_found(id, name, settings, self.now());
         self.coord.set_vm_vcpus(id, cpu.vcpu_count());
-        info!("{name}: connected to QEMU pid {pid} ({} threads) via {}", cpu.thread_count(), path.display());
-        self.by_path.insert(path.to_path_buf(), token);
         self.by_pid.insert(pid, token);
-        self.attempts.remove(path);
         self.conns.insert(
             token,
             Conn::Vm(Box::new(VmConn {
                 id,
-                stream,
-                path: path.to_path_buf(),
+                stream: None,
+                path: None,
                 decoder: StreamDecoder::new(),
                 out: Vec::new(),
                 cpu,
@@ -641,7 +676,36 @@ impl Daemon {
                 want_write: false,
             })),
         );
-        Ok(())
+        Ok(token)
+    }
+
+    /// Finds QEMU processes that have no channel to us (guests without an agent, libvirt
+    /// domains without the channel) and makes them entries: config `[vm.NAME]` applies to them
+    /// by QEMU's `-name` (a libvirt domain's name), and host-side features act on them.
+    fn scan_processes(&mut self) {
+        let Ok(pids) = self.host.procfs.pids() else { return };
+        for pid in pids {
+            if self.by_pid.contains_key(&pid) || pid == std::process::id() as i32 {
+                continue;
+            }
+            let Ok(p) = self.host.procfs.process(pid) else { continue };
+            if !p.is_qemu() {
+                continue;
+            }
+            if let Err(e) = self.check_binary(&p) {
+                if self.refused_pids.insert(pid) {
+                    warn!("{e}");
+                }
+                continue;
+            }
+            let args = self.host.procfs.cmdline(pid).unwrap_or_default();
+            let name = cosched_procfs::qemu_name(&args).unwrap_or_else(|| format!("qemu-{pid}"));
+            match self.adopt(&name, p.task) {
+                Ok(_) => info!("{name}: found QEMU pid {pid} with no agent channel"),
+                Err(e) => debug!("QEMU pid {pid}: {e}"),
+            }
+        }
+        self.refused_pids.retain(|pid| self.host.procfs.process(*pid).is_ok());
     }
 
     /// The socket was listened on by a process that is not QEMU (libvirt passes the listening
@@ -720,7 +784,8 @@ impl Daemon {
         for _ in 0..READS_PER_WAKEUP {
             let Some(Conn::Vm(vm)) = self.conns.get_mut(&token) else { break };
             let t = Instant::now();
-            let read = vm.stream.read(&mut buf);
+            let Some(stream) = vm.stream.as_mut() else { break };
+            let read = stream.read(&mut buf);
             self.cost.read_ns += ns_since(t);
             let n = match read {
                 Ok(0) => {
@@ -924,8 +989,12 @@ impl Daemon {
 
     fn flush_vm(&mut self, token: usize) {
         let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { return };
+        let Some(stream) = c.stream.as_mut() else {
+            c.out.clear(); // no agent: nobody to tell
+            return;
+        };
         while !c.out.is_empty() {
-            match c.stream.write(&c.out) {
+            match stream.write(&c.out) {
                 Ok(n) => {
                     c.out.drain(..n);
                 }
@@ -936,7 +1005,7 @@ impl Daemon {
         let want_write = !c.out.is_empty();
         if want_write != c.want_write {
             let interest = if want_write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
-            let _ = self.poll.registry().reregister(&mut c.stream, Token(token), interest);
+            let _ = self.poll.registry().reregister(stream, Token(token), interest);
             c.want_write = want_write;
         }
     }
@@ -951,8 +1020,12 @@ impl Daemon {
                 for e in &out.errors {
                     warn!("{}: restoring: {e}", c.cpu.name);
                 }
-                let _ = self.poll.registry().deregister(&mut c.stream);
-                self.by_path.remove(&c.path);
+                if let Some(stream) = c.stream.as_mut() {
+                    let _ = self.poll.registry().deregister(stream);
+                }
+                if let Some(path) = &c.path {
+                    self.by_path.remove(path);
+                }
                 self.by_pid.remove(&c.cpu.process.id);
                 if let Some(w) = self.thread_watch.as_mut() {
                     w.unwatch(c.cpu.process.id);
@@ -1267,7 +1340,7 @@ impl Daemon {
                     "name": vm.name,
                     "pid": c.cpu.process.id,
                     "socket": c.path,
-                    "agent": true,
+                    "agent": c.stream.is_some(),
                     "priority": vm.settings.priority,
                     "vcpus": vm.vcpus,
                     "registered": vm.registered.is_some(),

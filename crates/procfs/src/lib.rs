@@ -213,12 +213,6 @@ impl ProcFs {
         Ok(out)
     }
 
-    /// True if `tid` is a thread of process `pid` right now (one `stat` call: cheap enough to do
-    /// before every change to a thread).
-    pub fn has_task(&self, pid: i32, tid: i32) -> bool {
-        self.task_dir(pid, tid).exists()
-    }
-
     /// True if `task` (a thread id with its start time) still names the same live thread of `pid`.
     pub fn is_same_task(&self, pid: i32, task: TaskId) -> bool {
         matches!(self.task_id(pid, task.id), Ok(t) if t == task)
@@ -229,6 +223,12 @@ impl ProcFs {
         let path = self.root.join(pid.to_string()).join("cmdline");
         let raw = fs::read(&path).map_err(|source| Error::Io { path, source })?;
         Ok(raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect())
+    }
+
+    /// Every process id under the root.
+    pub fn pids(&self) -> Result<Vec<i32>> {
+        let entries = fs::read_dir(&self.root).map_err(|source| Error::Io { path: self.root.clone(), source })?;
+        Ok(entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect())
     }
 
     /// Processes holding the socket with this inode (`fd/*` links reading `socket:[inode]`).
@@ -249,6 +249,16 @@ impl ProcFs {
     }
 }
 
+/// The VM name QEMU was started with: `-name NAME[,...]` or `-name guest=NAME[,...]` (libvirt
+/// passes the domain name so).
+pub fn qemu_name(args: &[String]) -> Option<String> {
+    let i = args.iter().position(|a| a == "-name" || a == "--name")?;
+    let spec = args.get(i + 1)?;
+    let first = spec.split(',').next()?;
+    let name = spec.split(',').find_map(|p| p.strip_prefix("guest=")).unwrap_or(first);
+    (!name.is_empty() && !name.contains('=')).then(|| name.to_string())
+}
+
 /// Number of vCPUs QEMU was started with: `-smp N`, `-smp cpus=N,...` or `-smp N,...`; 1 when
 /// absent (QEMU's default). For QEMU without `debug-threads=on`, whose vCPU threads have no names.
 pub fn qemu_smp(args: &[String]) -> u32 {
@@ -263,7 +273,9 @@ pub fn qemu_smp(args: &[String]) -> u32 {
         .unwrap_or(1)
 }
 
-/// Builds fake `/proc` trees for tests (here and in other crates).
+/// Builds fake `/proc` trees for tests (here, and in other crates with the `fake` feature);
+/// not in release builds of the daemon.
+#[cfg(any(test, feature = "fake"))]
 pub mod fake {
     use super::*;
 
@@ -403,6 +415,20 @@ mod tests {
         assert_eq!(fs.socket_holders(555), vec![4242]);
         assert_eq!(fs.socket_holders(5555), vec![77]);
         assert!(fs.socket_holders(1).is_empty());
+    }
+
+    #[test]
+    fn vm_name_from_the_qemu_command_line() {
+        let args = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(qemu_name(&args("qemu -name web1,debug-threads=on")), Some("web1".into()));
+        assert_eq!(qemu_name(&args("qemu -name guest=dom1,debug-threads=on -m 1")), Some("dom1".into()));
+        assert_eq!(qemu_name(&args("qemu -name debug-threads=on")), None);
+        assert_eq!(qemu_name(&args("qemu -m 512")), None);
+        let (d, fs) = qemu_tree();
+        add_process(d.path(), 77, "/x", &[(77, "x")]);
+        let mut pids = fs.pids().unwrap();
+        pids.sort();
+        assert_eq!(pids, vec![77, 4242]);
     }
 
     #[test]

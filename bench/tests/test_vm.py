@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 from pathlib import Path
 
@@ -49,6 +50,56 @@ def need_root(test):
     for f in (cb.COSCHED, cb.RUN_SH):
         if not Path(f).exists():
             raise AssertionError(f"{f} missing: build first (README)")
+
+
+# A boost held this long is the real-time task's, not one of the new-task (watch list) boosts the
+# guest's shell, `sleep` and cyclictest's own start-up cause: those last a few ms each (under TCG
+# they come and go ~10 times in the 0.2-0.5 s cyclictest takes to start its real-time thread).
+SETTLED_BOOST_MS = 50
+
+
+def vm_status(daemon):
+    """The daemon's status of its only VM, or None. The CPU resource's state (level, enabled,
+    boosted_for_ms, boost counters), which newer daemons report under resources.cpu, is merged
+    into the VM's entry, as older ones report it."""
+    st = daemon.status()
+    if not st or not st["vms"]:
+        return None
+    vm = st["vms"][0]
+    cpu = vm.get("resources", {}).get("cpu")
+    if cpu is None:
+        return vm
+    flat = {**vm, **{k: v for k, v in cpu.items() if k != "counters"}}
+    flat["counters"] = {**vm["counters"], **cpu["counters"],
+                        "denied": {**vm["counters"].get("denied", {}), **cpu["counters"].get("denied", {})}}
+    return flat
+
+
+def wait_for_vm(daemon, pred, timeout=5.0):
+    """Polls the daemon's status until pred(vm) holds: returns (vm, True), or (the last status,
+    False) after `timeout` seconds. A state the guest reaches "some time after" a console line
+    must be waited for, not sampled at that line."""
+    deadline = time.monotonic() + timeout
+    while True:
+        vm = vm_status(daemon)
+        if vm is not None and pred(vm):
+            return vm, True
+        if time.monotonic() >= deadline:
+            return vm, False
+        time.sleep(0.02)
+
+
+def settled_boost(vm):
+    return vm["level"] == "boosted" and vm["boosted_for_ms"] >= SETTLED_BOOST_MS
+
+
+def boosted_s(vm):
+    """Seconds the VM has spent boosted so far (closed boosts plus the one under way)."""
+    return vm["counters"]["boosted_ns"] / 1e9 + vm["boosted_for_ms"] / 1e3
+
+
+def agent_log(console):
+    return "\n".join(l for l in console.splitlines() if l.startswith("COSCHED-AGENT: "))
 
 
 class RtThreadProbe(unittest.TestCase):
@@ -107,6 +158,114 @@ class WatchList(unittest.TestCase):
         self.assertLess(share, 0.3)
 
 
+class RtHold(unittest.TestCase):
+    """The guest's hold in the real guest, under 2 host hogs: a periodic real-time task keeps its
+    VM boosted. Judged by the daemon's counters between two lines the guest prints once the
+    task runs (HOLD-START, HOLD-END), with the daemon's default budgets (a 10 s boost and the
+    guard do not end these 2-3 s ones; the guard moves the vCPU, it does not deboost)."""
+
+    AGENT = """cosched guest -v 2>/tmp/agent.log &
+AGENT=$!
+until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
+(while :; do :; done) &
+"""
+    STOP_AGENT = """kill $AGENT; wait $AGENT
+sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
+"""
+
+    def hold_window(self, body, layers=()):
+        """Boots the guest with the agent, a guest hog and `body` under 2 host hogs; returns the
+        deboosts and the boosted share between HOLD-START and HOLD-END, and a failure message
+        (both statuses and the agent's log)."""
+        marks = {}
+        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp, cb.host_hogs(2):
+            d = cb.Daemon(tmp)
+
+            def on_line(line, pid):
+                if line in ("HOLD-START", "HOLD-END"):
+                    marks[line] = (time.monotonic(), vm_status(d))
+            try:
+                console, _ = cb.boot_guest("#!/bin/sh\n" + self.AGENT + body + self.STOP_AGENT,
+                                           sock=d.socket_dir / "e2e.sock", on_line=on_line, layers=layers)
+            finally:
+                d.stop()
+        agent = agent_log(console)
+        self.assertIn("HOLD-START", marks, console[-2000:])
+        self.assertIn("HOLD-END", marks, console[-2000:])
+        (t0, s0), (t1, s1) = marks["HOLD-START"], marks["HOLD-END"]
+        self.assertTrue(s0 and s1 and s0["registered"], (s0, s1, agent))
+        deboosts = s1["counters"]["deboosts"] - s0["counters"]["deboosts"]
+        share = (boosted_s(s1) - boosted_s(s0)) / (t1 - t0)
+        print(f"\n  {t1 - t0:.2f} s with the real-time task running: {deboosts} deboost(s), "
+              f"boosted {100 * share:.0f}%, level {s0['level']} -> {s1['level']}, "
+              f"guard demotions {s1['counters'].get('guard_demotions', 0) - s0['counters'].get('guard_demotions', 0)}",
+              file=sys.stderr)
+        self.assertEqual(s1["counters"]["denied"], {}, (s1, agent))
+        why = (f"over {t1 - t0:.2f} s: {deboosts} deboost(s), boosted {100 * share:.0f}%\n"
+               f"at start: {s0}\nat end: {s1}\nagent:\n{agent}")
+        return deboosts, share, why
+
+    def test_a_1ms_rt_task_keeps_its_vm_boosted_under_host_load(self):
+        """cyclictest -p 80 -i 1000 beside a guest CPU hog (the workload of the daemon-restart
+        test), measured over 2 s from 0.2 s after its real-time thread appeared: the new-task
+        boosts of its start-up (a few ms each) are over by then."""
+        need_root(self)
+        deboosts, share, why = self.hold_window("""cyclictest -p 80 -i 1000 -l 3500 -q >/dev/null &
+C=$!
+i=0
+until [ "$(ls /proc/$C/task 2>/dev/null | wc -l)" -ge 2 ]; do
+    i=$((i+1)); [ $i -gt 100 ] && { echo "COSCHED-GUEST: no real-time thread"; break; }
+    sleep 0.05
+done
+sleep 0.2
+echo "HOLD-START"
+sleep 2
+echo "HOLD-END"
+wait $C
+""")
+        # A few stray deboosts are tolerated: a host stall longer than the hold (2.5 ms here)
+        # still ends it, and this machine is shared (0-5 in 2 s were seen at a load of 4-7). A
+        # hold that does not work deboosts at nearly every activation: with the paper's fixed
+        # 500 µs (`--hold-periodic-max-us 0`), 248-377 deboosts in 2 s and 55% boosted.
+        self.assertLessEqual(deboosts, 4, why)
+        self.assertGreaterEqual(share, 0.9, why)
+
+    def test_a_long_activation_does_not_end_the_boost(self):
+        """A periodic real-time task (2 ms period) whose every 25th activation runs 6 ms, longer
+        than its hold (2 periods + MIN_BOOST_TIME = 4.5 ms). The hold bridges the gap after an
+        activation, so it must count from the task's switch-out: counted from its switch-in,
+        every long activation deboosts the VM the moment it ends (~20 deboosts a second). A
+        guest's activation also gets that long when the host stalls its vCPU mid-activation
+        (seen under host load: 3.4 ms for one of cyclictest's 1 ms activations), and under TCG
+        the agent's own run after each hint (~1 ms) did the same to the new-task boosts."""
+        need_root(self)
+        deboosts, share, why = self.hold_window("""cat >/tmp/rt.py <<'EOF'
+import os, time
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+P, LONG, EVERY = 0.002, 0.006, 25
+nxt = time.monotonic()
+for i in range(1900):
+    if i == 250:
+        print("HOLD-START", flush=True)
+    elif i == 1750:
+        print("HOLD-END", flush=True)
+    nxt += P
+    d = nxt - time.monotonic()
+    if d > 0:
+        time.sleep(d)
+    else:
+        nxt = time.monotonic()
+    if i % EVERY == EVERY - 1:
+        end = time.monotonic() + LONG
+        while time.monotonic() < end:
+            pass
+EOF
+python3 /tmp/rt.py
+""", layers=[harness.PYTHON_LAYER])
+        self.assertLessEqual(deboosts, 4, why)
+        self.assertGreaterEqual(share, 0.9, why)
+
+
 class EndToEnd(unittest.TestCase):
     def test_coordination_under_host_load(self):
         """Registered, boosted, and helps a lot."""
@@ -125,28 +284,37 @@ class EndToEnd(unittest.TestCase):
         """The daemon stopped while the guest is boosted: the running QEMU's threads go back."""
         need_root(self)
         workload = """#!/bin/sh
-cosched guest 2>/tmp/agent.log &
+cosched guest -v 2>/tmp/agent.log &
+AGENT=$!
 until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
 (while :; do :; done) &
 cyclictest -p 80 -i 1000 -l 3000 -q >/dev/null &
-sleep 0.5
-echo "BOOSTED NOW"
-wait $!
+C=$!
+sleep 0.3
+echo "CYCLICTEST STARTED"
+wait $C
+kill $AGENT; wait $AGENT
+sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
 """
         seen = {}
         with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp, cb.host_hogs(2):
             d = cb.Daemon(tmp)
 
             def on_line(line, pid):
-                if line == "BOOSTED NOW":
+                if line == "CYCLICTEST STARTED":
+                    # cyclictest's real-time thread starts some time later (0.2-0.5 s under TCG):
+                    # wait for its boost instead of sampling one instant.
+                    seen["vm"], seen["boosted"] = wait_for_vm(d, settled_boost)
                     seen["before"] = [t for t in userspace_rt_threads() if t[0] == pid]
                     d.stop()  # SIGTERM
                     seen["after"] = [t for t in userspace_rt_threads() if t[0] == pid]
                     seen["alive"] = os.path.exists(f"/proc/{pid}")
             try:
-                cb.boot_guest(workload, sock=d.socket_dir / "e2e.sock", on_line=on_line)
+                console, _ = cb.boot_guest(workload, sock=d.socket_dir / "e2e.sock", on_line=on_line)
             finally:
                 d.stop()
+        self.assertTrue(seen.get("boosted"), f"the VM never held a boost for {SETTLED_BOOST_MS} ms within 5 s "
+                        f"of cyclictest's start; last status: {seen.get('vm')}\nagent:\n{agent_log(console)}")
         self.assertTrue(seen["alive"], "QEMU still running when checked")
         self.assertGreater(len(seen["before"]), 0, "the VM was boosted: its threads were real-time")
         self.assertEqual(seen["after"], [], "SIGTERM put every thread back")
@@ -173,31 +341,49 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
             def ctl(*args):
                 subprocess.run([str(cb.COSCHED), *args, "--control-socket", str(d.control)], check=True)
 
-            def vm():
-                st = d.status()
-                return st["vms"][0] if st and st["vms"] else None
+            def frames_settled(quiet_s=0.5, timeout=5.0):
+                """The status once the frame count has not moved for quiet_s: frames the agent
+                sent before it got DISABLE may still be on their way when the command returns."""
+                last, since = vm_status(d), time.monotonic()
+                deadline = since + timeout
+                while time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    cur = vm_status(d)
+                    if cur is None or last is None or cur["counters"]["frames"] != last["counters"]["frames"]:
+                        last, since = cur, time.monotonic()
+                    elif time.monotonic() - since >= quiet_s:
+                        return cur, True
+                return last, False
 
             def on_line(line, pid):
                 if line == "ROUND 2":
-                    events["before_disable"] = vm()
+                    # Round 1 has run by now: the agent registered and was boosted at least once.
+                    events["before_disable"], _ = wait_for_vm(d, lambda v: v["registered"] and v["counters"]["boosts"] >= 1)
                     ctl("vm", "disable", "e2e")
-                    events["after_disable"] = vm()
+                    events["after_disable"], events["deboosted"] = wait_for_vm(
+                        d, lambda v: v["level"] == "normal" and not v["enabled"])
+                    events["settled"], events["quiet"] = frames_settled()
                 elif line == "ROUND 4":
-                    events["while_disabled"] = vm()
+                    events["while_disabled"] = vm_status(d)
                     ctl("vm", "enable", "e2e")
                 elif line == "ROUND 6":
-                    events["after_enable"] = vm()
+                    # Re-registered (ENABLE at ROUND 4) and boosted again by rounds 4 and 5.
+                    events["after_enable"], _ = wait_for_vm(
+                        d, lambda v: v["registered"] and v["counters"]["boosts"] > events["while_disabled"]["counters"]["boosts"])
             try:
                 console, _ = cb.boot_guest(workload, sock=d.socket_dir / "e2e.sock", on_line=on_line)
             finally:
                 d.stop()
-        agent = "\n".join(l for l in console.splitlines() if l.startswith("COSCHED-AGENT: "))
-        b, a, w, e = (events.get(k) for k in ("before_disable", "after_disable", "while_disabled", "after_enable"))
+        agent = agent_log(console)
+        b, a, s, w, e = (events.get(k) for k in ("before_disable", "after_disable", "settled", "while_disabled",
+                                                 "after_enable"))
         self.assertTrue(b and b["registered"] and b["counters"]["boosts"] >= 1, (b, agent))
         self.assertEqual(a["level"], "normal", a)
         self.assertFalse(a["enabled"])
-        # While disabled the detached agent sends nothing: no new frames.
-        self.assertEqual(w["counters"]["frames"], a["counters"]["frames"], agent)
+        self.assertTrue(events["quiet"], f"the agent kept sending frames after DISABLE: {s}\n{agent}")
+        # While disabled the detached agent sends nothing: no new frames (counted from when the
+        # frames it sent before it got DISABLE had arrived).
+        self.assertEqual(w["counters"]["frames"], s["counters"]["frames"], agent)
         self.assertEqual(w["counters"]["boosts"], a["counters"]["boosts"])
         self.assertIn("disabled coordination; detaching", agent)
         self.assertIn("enabled coordination; registering", agent)
@@ -210,7 +396,7 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
         need_root(self)
         before = userspace_rt_threads()
         workload = """#!/bin/sh
-cosched guest 2>/tmp/agent.log &
+cosched guest -v 2>/tmp/agent.log &
 AGENT=$!
 until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
 (while :; do :; done) &
@@ -218,7 +404,7 @@ for r in 1 2 3 4 5; do
     cyclictest -p 80 -i 1000 -l 800 -q >/dev/null &
     C=$!
     sleep 0.3
-    echo "ROUND $r"   # in the middle of the round: the VM is boosted
+    echo "ROUND $r"   # the real-time thread may not have started yet: the host waits for the boost
     wait $C
 done
 kill $AGENT; wait $AGENT
@@ -234,24 +420,31 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
 
             def on_line(line, pid):
                 if line == "ROUND 2":
-                    st = daemons[0].status()
-                    seen["first"] = st["vms"][0] if st and st["vms"] else None
+                    # cyclictest's real-time thread may start after this line (0.2-0.5 s after
+                    # cyclictest under TCG; before it, the VM is only boosted for ms at a time
+                    # for new tasks): wait for its boost, then kill.
+                    seen["first"], boosted = wait_for_vm(daemons[0], settled_boost)
+                    if not boosted:
+                        return  # reported below, with the agent's log
                     daemons[0].proc.kill()
                     daemons[0].proc.wait()
                     seen["rt_after_kill"] = len(qemu_rt_threads(pid))
                     daemons.append(cb.Daemon(tmp))  # restores, then reconnects
                     seen["restore_log"] = (Path(tmp) / "daemon.log").read_text()
                     seen["rt_after_restart"] = len(qemu_rt_threads(pid))
-                elif line == "ROUND 5":
-                    st = daemons[1].status()
-                    seen["second"] = st["vms"][0] if st and st["vms"] else None
+                elif line == "ROUND 5" and len(daemons) == 2:
+                    seen["second"], _ = wait_for_vm(
+                        daemons[1], lambda v: v["registered"] and v["counters"]["boosts"] >= 1)
             try:
                 console, _ = cb.boot_guest(workload, sock=Path(tmp) / "vms" / "e2e.sock", on_line=on_line)
             finally:
                 daemons[-1].stop()
                 daemons[0].log.close()
-        agent = "\n".join(l for l in console.splitlines() if l.startswith("COSCHED-AGENT: "))
-        self.assertEqual(seen["first"]["level"], "boosted", seen["first"])
+        agent = agent_log(console)
+        first = seen.get("first")
+        self.assertTrue(first and first["level"] == "boosted",
+                        f"the VM never held a boost for {SETTLED_BOOST_MS} ms within 5 s of ROUND 2; "
+                        f"last status: {first}\nagent:\n{agent}")
         self.assertGreater(seen["rt_after_kill"], 0, "kill -9 restores nothing by itself")
         import re
         restored = re.search(r"restored (\d+) thread\(s\) left boosted by a previous daemon", seen["restore_log"])

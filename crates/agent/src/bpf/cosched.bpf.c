@@ -9,7 +9,8 @@
  *     switch-in of a watched task uses one unit and needs a boost, each wake-up from a sleep
  *     gives one back (up to watch_count); at 0 the task leaves the list.
  * State machine, per CPU: on need -> remember the time, send boost if not boosted; otherwise, if
- * boosted and now >= last_need + hold -> send deboost. hold is MIN_BOOST_TIME (min_boost_ns), or,
+ * boosted and now >= last_need + hold -> send deboost. The need lasts until the needing task leaves
+ * the CPU, so the hold counts from then. hold is MIN_BOOST_TIME (min_boost_ns), or,
  * when needs recur with a period below hold_periodic_max_ns, 2 periods + MIN_BOOST_TIME: a periodic
  * RT task then keeps its VM boosted across the stray switches (kworkers) between two activations,
  * even when one activation comes late. A timer
@@ -229,6 +230,13 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	now = bpf_ktime_get_ns();
 	s->switches++;
 	st->last_switch_ns = now;
+	/* The task leaving the CPU needed a boost (or it is the agent, which preempted such a task
+	 * to send its hint): the need lasted until now, and the hold counts from here. Counted from
+	 * the task's switch-in, a run longer than the hold deboosted the VM at its very end: the
+	 * guest's clock runs on while the host stalls the vCPU, so under host load one 1 ms
+	 * activation of a real-time task can span its 2 periods + MIN_BOOST_TIME. */
+	if (st->cur_needs)
+		st->last_need_ns = now;
 	/* The agent's own wake-ups say nothing about the guest's needs. */
 	if (agent_tgid && next->tgid == agent_tgid) {
 		st->agent_victim = prev->pid;

@@ -50,7 +50,8 @@ struct cosched_stats {
  * 16-byte padding array; the agent never touches it.
  */
 struct cpu_state {
-	unsigned long long last_need_ns;	/* last switch to a task that needs a boost */
+	unsigned long long last_need_ns;	/* last time a task that needs a boost was on the CPU
+						 * (its switch-in, or its switch-out: see on_switch) */
 	unsigned long long last_switch_ns;
 	unsigned long long episode_start_ns;	/* start of the current run of needing switches */
 	unsigned long long period_ns;		/* smoothed time between episode starts */

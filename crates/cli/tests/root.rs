@@ -1040,3 +1040,53 @@ fn kill_9_with_a_boost_over_a_static_policy_on_one_thread_restores_both_exactly(
     assert_eq!(sched::get_ioprio(vcpu).unwrap(), ioprio, "I/O priority");
     assert!(state_files(&w).is_empty());
 }
+
+/// A QEMU with no socket in the daemon's directory (a guest without an agent, a libvirt domain
+/// without the channel) is found among the processes, named by its `-name guest=...`, and its
+/// `[vm.NAME]` applies; when a socket of it appears, the agent's channel joins the same entry.
+#[test]
+fn a_qemu_without_an_agent_is_an_entry_and_its_channel_joins_it_later() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let d = w.daemon(&format!("discover_processes = true\nrescan_ms = 100\n{QUIET_POLICY}[vm.dom1]\npriority = 9\n"));
+    let bin = w.p("bin-dom1");
+    std::fs::create_dir_all(&bin).unwrap();
+    let exe = bin.join("qemu-system-x86_64");
+    std::fs::copy(env!("CARGO_BIN_EXE_cosched-fake-qemu"), &exe).unwrap();
+    std::fs::create_dir_all(w.p("elsewhere")).unwrap();
+    let hidden = w.p("elsewhere/dom1.sock");
+    let mut child = wait_for("exec of the fake QEMU", Duration::from_secs(5), || {
+        match Command::new(&exe)
+            .args(["-name", "guest=dom1,debug-threads=on", "--socket"])
+            .arg(&hidden)
+            .args(["--thread", "CPU 0/TCG"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(c) => Some(c),
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => None,
+            Err(e) => panic!("{e}"),
+        }
+    });
+    let pid = child.id() as i32;
+    let st = wait_for("the agentless VM", Duration::from_secs(5), || {
+        d.vm_status("dom1").filter(|v| v["pid"] == pid && v["vcpus"] == 1)
+    });
+    assert_eq!(st["agent"], false, "{st}");
+    assert_eq!(st["priority"], 9, "its [vm.dom1] applies");
+    assert_eq!(st["registered"], false);
+    // Its socket appears in the daemon's directory: the channel joins the same entry.
+    wait_for("the listening socket", Duration::from_secs(5), || hidden.exists().then_some(()));
+    std::fs::rename(&hidden, w.socket_dir().join("dom1-agent.sock")).unwrap();
+    let st = wait_for("the channel to join", Duration::from_secs(5), || {
+        d.vm_status("dom1-agent").filter(|v| v["agent"] == true)
+    });
+    assert_eq!((st["pid"].as_i64(), st["priority"].as_u64()), (Some(pid as i64), Some(9)), "{st}");
+    assert!(d.vm_status("dom1").is_none(), "one entry, not two");
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -9,7 +9,14 @@
 //!
 //! With `--drive HZ` it is its own guest instead (for the daemon scale experiment): once the
 //! daemon connects it registers, then sends `CPU 1` and `CPU 0` alternately, HZ frames a second,
-//! discarding the replies, until killed.
+//! until killed or its stdin closes, all from its main thread (no reader thread: a process with
+//! the `--thread`s and its main thread only). It times each frame from its write to the reply
+//! (ACK or DENY with its seq) read. Commands on stdin, one a line: `mark` starts a
+//! measurement window (counters and samples from zero), `stop` stops sending (the connection
+//! stays), `report` prints one JSON line on stdout: `{"sent": N, "acked": N, "denied": N,
+//! "unanswered": N, "rtt_us": [...]}` over the frames sent since `mark`. In this mode its idle
+//! threads block (as a real QEMU's idle threads do) instead of waking every 5 ms, and there is no
+//! SIGUSR1 thread (256 synthetic VMs would otherwise wake 230 000 times a second between them).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
@@ -23,11 +30,20 @@ extern "C" fn on_usr1(_: libc::c_int) {
 }
 
 fn named_thread(name: String, spin: bool) {
+    named_thread_idle(name, spin, false)
+}
+
+/// `block`: an idle thread that never wakes (parked) rather than one that sleeps 5 ms at a time.
+fn named_thread_idle(name: String, spin: bool, block: bool) {
     std::thread::spawn(move || {
         let c = std::ffi::CString::new(name).unwrap();
         // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
         unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr()) };
         loop {
+            if block && !spin {
+                std::thread::park();
+                continue;
+            }
             if spin {
                 let t = std::time::Instant::now();
                 while t.elapsed() < Duration::from_millis(5) {
@@ -48,6 +64,10 @@ fn main() {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--socket" => socket = args.next(),
+            // QEMU's VM name: ignored here, the daemon reads it from /proc/<pid>/cmdline.
+            "-name" => {
+                args.next();
+            }
             // Like QEMU under libvirt (`-chardev socket,fd=N`): the listening socket is inherited.
             "--listen-fd" => listen_fd = args.next().map(|n| n.parse::<i32>().expect("--listen-fd N")),
             "--thread" => threads.push((args.next().expect("--thread NAME"), false)),
@@ -58,7 +78,11 @@ fn main() {
     }
     let socket = socket.expect("--socket PATH");
     for (name, spin) in threads {
-        named_thread(name, spin);
+        named_thread_idle(name, spin, drive_hz.is_some());
+    }
+    if let Some(hz) = drive_hz {
+        let listener = listen(&socket, listen_fd);
+        drive(listener, hz);
     }
     // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
     unsafe { libc::signal(libc::SIGUSR1, on_usr1 as extern "C" fn(libc::c_int) as libc::sighandler_t) };
@@ -69,18 +93,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(2));
     });
 
-    let listener = match listen_fd {
-        // SAFETY: the fd was handed to us by our parent for exactly this purpose.
-        Some(fd) => unsafe { <UnixListener as std::os::fd::FromRawFd>::from_raw_fd(fd) },
-        None => {
-            let _ = std::fs::remove_file(&socket);
-            UnixListener::bind(&socket).expect("bind")
-        }
-    };
-    eprintln!("fake-qemu: listening on {socket} (pid {})", std::process::id());
-    if let Some(hz) = drive_hz {
-        drive(listener, hz);
-    }
+    let listener = listen(&socket, listen_fd);
     std::thread::spawn(move || {
         // Like QEMU's chardev: one client at a time, the next one after it leaves.
         for conn in listener.incoming() {
@@ -120,25 +133,157 @@ fn main() {
 
 static CURRENT: std::sync::Mutex<Option<std::os::unix::net::UnixStream>> = std::sync::Mutex::new(None);
 
-/// Plays the guest: register, then alternate CPU 1 / CPU 0 at `hz` frames a second.
-fn drive(listener: UnixListener, hz: u32) -> ! {
-    use cosched_proto::{caps, Frame};
-    let (conn, _) = listener.accept().expect("accept");
-    let mut reader = conn.try_clone().unwrap();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
-    });
-    let mut w = conn;
-    w.write_all(&Frame::register(1, caps::CPU).encode()).expect("register");
-    let period = Duration::from_secs(1) / hz.max(1);
-    let mut next = std::time::Instant::now() + period;
-    for seq in 2u32.. {
-        std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
-        next += period;
-        if w.write_all(&Frame::cpu(seq, seq % 2 == 0).encode()).is_err() {
-            std::process::exit(0);
+fn listen(socket: &str, listen_fd: Option<i32>) -> UnixListener {
+    let listener = match listen_fd {
+        // SAFETY: the fd was handed to us by our parent for exactly this purpose.
+        Some(fd) => unsafe { <UnixListener as std::os::fd::FromRawFd>::from_raw_fd(fd) },
+        None => {
+            let _ = std::fs::remove_file(socket);
+            UnixListener::bind(socket).expect("bind")
+        }
+    };
+    eprintln!("fake-qemu: listening on {socket} (pid {})", std::process::id());
+    listener
+}
+
+/// What `--drive` measures: frames sent since `mark` and what became of them.
+#[derive(Default)]
+struct DriveStats {
+    /// Sent, not yet answered: seq -> (sent at, sent since mark).
+    pending: std::collections::HashMap<u32, (std::time::Instant, bool)>,
+    sent: u64,
+    acked: u64,
+    denied: u64,
+    rtt_ns: Vec<u64>,
+}
+
+impl DriveStats {
+    /// One command line from stdin; the answer to print, if any.
+    fn command(&mut self, cmd: &str, stopped: &mut bool) -> Option<String> {
+        match cmd {
+            "mark" => {
+                self.sent = 0;
+                self.acked = 0;
+                self.denied = 0;
+                self.rtt_ns.clear();
+                for v in self.pending.values_mut() {
+                    v.1 = false;
+                }
+            }
+            "stop" => *stopped = true,
+            "report" => {
+                let unanswered = self.pending.values().filter(|v| v.1).count();
+                let rtt: Vec<String> = self.rtt_ns.iter().map(|n| format!("{:.1}", *n as f64 / 1e3)).collect();
+                return Some(format!(
+                    "{{\"sent\": {}, \"acked\": {}, \"denied\": {}, \"unanswered\": {unanswered}, \"rtt_us\": [{}]}}\n",
+                    self.sent,
+                    self.acked,
+                    self.denied,
+                    rtt.join(",")
+                ));
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// Replies read at `now`: ACKs and DENYs answer the frame with their seq.
+    fn replies(&mut self, bytes: &[u8], now: std::time::Instant) {
+        use cosched_proto::{Frame, Kind};
+        for f in bytes.chunks_exact(16) {
+            let Ok(f) = Frame::decode(f.try_into().unwrap()) else { continue };
+            if !matches!(f.kind, Kind::Ack | Kind::Deny) {
+                continue;
+            }
+            let Some((sent, in_window)) = self.pending.remove(&f.seq) else { continue };
+            if !in_window {
+                continue;
+            }
+            if f.kind == Kind::Ack {
+                self.acked += 1;
+                self.rtt_ns.push(now.duration_since(sent).as_nanos() as u64);
+            } else {
+                self.denied += 1;
+            }
         }
     }
-    unreachable!()
+}
+
+/// Plays the guest: register, then alternate CPU 1 / CPU 0 at `hz` frames a second. One thread
+/// (the main one, as a guest's frames come through QEMU's main loop): it sends on time, reads
+/// the replies as they come (poll) and the experiment's commands from stdin.
+fn drive(listener: UnixListener, hz: u32) -> ! {
+    use cosched_proto::{caps, Frame};
+    use std::os::fd::AsRawFd;
+    use std::time::Instant;
+    let (mut conn, _) = listener.accept().expect("accept");
+    drop(listener);
+    conn.write_all(&Frame::register(1, caps::CPU).encode()).expect("register");
+    conn.set_nonblocking(true).expect("non-blocking");
+    let mut stats = DriveStats::default();
+    let mut stopped = false;
+    let (mut have, mut cmds) = (Vec::new(), Vec::new());
+    let mut buf = [0u8; 4096];
+    let period = Duration::from_secs(1) / hz.max(1);
+    let mut next = Instant::now() + period;
+    let mut seq = 2u32;
+    loop {
+        let wait = next.saturating_duration_since(Instant::now());
+        let mut fds = [
+            libc::pollfd { fd: conn.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 },
+        ];
+        let ts =
+            libc::timespec { tv_sec: wait.as_secs() as libc::time_t, tv_nsec: wait.subsec_nanos() as libc::c_long };
+        // SAFETY: ppoll on two pollfds we own, with a timeout we own.
+        let n = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+        if n > 0 && fds[0].revents != 0 {
+            let now = Instant::now();
+            loop {
+                match conn.read(&mut buf) {
+                    Ok(0) => std::process::exit(0),
+                    Ok(k) => have.extend_from_slice(&buf[..k]),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => std::process::exit(0),
+                }
+            }
+            let whole = have.len() / 16 * 16;
+            stats.replies(&have[..whole], now);
+            have.drain(..whole);
+        }
+        if n > 0 && fds[1].revents != 0 {
+            // SAFETY: read from stdin into our buffer.
+            let k = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+            if k <= 0 {
+                std::process::exit(0); // the experiment has gone
+            }
+            cmds.extend_from_slice(&buf[..k as usize]);
+            while let Some(nl) = cmds.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = cmds.drain(..=nl).collect();
+                let cmd = String::from_utf8_lossy(&line).trim().to_string();
+                if let Some(out) = stats.command(&cmd, &mut stopped) {
+                    let mut o = std::io::stdout();
+                    let _ = o.write_all(out.as_bytes()).and_then(|_| o.flush());
+                }
+            }
+        }
+        if Instant::now() < next {
+            continue;
+        }
+        next += period;
+        if stopped {
+            continue;
+        }
+        stats.sent += 1;
+        stats.pending.insert(seq, (Instant::now(), true));
+        if stats.pending.len() > 100_000 {
+            // Never answered: no longer counted.
+            stats.pending.retain(|&q, _| seq.wrapping_sub(q) < 50_000);
+        }
+        if conn.write_all(&Frame::cpu(seq, seq & 1 == 0).encode()).is_err() {
+            std::process::exit(0);
+        }
+        seq = seq.wrapping_add(1);
+    }
 }

@@ -351,13 +351,17 @@ def measure(quick, verbose=False, floor_ref=None):
 # The old numbers and the report
 
 
+# The last results of the daemon before issue 9's hot-path work: what "before" means here.
+OLD_RESULTS_COMMIT = "5a48982"
+
+
 def old_rows():
-    """The committed results (git HEAD), by VM count: the numbers before this run."""
+    """The results committed before issue 9's hot-path work, by VM count."""
     try:
-        text = subprocess.run(["git", "-C", str(harness.REPO), "show", "HEAD:results/scale/data.csv"],
+        text = subprocess.run(["git", "-C", str(harness.REPO), "show", f"{OLD_RESULTS_COMMIT}:results/scale/data.csv"],
                               capture_output=True, text=True, check=True).stdout
-        commit = subprocess.run(["git", "-C", str(harness.REPO), "log", "-1", "--format=%h %cs", "--",
-                                 "results/scale/data.csv"], capture_output=True, text=True).stdout.strip()
+        commit = subprocess.run(["git", "-C", str(harness.REPO), "log", "-1", "--format=%h %cs", OLD_RESULTS_COMMIT],
+                                capture_output=True, text=True).stdout.strip()
     except (subprocess.CalledProcessError, OSError):
         return {}, ""
     out = {}
@@ -516,7 +520,7 @@ the window.
     floor_cross = ref.get("cross-cpu")
     floor_same = ref.get("same-cpu")
     fb = before.get("unpinned", {}).get("split", {})
-    old_note = (f"*Before*: the committed results ({old_commit}), read from git HEAD. Their synthetic VMs had 5 "
+    old_note = (f"*Before*: the results committed at {old_commit}, before the daemon's hot-path work. Their synthetic VMs had 5 "
                 "threads, not 3 as that summary said (main, `CPU 0/TCG`, `call_rcu`, a thread polling for SIGUSR1 "
                 "and one reading the replies; the current daemon changes all 5 on each transition), and their idle "
                 "threads woke every 2 to 5 ms (900 wake-ups a second per VM). Now a synthetic VM is its main "

@@ -940,14 +940,7 @@ impl Daemon {
             }
             let (level, priority) = (c.cpu.level(), c.cpu.priority());
             let out = c.cpu.set_level(&mut self.host, level, priority, false);
-            if out.changed > 0 {
-                debug!("{}: boosted {} new thread(s)", c.cpu.name, out.changed);
-            }
-            if !out.errors.is_empty() {
-                c.actuation_errors += out.errors.len() as u64;
-                let msg = out.errors.join("; ");
-                self.warn_vm(token, &msg);
-            }
+            self.note_new_threads(token, out);
         }
         if dropped > self.thread_drops {
             warn!(
@@ -1077,14 +1070,20 @@ impl Daemon {
             let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { continue };
             let out = c.cpu.refresh(&mut self.host);
             self.coord.set_vm_vcpus(c.id, c.cpu.vcpu_count());
-            if out.changed > 0 {
-                debug!("{}: boosted {} new thread(s)", c.cpu.name, out.changed);
-            }
-            if !out.errors.is_empty() {
-                c.actuation_errors += out.errors.len() as u64;
-                let msg = out.errors.join("; ");
-                self.warn_vm(token, &msg);
-            }
+            self.note_new_threads(token, out);
+        }
+    }
+
+    /// Logs what bringing a VM's new threads to its level did, and counts its errors.
+    fn note_new_threads(&mut self, token: usize, out: crate::actuator::Outcome) {
+        let Some(Conn::Vm(c)) = self.conns.get_mut(&token) else { return };
+        if out.changed > 0 {
+            debug!("{}: boosted {} new thread(s)", c.cpu.name, out.changed);
+        }
+        if !out.errors.is_empty() {
+            c.actuation_errors += out.errors.len() as u64;
+            let msg = out.errors.join("; ");
+            self.warn_vm(token, &msg);
         }
     }
 

@@ -331,7 +331,9 @@ impl VmCpu {
             let (CPU_LAYER, Setting::Sched { original, applied }) = (e.layer.as_str(), e.setting) else { continue };
             let Some(t) = vm.threads.get_mut(&e.task.id).filter(|t| t.task == e.task) else { continue };
             let current = t.original;
-            if !current.same_as(&original) && applied.iter().any(|a| a.same_as(&current)) {
+            // The restore's own decision: a value the record says we applied is still ours.
+            let layers = [(CPU_LAYER, &original, applied.as_slice())];
+            if crate::store::undo_value(&layers, &current, SchedAttr::same_as).is_some() {
                 t.applied = Some(current); // still ours: the next deboost puts it back
             }
             t.original = original;

@@ -781,6 +781,7 @@ impl Daemon {
         let mut buf = [0u8; 4096];
         let mut events = std::mem::take(&mut self.scratch_events);
         let mut actions = std::mem::take(&mut self.scratch_actions);
+        let mut full_reads = 0;
         for _ in 0..READS_PER_WAKEUP {
             let Some(Conn::Vm(vm)) = self.conns.get_mut(&token) else { break };
             let t = Instant::now();
@@ -834,11 +835,11 @@ impl Daemon {
                 // spares the read that would only say EAGAIN.
                 break;
             }
-            if !self.backlog.contains(&token) {
-                // Edge-triggered: no new wake-up comes for bytes already waiting; the last
-                // round's share being used up, read them next round.
-                self.backlog.push(token);
-            }
+            full_reads += 1;
+        }
+        if full_reads == READS_PER_WAKEUP && !self.backlog.contains(&token) {
+            // Edge-triggered: no new wake-up comes for bytes already waiting; read them next round.
+            self.backlog.push(token);
         }
         self.scratch_events = events;
         self.scratch_actions = actions;
@@ -1320,6 +1321,7 @@ impl Daemon {
                     .slots
                     .iter()
                     .map(|(r, s)| {
+                        // Every slot is of a resource the coordinator supports, so it has limits.
                         let limits = self.coord.limits(*r).copied().unwrap_or_else(|| policy.limits(*r));
                         let v = json!({
                             "enabled": vm.settings.enabled(*r),

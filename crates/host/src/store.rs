@@ -210,11 +210,7 @@ impl RestoreReport {
 /// What to do with one setting of one thread, given its layers (any order) and its current
 /// value: `Some(original)` to set it back, `None` to leave it (at its original already, or
 /// changed by someone else). Pure: the one decision every restore path takes.
-pub fn undo_value<T: PartialEq + Clone>(
-    layers: &[(&str, &T, &[T])],
-    current: &T,
-    same: impl Fn(&T, &T) -> bool,
-) -> Option<T> {
+pub fn undo_value<T: Clone>(layers: &[(&str, &T, &[T])], current: &T, same: impl Fn(&T, &T) -> bool) -> Option<T> {
     let bottom = layers.iter().min_by_key(|(layer, _, _)| layer_rank(layer))?;
     let original = bottom.1;
     if same(current, original) {

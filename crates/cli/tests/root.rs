@@ -125,13 +125,7 @@ impl World {
             }
         }
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
-        // A parallel test forking while our copy's fd was open makes exec fail with ETXTBSY
-        // for a moment: retry.
-        let mut child = wait_for("exec of the fake QEMU", Duration::from_secs(5), || match cmd.spawn() {
-            Ok(c) => Some(c),
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => None,
-            Err(e) => panic!("spawning {}: {e}", exe.display()),
-        });
+        let mut child = spawn_fake_qemu(&mut cmd);
         drop(listener); // like libvirt, the launcher closes its copy once QEMU runs
         let mut stdout = child.stdout.take().unwrap();
         let (tx, rx) = channel();
@@ -161,6 +155,16 @@ impl World {
         });
         vm
     }
+}
+
+/// Spawns a copy of the fake QEMU. A parallel test forking while our copy's fd was open makes
+/// exec fail with ETXTBSY for a moment: retry.
+fn spawn_fake_qemu(cmd: &mut Command) -> Child {
+    wait_for("exec of the fake QEMU", Duration::from_secs(5), || match cmd.spawn() {
+        Ok(c) => Some(c),
+        Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => None,
+        Err(e) => panic!("spawning {:?}: {e}", cmd.get_program()),
+    })
 }
 
 struct Daemon {
@@ -311,6 +315,16 @@ struct Setup {
     vm: FakeVm,
     d: Daemon,
     w: World,
+}
+
+impl Setup {
+    /// The VM boosted, then the daemon killed with SIGKILL: its changes stay, recorded.
+    fn boost_then_kill_the_daemon(&mut self) {
+        self.vm.register();
+        self.vm.request(Kind::Cpu, 1);
+        assert!(self.vm.boosted_soon(1));
+        self.d.signal(libc::SIGKILL);
+    }
 }
 
 /// `None` without root (see [`have_root`]).
@@ -970,17 +984,9 @@ fn state_records(w: &World) -> Vec<Value> {
 
 #[test]
 fn a_corrupt_state_file_is_reported_and_the_other_records_are_still_restored() {
-    if !have_root() {
-        return;
-    }
-    let w = World::new();
-    let mut d = w.daemon(QUIET_POLICY);
-    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
-    d.wait_vm("vm1");
-    vm.register();
-    vm.request(Kind::Cpu, 1);
-    assert!(vm.boosted_soon(1));
-    d.signal(libc::SIGKILL);
+    let Some(mut s) = one_vm(QUIET_POLICY) else { return };
+    s.boost_then_kill_the_daemon();
+    let Setup { w, vm, .. } = &s;
     let corrupt = w.state_dir().join("1-2.json");
     std::fs::write(&corrupt, b"{\"version\": 2, \"vm\": tru").unwrap();
     let unknown = w.state_dir().join("3-4.json");
@@ -999,28 +1005,20 @@ fn a_corrupt_state_file_is_reported_and_the_other_records_are_still_restored() {
 /// real-time tunings.
 #[test]
 fn kill_9_with_a_boost_over_a_static_policy_on_one_thread_restores_both_exactly() {
-    if !have_root() {
-        return;
-    }
-    let w = World::new();
-    let mut d = w.daemon(QUIET_POLICY);
-    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
-    d.wait_vm("vm1");
-    let vcpu = vm.tid("CPU 0/TCG");
+    let Some(mut s) = one_vm(QUIET_POLICY) else { return };
+    let vcpu = s.vm.tid("CPU 0/TCG");
     let cpus = sched::get_affinity(vcpu).unwrap();
     let ioprio = sched::get_ioprio(vcpu).unwrap();
     sched::set(vcpu, &SchedAttr::other(3, 0)).unwrap();
-    vm.register();
-    vm.request(Kind::Cpu, 1);
-    assert!(vm.boosted_soon(1));
-    d.signal(libc::SIGKILL);
+    s.boost_then_kill_the_daemon();
+    let w = &s.w;
     // The static layer: pinned to the first CPU, best-effort I/O level 0.
     let pinned = vec![cpus[0]];
     let static_ioprio: u16 = 2 << 13;
     sched::set_affinity(vcpu, &pinned).unwrap();
     sched::set_ioprio(vcpu, static_ioprio).unwrap();
-    let path = &state_files(&w)[0];
-    let mut rec = state_records(&w).remove(0);
+    let path = &state_files(w)[0];
+    let mut rec = state_records(w).remove(0);
     let task = rec["entries"].as_array().unwrap().iter().find(|e| e["task"]["id"] == vcpu).unwrap()["task"].clone();
     let entries = rec["entries"].as_array_mut().unwrap();
     entries.push(serde_json::json!({"task": task, "layer": "static", "setting": "affinity",
@@ -1038,7 +1036,7 @@ fn kill_9_with_a_boost_over_a_static_policy_on_one_thread_restores_both_exactly(
     assert!(sched::get(vcpu).unwrap().same_as(&SchedAttr::other(3, 0)), "sched: {}", sched::get(vcpu).unwrap());
     assert_eq!(sched::get_affinity(vcpu).unwrap(), cpus, "affinity");
     assert_eq!(sched::get_ioprio(vcpu).unwrap(), ioprio, "I/O priority");
-    assert!(state_files(&w).is_empty());
+    assert!(state_files(w).is_empty());
 }
 
 /// A QEMU with no socket in the daemon's directory (a guest without an agent, a libvirt domain
@@ -1057,21 +1055,15 @@ fn a_qemu_without_an_agent_is_an_entry_and_its_channel_joins_it_later() {
     std::fs::copy(env!("CARGO_BIN_EXE_cosched-fake-qemu"), &exe).unwrap();
     std::fs::create_dir_all(w.p("elsewhere")).unwrap();
     let hidden = w.p("elsewhere/dom1.sock");
-    let mut child = wait_for("exec of the fake QEMU", Duration::from_secs(5), || {
-        match Command::new(&exe)
+    let mut child = spawn_fake_qemu(
+        Command::new(&exe)
             .args(["-name", "guest=dom1,debug-threads=on", "--socket"])
             .arg(&hidden)
             .args(["--thread", "CPU 0/TCG"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-        {
-            Ok(c) => Some(c),
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => None,
-            Err(e) => panic!("{e}"),
-        }
-    });
+            .stderr(Stdio::null()),
+    );
     let pid = child.id() as i32;
     let st = wait_for("the agentless VM", Duration::from_secs(5), || {
         d.vm_status("dom1").filter(|v| v["pid"] == pid && v["vcpus"] == 1)

@@ -59,16 +59,13 @@ SETTLED_BOOST_MS = 50
 
 
 def vm_status(daemon):
-    """The daemon's status of its only VM, or None. The CPU resource's state (level, enabled,
-    boosted_for_ms, boost counters), which newer daemons report under resources.cpu, is merged
-    into the VM's entry, as older ones report it."""
+    """The daemon's status of its only VM, or None, with its CPU resource's state (level,
+    enabled, boosted_for_ms, boost counters: `resources.cpu`) merged into the VM's entry."""
     st = daemon.status()
     if not st or not st["vms"]:
         return None
     vm = st["vms"][0]
-    cpu = vm.get("resources", {}).get("cpu")
-    if cpu is None:
-        return vm
+    cpu = vm["resources"]["cpu"]
     flat = {**vm, **{k: v for k, v in cpu.items() if k != "counters"}}
     flat["counters"] = {**vm["counters"], **cpu["counters"],
                         "denied": {**vm["counters"].get("denied", {}), **cpu["counters"].get("denied", {})}}

@@ -439,9 +439,11 @@ impl AgentCore {
             Some(DenyReason::Unsupported) => {
                 self.counters.other_denials += 1;
                 let mut any = false;
-                for st in self.resources.iter_mut().filter(|s| {
-                    concerned(s) && s.phase == Phase::Active && (named.is_some() || f.seq == s.last_seq)
-                }) {
+                for st in self
+                    .resources
+                    .iter_mut()
+                    .filter(|s| concerned(s) && s.phase == Phase::Active && (named.is_some() || f.seq == s.last_seq))
+                {
                     out.push(Out::Log(format!("{}: the host no longer supports it ({f}); detaching", st.resource)));
                     st.leave(Phase::NotGranted, out);
                     any = true;
@@ -471,7 +473,8 @@ impl AgentCore {
                         self.cfg.budget_backoff_ns
                     }
                 };
-                for st in self.resources.iter_mut().filter(|s| concerned(s) && s.phase == Phase::Active && about_now(s)) {
+                for st in self.resources.iter_mut().filter(|s| concerned(s) && s.phase == Phase::Active && about_now(s))
+                {
                     // The host ended (or refused) a boost: it is deboosted now.
                     st.sent = Some(false);
                     st.backoff_until_ns = now + backoff;

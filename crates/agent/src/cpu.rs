@@ -257,7 +257,10 @@ mod tests {
         };
         // SAFETY: viewing a plain `repr(C)` value (no padding: 8 + 4 * 4 bytes) as its bytes.
         let bytes = unsafe {
-            std::slice::from_raw_parts((&e as *const types::cosched_event).cast::<u8>(), size_of::<types::cosched_event>())
+            std::slice::from_raw_parts(
+                (&e as *const types::cosched_event).cast::<u8>(),
+                size_of::<types::cosched_event>(),
+            )
         };
         let r = read_plain::<types::cosched_event>(bytes).expect("exact size");
         assert_eq!((r.ts_ns, r.cpu, r.want, r.pid), (42_000, 3, 1, 77));

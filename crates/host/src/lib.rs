@@ -14,6 +14,7 @@ pub mod actuator;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod error;
 pub mod metrics;
 pub mod peer;
 pub mod sched;

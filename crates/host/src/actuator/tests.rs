@@ -7,8 +7,8 @@ use std::rc::Rc;
 use cosched_procfs::fake;
 
 use super::*;
-use crate::sched::SCHED_OTHER;
-use crate::store::{restore_all, Entry, VmRecord};
+use crate::sched::{SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK, SCHED_OTHER, SCHED_RR};
+use crate::store::{restore_all, Entry, Setting, VmRecord};
 
 /// A scheduler that keeps attributes in a map; threads not in the map do not exist. Shared
 /// (`Rc`) so the test can look inside while the [`Host`] owns it.
@@ -64,6 +64,7 @@ struct World {
     _state_dir: tempfile::TempDir,
     host: Host,
     sched: FakeSched,
+    class: BoostClass,
 }
 
 const PID: i32 = 500;
@@ -89,19 +90,19 @@ impl World {
             procfs: ProcFs::new(proc_dir.path()),
             sched: Box::new(sched.clone()),
             store: StateDir::open(state_dir.path().join("state")).unwrap(),
-            class: BoostClass::default(),
             // Re-list before every change, so each test sees the tree as it is now.
             fresh: std::time::Duration::ZERO,
             // And read every thread's attributes again before every change.
             verify: std::time::Duration::ZERO,
             syscall_ns: 0,
         };
-        World { proc_dir, _state_dir: state_dir, host, sched }
+        World { proc_dir, _state_dir: state_dir, host, sched, class: BoostClass::default() }
     }
 
-    fn vm(&mut self) -> VmCpu {
+    fn vm(&mut self) -> VmThreads {
         let process = self.host.procfs.process(PID).unwrap().task;
-        VmCpu::new("vm1", process, &mut self.host).unwrap()
+        let cpu: Box<dyn Actuator> = Box::new(CpuActuator::new(self.class.clone()));
+        VmThreads::new("vm1", process, &mut self.host, vec![cpu]).unwrap()
     }
 
     fn attr(&self, tid: i32) -> SchedAttr {
@@ -133,13 +134,13 @@ fn rr(prio: u32) -> SchedAttr {
 fn boost_sets_every_thread_and_deboost_restores_exactly() {
     let mut w = World::new();
     let mut vm = w.vm();
-    let out = vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    let out = vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     assert_eq!(out, Outcome { changed: 4, ..Default::default() });
     for tid in 500..=503 {
         assert_eq!(w.attr(tid), rr(1), "tid {tid}");
     }
     assert_eq!(w.attr(900), SchedAttr::other(0, 0), "outside the VM");
-    let out = vm.set_level(&mut w.host, Level::Normal, 1, false);
+    let out = vm.set_level(&mut w.host, Resource::Cpu, Level::Normal, 1);
     assert_eq!(out.changed, 4);
     assert_eq!(w.attr(501), SchedAttr::other(5, 0), "nice 5 comes back");
     assert_eq!(w.attr(502), SchedAttr::other(0, 0));
@@ -153,7 +154,7 @@ fn originals_are_on_disk_before_the_first_change() {
     assert!(w.host.store.load_all().unwrap().is_empty(), "tracking alone writes nothing");
     // Make every set fail: the record must be on disk anyway, written before.
     w.sched.0.borrow_mut().fail_with = Some(libc::EPERM);
-    let out = vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    let out = vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     assert_eq!(out.changed, 0);
     assert!(out.errors[0].contains("CAP_SYS_NICE"), "{:?}", out.errors);
     let recs = w.host.store.load_all().unwrap();
@@ -169,10 +170,10 @@ fn unwritable_state_dir_means_no_boost_until_it_is_writable_again() {
     let dir = w.host.store.path().to_path_buf();
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::write(&dir, b"not a dir").unwrap();
-    let out = vm.set_level(&mut w.host, Level::Boosted, 1, false);
-    assert!(out.errors[0].contains("not boosting"), "{:?}", out.errors);
+    let out = vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
+    assert!(out.errors[0].contains("not changing anything"), "{:?}", out.errors);
     assert!(w.sched.0.borrow().sets.is_empty(), "nothing changed without the originals on disk");
-    assert_eq!(vm.level(), Level::Boosted, "the level asked for stays, so a refresh tries again");
+    assert_eq!(vm.level(Resource::Cpu), Level::Boosted, "the level asked for stays, so a refresh tries again");
     std::fs::remove_file(&dir).unwrap();
     std::fs::create_dir(&dir).unwrap();
     let out = vm.refresh(&mut w.host);
@@ -185,10 +186,10 @@ fn a_thread_made_realtime_after_connect_is_not_lowered() {
     let mut w = World::new();
     let mut vm = w.vm();
     w.put(503, SchedAttr::rt(SCHED_FIFO, 50, 0)); // the operator, after we started tracking
-    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     assert_eq!(w.attr(503), SchedAttr::rt(SCHED_FIFO, 50, 0));
     assert_eq!(w.attr(502), rr(1));
-    vm.set_level(&mut w.host, Level::Normal, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Normal, 1);
     assert_eq!(w.attr(503), SchedAttr::rt(SCHED_FIFO, 50, 0));
 }
 
@@ -196,7 +197,7 @@ fn a_thread_made_realtime_after_connect_is_not_lowered() {
 fn a_record_left_on_disk_keeps_the_true_originals_across_a_reconnect() {
     let mut w = World::new();
     let mut vm = w.vm();
-    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     // The restore fails (say EPERM) and the record stays; the VM reconnects.
     w.sched.0.borrow_mut().fail_with = Some(libc::EPERM);
     assert!(!vm.restore(&mut w.host).errors.is_empty());
@@ -205,14 +206,14 @@ fn a_record_left_on_disk_keeps_the_true_originals_across_a_reconnect() {
     let mut vm = w.vm();
     assert_eq!(original(&w.records()[0], 501), SchedAttr::other(5, 0), "record untouched by tracking");
     // A boost and deboost later, nice 5 comes back: the disk's original won over what we read.
-    vm.set_level(&mut w.host, Level::Boosted, 1, false);
-    vm.set_level(&mut w.host, Level::Normal, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Normal, 1);
     assert_eq!(w.attr(501), SchedAttr::other(5, 0));
     assert_eq!(w.attr(502), SchedAttr::other(0, 0));
     // Even without a new boost, restoring puts them back.
     let mut w = World::new();
     let mut vm = w.vm();
-    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     drop(vm);
     let mut vm = w.vm();
     assert!(vm.restore(&mut w.host).errors.is_empty());
@@ -223,15 +224,15 @@ fn a_record_left_on_disk_keeps_the_true_originals_across_a_reconnect() {
 #[test]
 fn guarded_moves_only_vcpus_to_the_fair_class() {
     let mut w = World::new();
-    w.host.class.other_threads_priority_offset = 1;
+    w.class.other_threads_priority_offset = 1;
     let mut vm = w.vm();
-    vm.set_level(&mut w.host, Level::Boosted, 3, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 3);
     assert_eq!(w.attr(502), rr(3), "vCPU");
     assert_eq!(w.attr(500), rr(4), "main loop one above");
-    vm.set_level(&mut w.host, Level::Guarded, 3, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Guarded, 3);
     assert_eq!(w.attr(502), SchedAttr::other(-20, SCHED_FLAG_RESET_ON_FORK));
     assert_eq!(w.attr(500), rr(4));
-    vm.set_level(&mut w.host, Level::Normal, 3, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Normal, 3);
     assert_eq!(w.attr(502), SchedAttr::other(0, 0));
 }
 
@@ -254,17 +255,17 @@ fn a_fresh_listing_is_trusted_and_a_stale_one_is_redone() {
     // A thread appears after the listing: within `fresh` it is not seen by a boost...
     fake::add_thread(w.proc_dir.path(), PID, 510, "worker");
     w.put(510, SchedAttr::other(0, 0));
-    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     assert_eq!(w.attr(510), SchedAttr::other(0, 0));
     // ...the next refresh (a rescan) finds and boosts it.
     vm.refresh(&mut w.host);
     assert_eq!(w.attr(510), rr(1));
     // Once the listing is stale, the next change lists again first.
     w.host.fresh = std::time::Duration::ZERO;
-    vm.set_level(&mut w.host, Level::Normal, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Normal, 1);
     fake::add_thread(w.proc_dir.path(), PID, 511, "worker");
     w.put(511, SchedAttr::other(0, 0));
-    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     assert_eq!(w.attr(511), rr(1));
 }
 
@@ -293,7 +294,7 @@ fn deadline_and_nice_classes() {
 fn new_threads_are_boosted_on_refresh_and_gone_ones_dropped() {
     let mut w = World::new();
     let mut vm = w.vm();
-    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     fake::add_thread(w.proc_dir.path(), PID, 510, "worker");
     w.put(510, SchedAttr::other(0, 0));
     fake::remove_thread(w.proc_dir.path(), PID, 503);
@@ -301,10 +302,10 @@ fn new_threads_are_boosted_on_refresh_and_gone_ones_dropped() {
     let out = vm.refresh(&mut w.host);
     assert_eq!(out.changed, 1);
     assert_eq!(w.attr(510), rr(1));
-    assert_eq!(vm.thread_count(), 4);
+    assert_eq!(vm.threads.len(), 4);
     let rec = w.host.store.load_all().unwrap().remove(0).1.unwrap();
     assert!(rec.entries.iter().any(|t| t.task.id == 510), "newcomer persisted before its change");
-    vm.set_level(&mut w.host, Level::Normal, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Normal, 1);
     assert_eq!(w.attr(510), SchedAttr::other(0, 0));
 }
 
@@ -315,7 +316,7 @@ fn a_thread_id_outside_the_process_is_never_touched() {
     // Thread 503 exits; its id now names a thread of process 900.
     fake::remove_thread(w.proc_dir.path(), PID, 503);
     w.put(503, SchedAttr::other(0, 0));
-    let out = vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    let out = vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     assert_eq!(out.gone, 1);
     assert_eq!(w.attr(503), SchedAttr::other(0, 0));
     assert!(!w.sched.0.borrow().sets.iter().any(|(tid, _)| *tid == 503));
@@ -326,12 +327,12 @@ fn foreign_changes_are_left_alone_and_realtime_threads_never_lowered() {
     let mut w = World::new();
     w.put(503, SchedAttr::rt(SCHED_FIFO, 50, 0));
     let mut vm = w.vm();
-    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     assert_eq!(w.attr(503), SchedAttr::rt(SCHED_FIFO, 50, 0), "FIFO 50 is not lowered to RR 1");
     // The operator moves thread 502 somewhere else while boosted.
     let operators = SchedAttr::rt(SCHED_FIFO, 10, 0);
     w.put(502, operators);
-    let out = vm.set_level(&mut w.host, Level::Normal, 1, false);
+    let out = vm.set_level(&mut w.host, Resource::Cpu, Level::Normal, 1);
     assert_eq!(out.foreign, 1);
     assert_eq!(w.attr(502), operators);
     assert_eq!(w.attr(500), SchedAttr::other(0, 0));
@@ -341,11 +342,11 @@ fn foreign_changes_are_left_alone_and_realtime_threads_never_lowered() {
 fn originals_are_refreshed_between_boosts() {
     let mut w = World::new();
     let mut vm = w.vm();
-    vm.set_level(&mut w.host, Level::Boosted, 1, false);
-    vm.set_level(&mut w.host, Level::Normal, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Normal, 1);
     w.put(502, SchedAttr::other(-5, 0)); // operator renices between boosts
-    vm.set_level(&mut w.host, Level::Boosted, 1, false);
-    vm.set_level(&mut w.host, Level::Normal, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Normal, 1);
     assert_eq!(w.attr(502), SchedAttr::other(-5, 0));
     let rec = w.host.store.load_all().unwrap().remove(0).1.unwrap();
     assert_eq!(original(&rec, 502), SchedAttr::other(-5, 0));
@@ -355,7 +356,7 @@ fn originals_are_refreshed_between_boosts() {
 fn restore_all_after_a_crash_puts_back_only_our_changes() {
     let mut w = World::new();
     let mut vm = w.vm();
-    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     drop(vm); // the daemon dies: nothing restored
     assert_eq!(w.attr(500), rr(1));
     // Meanwhile: 503 exits, 502 is changed by the operator (no RESET_ON_FORK).
@@ -376,7 +377,7 @@ fn restore_all_after_a_crash_puts_back_only_our_changes() {
 fn restore_all_keeps_records_it_could_not_finish_and_reports_bad_files() {
     let mut w = World::new();
     let mut vm = w.vm();
-    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     std::fs::write(w.host.store.path().join("1-2.json"), b"{garbage").unwrap();
     std::fs::write(w.host.store.path().join("3-4.json.tmp"), b"{half").unwrap();
     w.sched.0.borrow_mut().fail_with = Some(libc::EPERM);
@@ -395,7 +396,7 @@ fn restore_all_keeps_records_it_could_not_finish_and_reports_bad_files() {
 fn restore_removes_the_record_when_the_vm_exits() {
     let mut w = World::new();
     let mut vm = w.vm();
-    vm.set_level(&mut w.host, Level::Boosted, 1, false);
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     std::fs::remove_dir_all(w.proc_dir.path().join(PID.to_string())).unwrap();
     for tid in 500..=503 {
         w.sched.0.borrow_mut().attrs.remove(&tid);
@@ -440,21 +441,131 @@ fn between_verifications_a_transition_is_one_sched_setattr_per_thread_and_no_rea
     w.host.verify = std::time::Duration::from_secs(3600);
     w.host.fresh = std::time::Duration::from_secs(3600);
     let mut vm = w.vm();
-    vm.set_level(&mut w.host, Level::Boosted, 1, false); // verifies once
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1); // verifies once
     let gets = std::rc::Rc::clone(&w.sched.0);
     gets.borrow_mut().gets = 0;
     gets.borrow_mut().sets.clear();
     for _ in 0..10 {
-        vm.set_level(&mut w.host, Level::Normal, 1, false);
-        vm.set_level(&mut w.host, Level::Boosted, 1, false);
+        vm.set_level(&mut w.host, Resource::Cpu, Level::Normal, 1);
+        vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     }
     assert_eq!(gets.borrow().gets, 0, "no sched_getattr on the hot path");
     assert_eq!(gets.borrow().sets.len(), 20 * 4, "one sched_setattr per thread per transition");
     // Once the interval has passed, the next change reads them again and takes in a foreign change.
     w.put(502, SchedAttr::rt(SCHED_FIFO, 30, 0));
     w.host.verify = std::time::Duration::ZERO;
-    let out = vm.set_level(&mut w.host, Level::Normal, 1, false);
+    let out = vm.set_level(&mut w.host, Resource::Cpu, Level::Normal, 1);
     assert_eq!(out.foreign, 1);
     assert_eq!(w.attr(502), SchedAttr::rt(SCHED_FIFO, 30, 0), "the other's change stays");
     assert!(w.records()[0].entries.iter().any(|e| e.task.id == 502), "and is on disk as 502's original");
+}
+
+/// A second resource behind the same interface: raises every thread's I/O priority while
+/// boosted. Written here the way the I/O issue's actuator would be, to show that an actuator is
+/// all a resource adds: the record, the restore and the thread list are shared.
+#[derive(Debug, Default)]
+struct FakeIo {
+    level: Level,
+    /// tid -> (task, original, applied, wanted)
+    threads: BTreeMap<i32, (TaskId, u16, Option<u16>, Option<u16>)>,
+    generation: Option<u64>,
+}
+
+const IO_RAISED: u16 = 1 << 13 | 4; // IOPRIO_CLASS_RT, level 4
+
+impl Actuator for FakeIo {
+    fn resource(&self) -> Resource {
+        Resource::Io
+    }
+    fn level(&self) -> Level {
+        self.level
+    }
+    fn priority(&self) -> u8 {
+        0
+    }
+    fn resume(&mut self, _: &mut Host, _: &Threads, _: &[Entry]) {}
+    fn prepare(&mut self, env: &mut Host, threads: &Threads, level: Level, _: u8, _: &mut Outcome) -> Prepared {
+        let mut p = Prepared::default();
+        if self.generation != Some(threads.generation()) {
+            self.generation = Some(threads.generation());
+            self.threads.retain(|tid, t| threads.get(*tid).is_some_and(|i| i.task == t.0));
+            for i in threads.iter() {
+                if let (false, Ok(orig)) = (self.threads.contains_key(&i.task.id), env.sched.get_ioprio(i.task.id)) {
+                    self.threads.insert(i.task.id, (i.task, orig, None, None));
+                    p.changed = true;
+                }
+            }
+        }
+        self.level = level;
+        for t in self.threads.values_mut() {
+            t.3 = (level != Level::Normal).then_some(IO_RAISED);
+            p.sets |= t.3.is_some();
+        }
+        p
+    }
+    fn apply(&mut self, env: &mut Host, out: &mut Outcome, _: &mut Vec<i32>) {
+        for (tid, t) in self.threads.iter_mut().filter(|(_, t)| t.2 != t.3) {
+            env.sched.set_ioprio(*tid, t.3.unwrap_or(t.1)).unwrap();
+            t.2 = t.3;
+            out.changed += 1;
+        }
+    }
+    fn entries(&self, out: &mut Vec<Entry>) {
+        out.extend(self.threads.values().map(|t| Entry {
+            task: t.0,
+            layer: "io".into(),
+            setting: Setting::Ioprio { original: t.1, applied: vec![IO_RAISED] },
+        }));
+    }
+    fn restored(&mut self) {
+        self.level = Level::Normal;
+        self.threads.values_mut().for_each(|t| t.2 = None);
+    }
+    fn show(&self, tid: i32) -> Option<(&'static str, String, bool)> {
+        let t = self.threads.get(&tid)?;
+        Some(("ioprio", format!("{:#x}", t.2.unwrap_or(t.1)), t.2.is_some()))
+    }
+}
+
+#[test]
+fn a_second_actuator_shares_the_threads_the_record_and_the_restore() {
+    let mut w = World::new();
+    for tid in 500..=503 {
+        w.sched.0.borrow_mut().ioprio.insert(tid, 0);
+    }
+    w.sched.0.borrow_mut().ioprio.insert(501, 2 << 13 | 7); // best-effort 7, set by someone
+    let process = w.host.procfs.process(PID).unwrap().task;
+    let acts: Vec<Box<dyn Actuator>> = vec![Box::new(CpuActuator::new(w.class.clone())), Box::new(FakeIo::default())];
+    let mut vm = VmThreads::new("vm1", process, &mut w.host, acts).unwrap();
+    assert_eq!(vm.resources().collect::<Vec<_>>(), [Resource::Cpu, Resource::Io]);
+    // The I/O boost alone: CPU untouched.
+    let out = vm.set_level(&mut w.host, Resource::Io, Level::Boosted, 1);
+    assert_eq!(out.changed, 4, "{out:?}");
+    assert_eq!(w.attr(502), SchedAttr::other(0, 0));
+    assert_eq!(w.sched.0.borrow().ioprio[&501], IO_RAISED);
+    assert_eq!((vm.level(Resource::Io), vm.level(Resource::Cpu)), (Level::Boosted, Level::Normal));
+    // Both: one record with both layers, written before the CPU change.
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
+    let rec = &w.records()[0];
+    let layers: std::collections::BTreeSet<&str> = rec.entries.iter().map(|e| e.layer.as_str()).collect();
+    assert_eq!(layers, ["cpu", "io"].into());
+    let view = vm.threads().into_iter().find(|t| t.tid == 501).unwrap();
+    assert_eq!(view.changed_by, ["cpu", "io"]);
+    assert_eq!(view.settings["ioprio"], format!("{IO_RAISED:#x}"));
+    // The daemon dies: the one restore puts back both settings of every thread exactly.
+    drop(vm);
+    let report = restore_all(&w.host.store, &w.host.procfs, w.host.sched.as_mut()).unwrap();
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!(w.attr(501), SchedAttr::other(5, 0));
+    assert_eq!(w.sched.0.borrow().ioprio[&501], 2 << 13 | 7);
+    assert_eq!(w.sched.0.borrow().ioprio[&502], 0);
+}
+
+#[test]
+fn a_resource_without_an_actuator_is_an_error_and_changes_nothing() {
+    let mut w = World::new();
+    let mut vm = w.vm();
+    let out = vm.set_level(&mut w.host, Resource::Membw, Level::Boosted, 1);
+    assert!(out.errors[0].contains("no membw actuator"), "{:?}", out.errors);
+    assert!(w.sched.0.borrow().sets.is_empty());
 }

@@ -1,0 +1,218 @@
+//! The CPU actuator: a boosted VM's threads get a real-time class (or what `[boost]` says)
+//! with `sched_setattr`, and their own attributes back at normal.
+//!
+//! A thread that already runs at a real-time class is never touched (a boost never lowers).
+//! What a thread has is read when the actuator first sees it and again at most every
+//! [`Host::verify`]; in between, a transition is one `sched_setattr` per thread that changes.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use cosched_core::Level;
+use cosched_procfs::{TaskId, ThreadRole};
+use cosched_proto::Resource;
+
+use super::{Actuator, BoostClass, Host, Outcome, Prepared, Threads};
+use crate::sched::{self, SchedAttr};
+use crate::store::{Entry, Setting};
+
+/// The layer the CPU boost records its changes under (the resource's name).
+pub const CPU_LAYER: &str = "cpu";
+
+#[derive(Debug, Clone)]
+struct Tracked {
+    task: TaskId,
+    original: SchedAttr,
+    /// What we set and the thread still has, as far as we know.
+    applied: Option<SchedAttr>,
+    /// What the level being applied wants it to have (`None`: its original).
+    want: Option<SchedAttr>,
+    /// Every value we may set on it (persisted before any is set): what tells a restore that
+    /// the thread's present value is ours.
+    may_apply: Vec<SchedAttr>,
+}
+
+#[derive(Debug)]
+pub struct CpuActuator {
+    class: BoostClass,
+    threads: BTreeMap<i32, Tracked>,
+    /// The [`Threads::generation`] last followed.
+    generation: Option<u64>,
+    level: Level,
+    priority: u8,
+    /// When every thread's attributes were last read.
+    verified_at: Option<Instant>,
+}
+
+impl CpuActuator {
+    pub fn new(class: BoostClass) -> CpuActuator {
+        CpuActuator {
+            class,
+            threads: BTreeMap::new(),
+            generation: None,
+            level: Level::Normal,
+            priority: 1,
+            verified_at: None,
+        }
+    }
+
+    /// Tracks threads the list gained (their present attributes are their originals) and
+    /// drops those it lost.
+    fn follow(&mut self, env: &mut Host, threads: &Threads) -> bool {
+        if self.generation == Some(threads.generation()) {
+            return false;
+        }
+        self.generation = Some(threads.generation());
+        let before = self.threads.len();
+        self.threads.retain(|tid, t| threads.get(*tid).is_some_and(|i| i.task == t.task));
+        let mut changed = self.threads.len() != before;
+        for info in threads.iter() {
+            if self.threads.contains_key(&info.task.id) {
+                continue;
+            }
+            let Ok(original) = env.sched.get(info.task.id) else { continue }; // exited meanwhile
+            let t = Tracked { task: info.task, original, applied: None, want: None, may_apply: Vec::new() };
+            self.threads.insert(info.task.id, t);
+            changed = true;
+        }
+        changed
+    }
+
+    /// Reads every thread's attributes and takes in what someone else changed: a thread at its
+    /// own attributes gets its present ones as original (the operator may have made it
+    /// real-time, which a boost must not lower); a thread that no longer has what we set keeps
+    /// the other's change, and we let go of it. Returns whether an original moved.
+    fn verify(&mut self, env: &mut Host, out: &mut Outcome) -> bool {
+        let mut changed = false;
+        for (tid, t) in self.threads.iter_mut() {
+            let Ok(cur) = env.sched.get(*tid) else { continue }; // gone: the change will say so
+            match t.applied {
+                None if !cur.same_as(&t.original) => {
+                    t.original = cur;
+                    changed = true;
+                }
+                Some(applied) if !cur.same_as(&applied) => {
+                    out.foreign += 1;
+                    t.original = cur;
+                    t.applied = None;
+                    changed = true;
+                }
+                _ => {}
+            }
+        }
+        self.verified_at = Some(Instant::now());
+        changed
+    }
+}
+
+impl Actuator for CpuActuator {
+    fn resource(&self) -> Resource {
+        Resource::Cpu
+    }
+
+    fn level(&self) -> Level {
+        self.level
+    }
+
+    fn priority(&self) -> u8 {
+        self.priority
+    }
+
+    fn resume(&mut self, env: &mut Host, threads: &Threads, entries: &[Entry]) {
+        self.follow(env, threads);
+        for e in entries {
+            let Setting::Sched { original, applied } = &e.setting else { continue };
+            let Some(t) = self.threads.get_mut(&e.task.id).filter(|t| t.task == e.task) else { continue };
+            let current = t.original;
+            // The restore's own decision: a value the record says we applied is still ours.
+            let layers = [(CPU_LAYER, original, applied.as_slice())];
+            if crate::store::undo_value(&layers, &current, SchedAttr::same_as).is_some() {
+                t.applied = Some(current); // still ours: the next deboost puts it back
+            }
+            t.original = *original;
+            t.may_apply = applied.clone();
+        }
+    }
+
+    fn prepare(
+        &mut self,
+        env: &mut Host,
+        threads: &Threads,
+        level: Level,
+        priority: u8,
+        out: &mut Outcome,
+    ) -> Prepared {
+        let mut p = Prepared { changed: self.follow(env, threads), sets: false };
+        self.level = level;
+        self.priority = priority;
+        if self.verified_at.is_none_or(|t| t.elapsed() >= env.verify) {
+            p.changed |= self.verify(env, out);
+        }
+        let vcpus_known = threads.vcpus_known();
+        for (tid, t) in self.threads.iter_mut() {
+            t.want = if t.original.is_realtime() {
+                None // never lower a thread that is already real-time
+            } else {
+                let role = threads.get(*tid).map_or(ThreadRole::Other, |i| i.role);
+                self.class.target(level, role, vcpus_known, priority)
+            };
+            if let Some(attr) = t.want {
+                p.sets = true;
+                // Every value about to be set is recorded as one we may apply, before it is set.
+                if !t.may_apply.contains(&attr) {
+                    t.may_apply.push(attr);
+                    p.changed = true;
+                }
+            }
+        }
+        p
+    }
+
+    fn apply(&mut self, env: &mut Host, out: &mut Outcome, gone: &mut Vec<i32>) {
+        // One sched_setattr per thread that changes, and nothing else: what a thread has was
+        // checked by the last verification.
+        let first_gone = gone.len();
+        for (tid, t) in self.threads.iter_mut() {
+            if t.want == t.applied {
+                continue;
+            }
+            let attr = t.want.unwrap_or(t.original);
+            let started = Instant::now();
+            let result = env.sched.set(*tid, &attr);
+            env.syscall_ns += started.elapsed().as_nanos() as u64;
+            match result {
+                Ok(()) => {
+                    out.changed += 1;
+                    t.applied = t.want;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => gone.push(*tid),
+                Err(e) => out.errors.push(sched::explain_set_error(*tid, &attr, &e)),
+            }
+        }
+        for tid in &gone[first_gone..] {
+            self.threads.remove(tid);
+        }
+    }
+
+    fn entries(&self, out: &mut Vec<Entry>) {
+        out.extend(self.threads.values().filter(|t| !t.may_apply.is_empty()).map(|t| Entry {
+            task: t.task,
+            layer: CPU_LAYER.into(),
+            setting: Setting::Sched { original: t.original, applied: t.may_apply.clone() },
+        }));
+    }
+
+    fn restored(&mut self) {
+        self.level = Level::Normal;
+        for t in self.threads.values_mut() {
+            t.applied = None;
+            t.want = None;
+            t.may_apply.clear();
+        }
+    }
+
+    fn show(&self, tid: i32) -> Option<(&'static str, String, bool)> {
+        let t = self.threads.get(&tid)?;
+        Some(("sched", t.applied.unwrap_or(t.original).to_string(), t.applied.is_some()))
+    }
+}

@@ -1,0 +1,512 @@
+//! Actuators: what changes a VM's threads for one resource, and puts them back.
+//!
+//! A VM's threads are discovered once ([`Threads`]: its task directory, the threads' names and
+//! roles, kept current by thread events or by listing again) and shared by every actuator. An
+//! [`Actuator`] acts for one resource: it follows the thread list, brings the threads to a
+//! [`Level`] and names every value it may set. [`VmThreads`] persists that, one versioned
+//! record per VM holding each actuator's layer, before the first change, and undoes through the
+//! one restore logic of [`crate::store`], the same that runs after a crash. Adding a resource is
+//! adding an actuator: the daemon's loop hands it the coordinator's `Apply` actions unchanged.
+//!
+//! Invariants:
+//! - what a thread had before our first change to it is on disk ([`StateDir`]) before the change;
+//! - only threads listed under `/proc/<qemu pid>/task/` are touched, and the list is re-read
+//!   before a change whenever it is older than [`Host::fresh`] (unless thread events keep it
+//!   current): a thread id seen there that recently cannot name another process's thread, since
+//!   the kernel hands out ids cyclically and would have to go through all `pid_max` of them first;
+//! - going back to [`Level::Normal`] restores a thread only if it still has what we set; if
+//!   someone else changed it meanwhile, their change stays.
+
+pub mod class;
+pub mod cpu;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::time::{Duration, Instant};
+
+use cosched_core::Level;
+use cosched_procfs::{ProcFs, TaskId, ThreadInfo, ThreadRole};
+use cosched_proto::Resource;
+use serde::Serialize;
+
+pub use class::{BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
+pub use cpu::{CpuActuator, CPU_LAYER};
+
+use crate::sched::{self, SchedAttr};
+use crate::store::{Entry, RestoreReport, StateDir, ThreadOps, VmRecord};
+
+/// Access to the scheduler: the real syscalls, or a fake in tests.
+pub trait SchedOps {
+    fn get(&mut self, tid: i32) -> io::Result<SchedAttr>;
+    fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()>;
+}
+
+/// `sched_getattr` / `sched_setattr` on the running kernel.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealSched;
+
+impl SchedOps for RealSched {
+    fn get(&mut self, tid: i32) -> io::Result<SchedAttr> {
+        sched::get(tid)
+    }
+    fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()> {
+        sched::set(tid, attr)
+    }
+}
+
+impl ThreadOps for RealSched {
+    fn get_ioprio(&mut self, tid: i32) -> io::Result<u16> {
+        sched::get_ioprio(tid)
+    }
+    fn set_ioprio(&mut self, tid: i32, ioprio: u16) -> io::Result<()> {
+        sched::set_ioprio(tid, ioprio)
+    }
+    fn get_affinity(&mut self, tid: i32) -> io::Result<Vec<usize>> {
+        sched::get_affinity(tid)
+    }
+    fn set_affinity(&mut self, tid: i32, cpus: &[usize]) -> io::Result<()> {
+        sched::set_affinity(tid, cpus)
+    }
+}
+
+/// What every actuator uses from the outside world.
+pub struct Host {
+    pub procfs: ProcFs,
+    pub sched: Box<dyn ThreadOps>,
+    pub store: StateDir,
+    /// How long a listing of a VM's threads is trusted before a change needs a new one.
+    pub fresh: Duration,
+    /// How long the threads' settings as an actuator knows them are trusted before a change
+    /// reads them again (someone else may have changed them).
+    pub verify: Duration,
+    /// Time spent in the system calls that make changes on behalf of transitions (the cost
+    /// breakdown).
+    pub syscall_ns: u64,
+}
+
+/// What one call changed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub changed: u32,
+    /// Threads found gone while applying.
+    pub gone: u32,
+    /// Threads left alone because someone else changed them after us.
+    pub foreign: u32,
+    pub errors: Vec<String>,
+}
+
+/// A thread as shown by `cosched status`: each actuator's setting on it (`sched`, ...) and
+/// the resources whose boost it now carries.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadView {
+    pub tid: i32,
+    pub comm: String,
+    pub role: ThreadRole,
+    #[serde(flatten)]
+    pub settings: BTreeMap<&'static str, String>,
+    pub changed_by: Vec<&'static str>,
+}
+
+/// The threads of one QEMU process: the one discovery every actuator of the VM shares.
+#[derive(Debug)]
+pub struct Threads {
+    pub process: TaskId,
+    list: BTreeMap<i32, ThreadInfo>,
+    /// Goes up whenever a thread comes, goes or changes role: actuators follow the list only
+    /// when it moved.
+    generation: u64,
+    /// vCPUs from QEMU's command line, for when its threads have no names.
+    smp: u32,
+    /// When the task directory was last listed (membership of every thread verified).
+    listed_at: Option<Instant>,
+}
+
+impl Threads {
+    pub fn new(process: TaskId, procfs: &ProcFs) -> Result<Threads, cosched_procfs::Error> {
+        let mut t = Threads {
+            process,
+            list: BTreeMap::new(),
+            generation: 0,
+            smp: procfs.cmdline(process.id).map(|a| cosched_procfs::qemu_smp(&a)).unwrap_or(1),
+            listed_at: None,
+        };
+        t.rescan(procfs)?;
+        Ok(t)
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn get(&self, tid: i32) -> Option<&ThreadInfo> {
+        self.list.get(&tid)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &ThreadInfo> {
+        self.list.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// vCPU threads (named `CPU n/...`), or QEMU's `-smp` when no thread carries such a name.
+    pub fn vcpu_count(&self) -> u32 {
+        match self.list.values().filter(|t| t.role == ThreadRole::Vcpu).count() {
+            0 => self.smp,
+            n => n as u32,
+        }
+    }
+
+    /// Whether QEMU names its threads (`debug-threads=on`): without, every thread but the
+    /// main one counts as a vCPU.
+    pub fn vcpus_known(&self) -> bool {
+        self.list.values().any(|t| t.role == ThreadRole::Vcpu)
+    }
+
+    fn stale(&self, fresh: Duration) -> bool {
+        self.listed_at.is_none_or(|t| t.elapsed() >= fresh)
+    }
+
+    /// Re-reads the whole list: names and roles, exits, newcomers. Returns how many threads
+    /// were gone.
+    fn rescan(&mut self, procfs: &ProcFs) -> Result<u32, cosched_procfs::Error> {
+        let live = procfs.threads(self.process.id)?;
+        self.listed_at = Some(Instant::now());
+        let before = self.list.len();
+        let live: BTreeMap<i32, ThreadInfo> = live.into_iter().map(|t| (t.task.id, t)).collect();
+        self.list.retain(|tid, t| live.get(tid).is_some_and(|l| l.task == t.task));
+        let gone = before - self.list.len();
+        let mut moved = gone > 0;
+        for (tid, info) in live {
+            match self.list.get_mut(&tid) {
+                // QEMU names a thread from inside it, after creation: the role may change.
+                Some(t) => {
+                    moved |= t.role != info.role;
+                    *t = info;
+                }
+                None => {
+                    moved = true;
+                    self.list.insert(tid, info);
+                }
+            }
+        }
+        if moved {
+            self.generation += 1;
+        }
+        Ok(gone as u32)
+    }
+
+    /// Lists the task directory without re-reading the known threads: drops threads that
+    /// exited and reads newcomers (one `readdir` plus a `stat` per newcomer).
+    /// Returns how many threads were gone.
+    fn list(&mut self, procfs: &ProcFs) -> Result<u32, cosched_procfs::Error> {
+        let ids: std::collections::BTreeSet<i32> = procfs.thread_ids(self.process.id)?.into_iter().collect();
+        self.listed_at = Some(Instant::now());
+        let before = self.list.len();
+        self.list.retain(|tid, _| ids.contains(tid));
+        let gone = before - self.list.len();
+        let mut moved = gone > 0;
+        for tid in ids {
+            if self.list.contains_key(&tid) {
+                continue;
+            }
+            if let Ok(info) = procfs.thread(self.process.id, tid) {
+                self.list.insert(tid, info);
+                moved = true;
+            }
+        }
+        if moved {
+            self.generation += 1;
+        }
+        Ok(gone as u32)
+    }
+
+    /// A thread of this process was created, renamed or exited (seen by the host BPF).
+    /// Returns whether the list moved.
+    fn event(&mut self, procfs: &ProcFs, ev: &cosched_hostbpf::ThreadEvent) -> bool {
+        use cosched_hostbpf::ThreadEvent;
+        let moved = match ev {
+            ThreadEvent::Exited { tid, .. } => self.list.remove(tid).is_some(),
+            ThreadEvent::Created { tid, .. } | ThreadEvent::Renamed { tid, .. } => {
+                // Read from /proc: a thread id the VM's task directory does not list is not ours.
+                let Ok(info) = procfs.thread(self.process.id, *tid) else { return false };
+                match self.list.get_mut(tid) {
+                    Some(t) if t.task == info.task => {
+                        let moved = t.role != info.role;
+                        *t = info;
+                        moved
+                    }
+                    _ => {
+                        self.list.insert(*tid, info);
+                        true
+                    }
+                }
+            }
+        };
+        if moved {
+            self.generation += 1;
+        }
+        moved
+    }
+
+    /// A change found these threads gone.
+    fn forget(&mut self, gone: &[i32]) {
+        let before = self.list.len();
+        for tid in gone {
+            self.list.remove(tid);
+        }
+        if self.list.len() != before {
+            self.generation += 1;
+        }
+    }
+
+    fn clear(&mut self) {
+        if !self.list.is_empty() {
+            self.list.clear();
+            self.generation += 1;
+        }
+    }
+}
+
+/// What [`Actuator::prepare`] found.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Prepared {
+    /// Its entries changed (a new value it may set, an original that moved): the VM's record
+    /// is saved again before a change.
+    pub changed: bool,
+    /// It will set something other than the originals.
+    pub sets: bool,
+}
+
+/// Changes the threads of one VM for one resource, and can put them back.
+///
+/// Undoing goes through the record ([`Actuator::entries`] and [`crate::store::restore_record`]),
+/// so a daemon that stopped and one restarted after `kill -9` undo alike.
+pub trait Actuator: std::fmt::Debug {
+    fn resource(&self) -> Resource;
+    fn level(&self) -> Level;
+    fn priority(&self) -> u8;
+    /// Takes in this actuator's entries of a record a previous daemon left for these threads
+    /// (a restore that failed): their originals are the originals, and a thread that still
+    /// has a value they say was applied is still changed by us.
+    fn resume(&mut self, env: &mut Host, threads: &Threads, entries: &[Entry]);
+    /// Follows the thread list, takes `level` and notes every value it is about to set.
+    fn prepare(&mut self, env: &mut Host, threads: &Threads, level: Level, priority: u8, out: &mut Outcome)
+        -> Prepared;
+    /// Makes the changes [`Actuator::prepare`] decided; pushes the threads it found gone.
+    fn apply(&mut self, env: &mut Host, out: &mut Outcome, gone: &mut Vec<i32>);
+    /// Its layer of the VM's record: per changed thread, the original and every value it may
+    /// apply.
+    fn entries(&self, out: &mut Vec<Entry>);
+    /// Everything was put back: forget what was applied.
+    fn restored(&mut self);
+    /// What a thread has of this actuator's setting: (setting, value, set by us).
+    fn show(&self, tid: i32) -> Option<(&'static str, String, bool)>;
+}
+
+/// The threads of one VM and the actuators acting on them.
+#[derive(Debug)]
+pub struct VmThreads {
+    pub name: String,
+    pub threads: Threads,
+    actuators: Vec<Box<dyn Actuator>>,
+    /// The record on disk holds every actuator's entries as they are.
+    persisted: bool,
+}
+
+impl VmThreads {
+    /// Finds the threads of QEMU process `process` (nothing is changed). If a record of this
+    /// process is on disk (a restore that failed earlier), each actuator takes in its layer.
+    pub fn new(
+        name: &str,
+        process: TaskId,
+        env: &mut Host,
+        mut actuators: Vec<Box<dyn Actuator>>,
+    ) -> io::Result<VmThreads> {
+        let threads = Threads::new(process, &env.procfs).map_err(io::Error::other)?;
+        let rec = env.store.load(process).map_err(|e| {
+            io::Error::other(format!("its state record cannot be used ({e}); not coordinating it until that is fixed"))
+        })?;
+        let entries = rec.map(|r| r.entries).unwrap_or_default();
+        for a in actuators.iter_mut() {
+            let layer = a.resource().name();
+            let mine: Vec<Entry> = entries.iter().filter(|e| e.layer == layer).cloned().collect();
+            a.resume(env, &threads, &mine);
+        }
+        Ok(VmThreads { name: name.to_string(), threads, actuators, persisted: false })
+    }
+
+    pub fn process(&self) -> TaskId {
+        self.threads.process
+    }
+
+    pub fn resources(&self) -> impl Iterator<Item = Resource> + '_ {
+        self.actuators.iter().map(|a| a.resource())
+    }
+
+    /// The level the actuator of `resource` has put the threads at.
+    pub fn level(&self, resource: Resource) -> Level {
+        self.actuators.iter().find(|a| a.resource() == resource).map_or(Level::Normal, |a| a.level())
+    }
+
+    /// Whether any actuator holds the VM above normal.
+    pub fn raised(&self) -> bool {
+        self.actuators.iter().any(|a| a.level() != Level::Normal)
+    }
+
+    pub fn vcpu_count(&self) -> u32 {
+        self.threads.vcpu_count()
+    }
+
+    pub fn threads(&self) -> Vec<ThreadView> {
+        self.threads
+            .iter()
+            .map(|t| {
+                let mut v = ThreadView {
+                    tid: t.task.id,
+                    comm: t.comm.clone(),
+                    role: t.role,
+                    settings: BTreeMap::new(),
+                    changed_by: Vec::new(),
+                };
+                for a in &self.actuators {
+                    if let Some((setting, value, ours)) = a.show(t.task.id) {
+                        v.settings.insert(setting, value);
+                        if ours {
+                            v.changed_by.push(a.resource().name());
+                        }
+                    }
+                }
+                v
+            })
+            .collect()
+    }
+
+    fn record(&self) -> VmRecord {
+        let mut entries = Vec::new();
+        for a in &self.actuators {
+            a.entries(&mut entries);
+        }
+        VmRecord::new(&self.name, self.threads.process, entries)
+    }
+
+    /// Lists the threads again if the last listing is older than [`Host::fresh`]. False when
+    /// the list could not be checked: then nothing may be changed.
+    fn check_membership(&mut self, env: &mut Host, rescan: bool, out: &mut Outcome) -> bool {
+        let found = if rescan {
+            self.threads.rescan(&env.procfs)
+        } else if self.threads.stale(env.fresh) {
+            self.threads.list(&env.procfs)
+        } else {
+            Ok(0)
+        };
+        match found {
+            Ok(gone) => out.gone += gone,
+            Err(e) if e.is_gone() => {
+                out.gone += self.threads.len() as u32; // the process exited: nothing to change
+                self.threads.clear();
+            }
+            Err(e) => {
+                // Never touch threads whose membership we could not check.
+                out.errors.push(format!("{}: reading threads: {e}", self.name));
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Puts the threads at `level` for `resource`.
+    pub fn set_level(&mut self, env: &mut Host, resource: Resource, level: Level, priority: u8) -> Outcome {
+        let mut out = Outcome::default();
+        let Some(i) = self.actuators.iter().position(|a| a.resource() == resource) else {
+            out.errors.push(format!("{}: no {resource} actuator", self.name));
+            return out;
+        };
+        if self.check_membership(env, false, &mut out) {
+            self.act(env, i, level, priority, &mut out);
+        }
+        out
+    }
+
+    /// One actuator to `level`: persist what it may set, then set it.
+    fn act(&mut self, env: &mut Host, i: usize, level: Level, priority: u8, out: &mut Outcome) {
+        let p = self.actuators[i].prepare(env, &self.threads, level, priority, out);
+        if p.changed {
+            self.persisted = false;
+        }
+        // Persist before changing anything. If that fails nothing is changed; the level stays
+        // what was asked, so the next refresh tries again.
+        if p.sets && !self.persisted {
+            if let Err(e) = env.store.save(&self.record()) {
+                out.errors.push(format!(
+                    "{}: not changing anything: cannot save original settings in {}: {e}",
+                    self.name,
+                    env.store.path().display()
+                ));
+                return;
+            }
+            self.persisted = true;
+        }
+        let mut gone = Vec::new();
+        self.actuators[i].apply(env, out, &mut gone);
+        out.gone += gone.len() as u32;
+        self.threads.forget(&gone);
+    }
+
+    /// Brings every actuator's threads to its level again (after the list moved), without
+    /// listing: what thread events or a refresh found.
+    pub fn reapply(&mut self, env: &mut Host) -> Outcome {
+        let mut out = Outcome::default();
+        for i in 0..self.actuators.len() {
+            let (level, priority) = (self.actuators[i].level(), self.actuators[i].priority());
+            if level != Level::Normal {
+                self.act(env, i, level, priority, &mut out);
+            }
+        }
+        out
+    }
+
+    /// Re-reads the thread list (names, roles, exits, newcomers) and brings every thread to
+    /// its actuators' levels.
+    pub fn refresh(&mut self, env: &mut Host) -> Outcome {
+        let mut out = Outcome::default();
+        if self.check_membership(env, true, &mut out) {
+            for i in 0..self.actuators.len() {
+                let (level, priority) = (self.actuators[i].level(), self.actuators[i].priority());
+                self.act(env, i, level, priority, &mut out);
+            }
+        }
+        out
+    }
+
+    /// A thread of this VM was created, renamed or exited. Changes nothing; returns whether
+    /// the list moved (the caller then brings the threads to their levels with
+    /// [`VmThreads::reapply`]).
+    pub fn thread_event(&mut self, env: &mut Host, ev: &cosched_hostbpf::ThreadEvent) -> bool {
+        self.threads.event(&env.procfs, ev)
+    }
+
+    /// Puts everything back through the one restore logic ([`crate::store::restore_record`],
+    /// the same that runs after a crash) and removes the record from disk once it is done.
+    pub fn restore(&mut self, env: &mut Host) -> RestoreReport {
+        let mut report = crate::store::restore_record(&self.record(), &env.procfs, env.sched.as_mut());
+        if report.errors.is_empty() {
+            if let Err(e) = env.store.remove(self.threads.process) {
+                report.errors.push(format!("{}: removing state record: {e}", self.name));
+            }
+            for a in self.actuators.iter_mut() {
+                a.restored();
+            }
+            self.persisted = false;
+        }
+        report
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,752 @@
+//! The host daemon: one thread and one event loop (`epoll` through mio).
+//!
+//! The loop owns the coordinator and hands work between parts that each keep their own state:
+//! - [`channels`]: the socket directory and the VMs' channels; gives the loop sockets whose
+//!   QEMU is known and the frames read, and writes the replies the loop queues;
+//! - [`discovery`]: QEMU processes without a channel and the VMs' thread events;
+//! - [`vms`]: the VM entries, each with its threads and one actuator per resource
+//!   ([`crate::actuator`]); the loop hands them the coordinator's `Apply` actions;
+//! - [`clients`]: control and metrics clients; the loop answers their requests from a status
+//!   snapshot ([`status`]) or by running the operator's command.
+
+mod channels;
+mod clients;
+mod discovery;
+mod os;
+mod status;
+mod vms;
+
+use std::fs;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use cosched_core::{Action, Coordinator, Level, VmId, NS_PER_MS};
+use cosched_hostbpf::ThreadEvent;
+use cosched_procfs::{ProcFs, TaskId};
+use cosched_proto::{Event, Resource};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use serde_json::{json, Value};
+
+pub use os::lock_state_dir;
+
+use self::channels::{Channels, Opened, Read};
+use self::clients::{Answer, Ask, Clients, FIRST_CLIENT};
+use self::discovery::Discovery;
+use self::vms::{VmEntry, Vms};
+use crate::actuator::{Actuator, CpuActuator, Host, Outcome, RealSched};
+use crate::config::HostConfig;
+use crate::control::{Reply, Request};
+use crate::error::Error;
+use crate::metrics::Latency;
+use crate::sched::{SchedAttr, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK};
+use crate::store::{restore_all, StateDir, ThreadOps};
+
+const INOTIFY: Token = Token(0);
+const SIGNALS: Token = Token(1);
+const CONTROL: Token = Token(2);
+const METRICS: Token = Token(3);
+const THREADS: Token = Token(4);
+/// Reads of 4 KiB from one VM per wake-up: a guest that floods its channel cannot keep the
+/// loop from enforcing budgets, the guard, other VMs and signals; the rest is read next round.
+const READS_PER_WAKEUP: usize = 8;
+
+/// Where the daemon's time goes, in total since it started (the `scale` experiment divides by
+/// `frames`): reading, decoding, the coordinator, the actuators (of which `syscall_ns` in
+/// the system calls making the changes), encoding and writing replies, and the whole of each
+/// loop turn but the wait.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Cost {
+    pub frames: u64,
+    pub read_ns: u64,
+    pub decode_ns: u64,
+    pub coordinator_ns: u64,
+    pub actuate_ns: u64,
+    pub syscall_ns: u64,
+    pub encode_ns: u64,
+    pub write_ns: u64,
+    pub loop_ns: u64,
+}
+
+fn ns_since(t: Instant) -> u64 {
+    t.elapsed().as_nanos() as u64
+}
+
+pub struct Daemon {
+    cfg: HostConfig,
+    /// /proc, the system calls and the state directory: what the actuators use.
+    host: Host,
+    coord: Coordinator,
+    poll: Poll,
+    start: Instant,
+    vms: Vms,
+    channels: Channels,
+    discovery: Discovery,
+    clients: Clients,
+    signals: OwnedFd,
+    latency: Latency,
+    /// VMs with bytes left to read after their last wake-up's share.
+    backlog: Vec<usize>,
+    /// VMs with replies waiting: written once per loop turn, however many frames caused them.
+    dirty: Vec<usize>,
+    /// Reused for every frame, so the hot path does not allocate.
+    scratch_actions: Vec<Action>,
+    scratch_events: Vec<Event>,
+    thread_events: Vec<ThreadEvent>,
+    cost: Cost,
+    shutdown: bool,
+    next_rescan_ns: u64,
+    next_refresh_ns: u64,
+    _lock: fs::File,
+}
+
+impl Daemon {
+    /// Sets everything up: restores what a previous daemon left, binds the control socket,
+    /// watches the socket directory.
+    pub fn new(cfg: HostConfig) -> anyhow::Result<Daemon> {
+        Daemon::with_sched(cfg, ProcFs::default(), Box::new(RealSched))
+    }
+
+    pub fn with_sched(cfg: HostConfig, procfs: ProcFs, mut sched: Box<dyn ThreadOps>) -> anyhow::Result<Daemon> {
+        cfg.validate()?;
+        let (store, lock) = restore_at_start(&cfg, &procfs, sched.as_mut())?;
+        let signals = os::block_signals().context("blocking SIGTERM/SIGINT/SIGHUP")?;
+        let poll = Poll::new()?;
+        poll.registry().register(&mut SourceFd(&signals.as_raw_fd()), SIGNALS, Interest::READABLE)?;
+        let channels = Channels::watch(&cfg.socket_dir, &poll, INOTIFY)?;
+        let clients = Clients::bind(&cfg.control_socket, cfg.metrics_listen.as_deref(), &poll, CONTROL, METRICS)?;
+        set_own_priority(cfg.daemon_priority)?;
+        let coord = coordinator(&cfg);
+        info!(
+            "watching {} for VM sockets; control socket {}; coordination {}",
+            cfg.socket_dir.display(),
+            cfg.control_socket.display(),
+            if cfg.enabled { "enabled" } else { "disabled" }
+        );
+        let discovery = Discovery::open(cfg.thread_events, &poll, THREADS, cfg.thread_refresh_ms)?;
+        // With thread events, membership is known as it changes: a listing is redone only as a
+        // safety net, once per rescan.
+        let fresh = if discovery.live() { cfg.rescan_ms } else { cfg.thread_refresh_ms };
+        let host = Host {
+            procfs,
+            sched,
+            store,
+            fresh: Duration::from_millis(fresh),
+            verify: Duration::from_millis(cfg.thread_verify_ms),
+            syscall_ns: 0,
+        };
+        let vms = Vms::new(cfg.vm.keys().map(|name| (name.clone(), cfg.vm_settings(name))).collect());
+        Ok(Daemon {
+            cfg,
+            host,
+            coord,
+            poll,
+            start: Instant::now(),
+            vms,
+            channels,
+            discovery,
+            clients,
+            signals,
+            latency: Latency::default(),
+            backlog: Vec::new(),
+            dirty: Vec::new(),
+            scratch_actions: Vec::new(),
+            scratch_events: Vec::new(),
+            thread_events: Vec::new(),
+            cost: Cost::default(),
+            shutdown: false,
+            next_rescan_ns: 0,
+            next_refresh_ns: 0,
+            _lock: lock,
+        })
+    }
+
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// The actuators every VM gets: one per resource this daemon can change.
+    fn actuators(&self) -> Vec<Box<dyn Actuator>> {
+        vec![Box::new(CpuActuator::new(self.cfg.boost.clone()))]
+    }
+
+    /// When the loop must wake up at the latest.
+    fn next_wakeup(&self) -> u64 {
+        let mut next = self.next_rescan_ns;
+        if !self.discovery.live() {
+            next = next.min(self.next_refresh_ns);
+        }
+        if let Some(retry) = self.channels.next_retry() {
+            next = next.min(retry);
+        }
+        if let Some(d) = self.coord.next_deadline() {
+            next = next.min(d);
+        }
+        next
+    }
+
+    /// Runs until SIGTERM or SIGINT, then puts every thread back and returns.
+    pub fn run(mut self) -> anyhow::Result<()> {
+        let mut events = Events::with_capacity(256);
+        while !self.shutdown {
+            let wait = self.next_wakeup().saturating_sub(self.now());
+            let timeout = if self.backlog.is_empty() { Duration::from_nanos(wait) } else { Duration::ZERO };
+            match self.poll.poll(&mut events, Some(timeout)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Whatever went wrong, nothing we changed may outlive us.
+                    self.restore_everything();
+                    return Err(e).context("epoll");
+                }
+            }
+            let turn = Instant::now();
+            // Thread exits first: no change goes to a thread id that is no longer the VM's.
+            self.on_thread_events();
+            let now = self.now();
+            for ev in events.iter() {
+                match ev.token() {
+                    THREADS => {}
+                    INOTIFY => {
+                        let opened = self.channels.on_inotify(now, &self.host.procfs);
+                        self.open(opened);
+                    }
+                    SIGNALS => self.on_signal(),
+                    CONTROL => self.clients.accept_control(&self.poll, now),
+                    METRICS => self.clients.accept_metrics(&self.poll, now),
+                    Token(t) if t >= FIRST_CLIENT => self.on_client(t),
+                    Token(t) => {
+                        if ev.is_readable() {
+                            self.read_vm(t);
+                        }
+                        if ev.is_writable() {
+                            self.channels.flush(t, &self.poll);
+                        }
+                    }
+                }
+            }
+            for token in std::mem::take(&mut self.backlog) {
+                self.read_vm(token);
+            }
+            let mut actions = std::mem::take(&mut self.scratch_actions);
+            self.coord.tick(self.now(), &mut actions);
+            self.execute(&mut actions, None);
+            self.scratch_actions = actions;
+            self.housekeeping();
+            self.flush_dirty();
+            self.cost.loop_ns += ns_since(turn);
+        }
+        self.restore_everything();
+        Ok(())
+    }
+
+    /// What is due by the clock: the periodic rescan (VMs gone, thread lists, sockets,
+    /// processes, slow clients), socket retries, and thread lists without thread events.
+    fn housekeeping(&mut self) {
+        let now = self.now();
+        if now >= self.next_rescan_ns {
+            self.next_rescan_ns = now + self.cfg.rescan_ms * NS_PER_MS;
+            self.check_vms_alive();
+            if !self.discovery.live() {
+                self.refresh_threads(true);
+            }
+            let opened = self.channels.scan(now, &self.host.procfs);
+            self.open(opened);
+            if self.cfg.discover_processes {
+                self.discover_processes();
+            }
+            self.clients.expire(now, &self.poll);
+        } else if self.channels.next_retry().is_some_and(|t| now >= t) {
+            let opened = self.channels.scan(now, &self.host.procfs);
+            self.open(opened);
+        }
+        if !self.discovery.live() && now >= self.next_refresh_ns {
+            self.next_refresh_ns = now + self.cfg.thread_refresh_ms * NS_PER_MS;
+            self.refresh_threads(false);
+        }
+    }
+
+    fn on_signal(&mut self) {
+        let bytes = os::drain_fd(self.signals.as_raw_fd());
+        for chunk in bytes.chunks(std::mem::size_of::<libc::signalfd_siginfo>()) {
+            let signo = u32::from_ne_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]) as i32;
+            if signo == libc::SIGHUP {
+                info!("SIGHUP: rescanning {}", self.cfg.socket_dir.display());
+                self.channels.retry_all();
+                let opened = self.channels.scan(self.now(), &self.host.procfs);
+                self.open(opened);
+            } else {
+                info!("signal {signo}: restoring every thread and exiting");
+                self.shutdown = true;
+            }
+        }
+    }
+
+    /// Puts every thread of every VM back (shutdown).
+    fn restore_everything(&mut self) {
+        for token in self.vms.tokens() {
+            self.drop_vm(token, "daemon exiting");
+        }
+        self.clients.unbind();
+    }
+
+    /// Sockets whose QEMU is known: each becomes the channel of its VM, which is found or made.
+    fn open(&mut self, opened: Vec<Opened>) {
+        for o in opened {
+            let (path, name, pid) = (o.path.clone(), o.name.clone(), o.process.task.id);
+            let token = match self.vms.by_pid(pid) {
+                Some(token) => {
+                    // Found among the processes before: its agent's channel joins the entry.
+                    let Some(vm) = self.vms.get_mut(token) else { continue };
+                    info!("{}: its agent channel {} connected; now named {name}", vm.name(), path.display());
+                    vm.threads.name = name.clone();
+                    self.coord.rename(vm.id, &name);
+                    token
+                }
+                None => match self.adopt(&name, o.process.task) {
+                    Ok(token) => token,
+                    Err(e) => {
+                        self.channels.failed(&path, &e, self.now());
+                        continue;
+                    }
+                },
+            };
+            let threads = self.vms.get(token).map_or(0, |vm| vm.threads.threads.len());
+            match self.channels.attach(token, o, &self.poll) {
+                Ok(()) => info!("{name}: connected to QEMU pid {pid} ({threads} threads) via {}", path.display()),
+                Err(e) => self.channels.failed(&path, &e, self.now()),
+            }
+        }
+    }
+
+    /// Makes an entry for the VM of QEMU process `process`, named `name`, with no channel yet:
+    /// its threads are read and watched, the coordinator knows it. Returns its token.
+    fn adopt(&mut self, name: &str, process: TaskId) -> Result<usize, Error> {
+        // Watch before listing: a thread born in between is seen either way.
+        self.discovery.watch(process.id)?;
+        let actuators = self.actuators();
+        let token = match self.vms.add(name, process, &mut self.host, actuators) {
+            Ok(t) => t,
+            Err(e) => {
+                self.discovery.unwatch(process.id);
+                return Err(e);
+            }
+        };
+        let now = self.now();
+        let settings = *self.vms.settings.entry(name.to_string()).or_insert_with(|| self.coord.default_settings());
+        let vm = self.vms.get(token).expect("just added");
+        self.coord.vm_found(vm.id, name, settings, now);
+        self.coord.set_vm_vcpus(vm.id, vm.threads.vcpu_count());
+        Ok(token)
+    }
+
+    /// Makes entries of QEMU processes that have no channel to us (guests without an agent,
+    /// libvirt domains without the channel): config `[vm.NAME]` applies to them by QEMU's
+    /// `-name`, and host-side features act on them.
+    fn discover_processes(&mut self) {
+        let vms = &self.vms;
+        for (name, p) in self.discovery.qemu_processes(&self.host.procfs, |pid| vms.by_pid(pid).is_some()) {
+            let pid = p.task.id;
+            match self.adopt(&name, p.task) {
+                Ok(_) => info!("{name}: found QEMU pid {pid} with no agent channel"),
+                Err(e) => debug!("QEMU pid {pid}: {e}"),
+            }
+        }
+    }
+
+    fn read_vm(&mut self, token: usize) {
+        let Some(id) = self.vms.get(token).map(|vm| vm.id) else { return };
+        let mut buf = [0u8; 4096];
+        let mut events = std::mem::take(&mut self.scratch_events);
+        let mut actions = std::mem::take(&mut self.scratch_actions);
+        let mut full_reads = 0;
+        for _ in 0..READS_PER_WAKEUP {
+            let t = Instant::now();
+            let read = self.channels.read(token, &mut buf);
+            self.cost.read_ns += ns_since(t);
+            let n = match read {
+                Read::Data(n) => n,
+                Read::Empty => break,
+                Read::Closed(why) => {
+                    self.drop_vm(token, &why);
+                    break;
+                }
+            };
+            let rx_ns = self.now();
+            let t = Instant::now();
+            events.clear();
+            self.channels.decode(token, &buf[..n], &mut events);
+            self.cost.decode_ns += ns_since(t);
+            for ev in events.drain(..) {
+                let t = Instant::now();
+                match ev {
+                    Event::Frame(f) => {
+                        debug!("{}: <- {f}", self.vm_label(token));
+                        self.cost.frames += 1;
+                        self.coord.frame(id, f, rx_ns, &mut actions);
+                    }
+                    Event::Malformed(e) => {
+                        self.warn_vm(token, &format!("malformed frame: {e}"));
+                        self.coord.malformed(id, e.seq(), 0, rx_ns, &mut actions);
+                    }
+                    Event::Garbage { skipped } => {
+                        self.warn_vm(token, &format!("{skipped} byte(s) of garbage skipped"));
+                        self.coord.malformed(id, None, skipped as u64, rx_ns, &mut actions);
+                    }
+                }
+                self.cost.coordinator_ns += ns_since(t);
+                self.execute(&mut actions, Some(rx_ns));
+            }
+            if n < buf.len() {
+                // A short read drained the socket; bytes arriving later raise a new edge. This
+                // spares the read that would only say EAGAIN.
+                break;
+            }
+            full_reads += 1;
+        }
+        if full_reads == READS_PER_WAKEUP && !self.backlog.contains(&token) {
+            // Edge-triggered: no new wake-up comes for bytes already waiting; read them next round.
+            self.backlog.push(token);
+        }
+        self.scratch_events = events;
+        self.scratch_actions = actions;
+        // One write per VM per wake-up, however many frames it sent.
+        let t = Instant::now();
+        self.channels.flush(token, &self.poll);
+        self.dirty.retain(|d| *d != token);
+        self.cost.write_ns += ns_since(t);
+    }
+
+    fn vm_label(&self, token: usize) -> String {
+        self.vms.get(token).map_or_else(|| format!("VM {token}"), |vm| vm.name().to_string())
+    }
+
+    fn warn_vm(&mut self, token: usize, msg: &str) {
+        let now = self.now();
+        if let Some(vm) = self.vms.get_mut(token) {
+            vm.warn(msg, now);
+        }
+    }
+
+    /// Carries out the coordinator's actions, leaving `actions` empty for reuse: replies are
+    /// queued (written at the end of the loop turn, [`Daemon::flush_dirty`]), changes go to
+    /// the VM's actuator of their resource. `rx_ns`: when the frame that caused them was read.
+    fn execute(&mut self, actions: &mut Vec<Action>, rx_ns: Option<u64>) {
+        for a in actions.drain(..) {
+            let t = Instant::now();
+            match a {
+                Action::Send { vm, frame } => {
+                    let token = vm.0 as usize;
+                    debug!("{}: -> {frame}", self.vm_label(token));
+                    if self.channels.queue(token, &frame) && !self.dirty.contains(&token) {
+                        self.dirty.push(token);
+                    }
+                    self.cost.encode_ns += ns_since(t);
+                }
+                Action::Apply { vm, resource, level, priority, .. } => {
+                    self.apply(vm.0 as usize, resource, level, priority, rx_ns);
+                    self.cost.actuate_ns += ns_since(t);
+                }
+            }
+        }
+    }
+
+    fn apply(&mut self, token: usize, resource: Resource, level: Level, priority: u8, rx_ns: Option<u64>) {
+        let now = self.now();
+        let Some(vm) = self.vms.get_mut(token) else { return };
+        let was = vm.threads.level(resource);
+        let syscalls = self.host.syscall_ns;
+        let out = vm.threads.set_level(&mut self.host, resource, level, priority);
+        self.cost.syscall_ns += self.host.syscall_ns - syscalls;
+        if let Some(rx) = rx_ns {
+            let ns = (self.start.elapsed().as_nanos() as u64).saturating_sub(rx);
+            vm.latency.record(ns);
+            self.latency.record(ns);
+        }
+        debug!(
+            "{}: {resource} {} -> {} ({} thread(s) changed, {} gone, {} left as someone else set them)",
+            vm.name(),
+            was.name(),
+            level.name(),
+            out.changed,
+            out.gone,
+            out.foreign
+        );
+        vm.note(&out, now);
+    }
+
+    /// Writes the replies queued during this loop turn: one write per VM however many frames
+    /// it sent.
+    fn flush_dirty(&mut self) {
+        let t = Instant::now();
+        for token in std::mem::take(&mut self.dirty) {
+            self.channels.flush(token, &self.poll);
+        }
+        self.cost.write_ns += ns_since(t);
+    }
+
+    /// Thread life-cycle events of the VMs' processes: newcomers are tracked (and brought to
+    /// their VM's levels at once), renamed threads get their role, exited ones are dropped.
+    fn on_thread_events(&mut self) {
+        let mut evs = std::mem::take(&mut self.thread_events);
+        let lost = self.discovery.drain(&mut evs);
+        let mut touched: Vec<usize> = Vec::new();
+        for ev in evs.drain(..) {
+            let Some(token) = self.vms.by_pid(ev.tgid()) else { continue };
+            let Some(vm) = self.vms.get_mut(token) else { continue };
+            if vm.threads.thread_event(&mut self.host, &ev) && !touched.contains(&token) {
+                touched.push(token);
+            }
+        }
+        self.thread_events = evs;
+        let now = self.now();
+        for token in touched {
+            let Some(vm) = self.vms.get_mut(token) else { continue };
+            self.coord.set_vm_vcpus(vm.id, vm.threads.vcpu_count());
+            if vm.threads.raised() {
+                let out = vm.threads.reapply(&mut self.host);
+                note_new_threads(vm, &out, now);
+            }
+        }
+        if lost {
+            self.refresh_threads(true);
+        }
+    }
+
+    /// Re-reads the thread lists (of raised VMs only, unless `all`) and brings threads that
+    /// appeared since to the VM's levels. For VMs at normal level this only updates what
+    /// `cosched status` shows (QEMU names a thread a moment after creating it).
+    fn refresh_threads(&mut self, all: bool) {
+        let now = self.now();
+        for token in self.vms.tokens() {
+            let Some(vm) = self.vms.get_mut(token) else { continue };
+            if !all && !vm.threads.raised() {
+                continue;
+            }
+            let out = vm.threads.refresh(&mut self.host);
+            self.coord.set_vm_vcpus(vm.id, vm.threads.vcpu_count());
+            note_new_threads(vm, &out, now);
+        }
+    }
+
+    /// Forgets a VM: everything changed on its threads is put back, its channel closed.
+    fn drop_vm(&mut self, token: usize, why: &str) {
+        let Some(mut vm) = self.vms.remove(token) else { return };
+        let mut actions = Vec::new();
+        self.coord.vm_gone(vm.id, self.now(), &mut actions);
+        let out = vm.threads.restore(&mut self.host);
+        for e in &out.errors {
+            warn!("{}: restoring: {e}", vm.name());
+        }
+        self.channels.close(token, &self.poll);
+        self.discovery.unwatch(vm.pid());
+        self.backlog.retain(|t| *t != token);
+        self.dirty.retain(|t| *t != token);
+        info!("{}: {why}; {} setting(s) restored", vm.name(), out.restored);
+    }
+
+    /// Forgets VMs whose QEMU process is gone (or whose pid now names another process).
+    fn check_vms_alive(&mut self) {
+        let gone: Vec<usize> = self
+            .vms
+            .iter()
+            .filter(|(_, vm)| match self.host.procfs.process(vm.pid()) {
+                Ok(p) => p.task != vm.threads.process(), // the pid names another process now
+                Err(e) => e.is_gone(),                   // EMFILE and the like are not an exit
+            })
+            .map(|(t, _)| t)
+            .collect();
+        for t in gone {
+            self.drop_vm(t, "QEMU process exited");
+        }
+    }
+
+    /// A control or metrics client has sent its request: answer it.
+    fn on_client(&mut self, token: usize) {
+        let Some(ask) = self.clients.on_event(token, &self.poll) else { return };
+        let answer = match ask {
+            Ask::Control(Ok(req)) => Answer::Control(self.handle(req)),
+            Ask::Control(Err(e)) => Answer::Control(Reply::err(e)),
+            Ask::Metrics => Answer::Metrics(crate::metrics::render(&self.status())),
+        };
+        self.clients.answer(token, answer, &self.poll);
+    }
+
+    /// Runs an operator command on the VM named `key`; the settings it returns are kept for the
+    /// VM's name, so they survive a reconnect.
+    fn vm_command(
+        &mut self,
+        key: &str,
+        actions: &mut Vec<Action>,
+        f: impl FnOnce(&mut Coordinator, VmId, &mut Vec<Action>) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let id = self.vms.find(key)?;
+        f(&mut self.coord, id, actions)?;
+        let vm = self.coord.vm(id).expect("found");
+        let off: Vec<&str> = Resource::ALL.iter().filter(|r| !vm.settings.enabled(**r)).map(|r| r.name()).collect();
+        info!("operator: {}: disabled resources [{}], priority {}", vm.name, off.join(", "), vm.settings.priority);
+        self.vms.settings.insert(vm.name.clone(), vm.settings);
+        Ok(())
+    }
+
+    fn handle(&mut self, req: Request) -> Reply {
+        let mut actions = Vec::new();
+        let done = match req {
+            Request::Status => return Reply::ok(Some(self.status())),
+            Request::Metrics => return Reply::ok(Some(json!({ "text": crate::metrics::render(&self.status()) }))),
+            Request::Enable { vm, resource } => self.switch(vm, resource, true, &mut actions),
+            Request::Disable { vm, resource } => self.switch(vm, resource, false, &mut actions),
+            Request::Priority { vm, priority } => self.set_priority(&vm, priority, &mut actions),
+        };
+        self.execute(&mut actions, None);
+        match done {
+            Ok(()) => Reply::ok(None),
+            Err(e) => Reply::err(e.to_string()),
+        }
+    }
+
+    /// Enables or disables one resource (or all) for the host or for one VM.
+    fn switch(
+        &mut self,
+        vm: Option<String>,
+        resource: Option<String>,
+        on: bool,
+        actions: &mut Vec<Action>,
+    ) -> Result<(), Error> {
+        let resource = resource.as_deref().map(|n| self.resource_named(n)).transpose()?;
+        let now = self.now();
+        match vm {
+            None => {
+                self.coord.set_enabled(resource, on, now, actions);
+                let what = resource.map_or("every resource".to_string(), |r| r.name().to_string());
+                info!("operator: {what} {} for the whole host", if on { "enabled" } else { "disabled" });
+                Ok(())
+            }
+            Some(key) => self.vm_command(&key, actions, |coord, id, actions| {
+                coord.set_vm_enabled(id, resource, on, now, actions);
+                Ok(())
+            }),
+        }
+    }
+
+    fn set_priority(&mut self, key: &str, priority: u8, actions: &mut Vec<Action>) -> Result<(), Error> {
+        let ceiling = self.cfg.daemon_priority;
+        let offset = self.cfg.boost.other_threads_priority_offset;
+        if cosched_core::VM_PRIORITY.contains(&priority) && ceiling != 0 && priority + offset >= ceiling {
+            return Err(Error::AboveDaemon { priority, ceiling });
+        }
+        self.vm_command(key, actions, |coord, id, actions| {
+            coord.set_vm_priority(id, priority, actions).map_err(Error::Refused)
+        })
+    }
+
+    /// A resource this host supports, by name.
+    fn resource_named(&self, name: &str) -> Result<Resource, Error> {
+        let supported = self.coord.resources().map(|r| r.name()).collect::<Vec<_>>().join(", ");
+        match Resource::from_name(name) {
+            Some(r) if self.coord.resources().any(|s| s == r) => Ok(r),
+            Some(resource) => Err(Error::Unsupported { resource, supported }),
+            None => Err(Error::UnknownResource { name: name.to_string(), supported }),
+        }
+    }
+
+    fn status(&self) -> Value {
+        status::snapshot(&status::View {
+            now: self.now(),
+            cfg: &self.cfg,
+            coord: &self.coord,
+            vms: &self.vms,
+            channels: &self.channels,
+            thread_events: self.discovery.mechanism(),
+            metrics_addr: self.clients.metrics_addr(),
+            cost: &self.cost,
+            latency: &self.latency,
+        })
+    }
+}
+
+/// Logs what bringing a VM's new threads to its levels did, and counts its errors.
+fn note_new_threads(vm: &mut VmEntry, out: &Outcome, now: u64) {
+    if out.changed > 0 {
+        debug!("{}: changed {} new thread(s)", vm.name(), out.changed);
+    }
+    vm.note(out, now);
+}
+
+/// Locks the state directory and puts back what a previous daemon left changed.
+fn restore_at_start(
+    cfg: &HostConfig,
+    procfs: &ProcFs,
+    sched: &mut dyn ThreadOps,
+) -> anyhow::Result<(StateDir, fs::File)> {
+    let store = StateDir::open(&cfg.state_dir)
+        .with_context(|| format!("creating state directory {}", cfg.state_dir.display()))?;
+    let lock = lock_state_dir(&store)?;
+    let report =
+        restore_all(&store, procfs, sched).with_context(|| format!("restoring from {}", cfg.state_dir.display()))?;
+    if report.restored + report.gone + report.untouched > 0 || !report.errors.is_empty() {
+        info!(
+            "restored {} thread(s) left boosted by a previous daemon ({} gone, {} changed by someone else)",
+            report.restored, report.gone, report.untouched
+        );
+    }
+    for e in &report.errors {
+        warn!("restore: {e}");
+    }
+    Ok((store, lock))
+}
+
+/// Puts the daemon's own thread at `SCHED_FIFO priority` (0: leaves it), RESET_ON_FORK so
+/// nothing it starts inherits it.
+fn set_own_priority(priority: u8) -> anyhow::Result<()> {
+    if priority == 0 {
+        return Ok(());
+    }
+    let me = SchedAttr::rt(SCHED_FIFO, priority as u32, SCHED_FLAG_RESET_ON_FORK);
+    crate::sched::set(0, &me)
+        .map_err(|e| anyhow::anyhow!(crate::sched::explain_set_error(0, &me, &e)))
+        .context("daemon_priority (set it to 0 to run at SCHED_OTHER)")
+}
+
+/// The coordinator for `cfg`: the resources this daemon can change, switched as configured.
+fn coordinator(cfg: &HostConfig) -> Coordinator {
+    let host_cpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
+    let mut policy = cfg.policy.clone();
+    if cfg.boost.policy == crate::actuator::BoostPolicy::Deadline {
+        warn!(
+            "[boost] policy = \"deadline\" is experimental: on some kernels (seen on Linux 6.18) a \
+             thread that leaves SCHED_DEADLINE while asleep never returns its bandwidth, so after a \
+             few deboosts no SCHED_DEADLINE reservation is admitted on this host until it reboots"
+        );
+    }
+    if !cfg.boost.policy.needs_rt_guard() {
+        // SCHED_DEADLINE and nice boosts put no vCPU at an RT class: nothing to guard.
+        policy.rt_guard_max_share_permille = 0;
+    }
+    let cpu = cosched_core::CpuPolicy::new(&policy, host_cpus);
+    if cpu.capacity() == 0 {
+        warn!(
+            "this host has {host_cpus} CPU(s) and host_reserve_cpus = {}: no VM can be boosted",
+            cfg.policy.host_reserve_cpus
+        );
+    }
+    let mut coord = Coordinator::new(policy, vec![Box::new(cpu)]);
+    let mut sink = Vec::new();
+    for r in Resource::ALL {
+        coord.set_enabled(Some(r), cfg.starts_enabled(r), 0, &mut sink);
+    }
+    coord
+}
+
+/// `cosched restore`: puts back every thread recorded in `state_dir`, unless a daemon runs.
+pub fn restore_command(state_dir: &Path) -> anyhow::Result<crate::store::RestoreReport> {
+    if !state_dir.exists() {
+        return Ok(Default::default());
+    }
+    let store = StateDir::open(state_dir)?;
+    let _lock = lock_state_dir(&store)?;
+    Ok(restore_all(&store, &ProcFs::default(), &mut RealSched)?)
+}

@@ -1,0 +1,105 @@
+//! The status snapshot: what `cosched status` shows and the metrics are made from, built from
+//! read-only views of the daemon's parts.
+
+use cosched_core::Coordinator;
+use serde_json::{json, Value};
+
+use super::channels::Channels;
+use super::vms::Vms;
+use super::Cost;
+use crate::config::HostConfig;
+use crate::metrics::Latency;
+
+/// What the snapshot reads.
+pub struct View<'a> {
+    pub now: u64,
+    pub cfg: &'a HostConfig,
+    pub coord: &'a Coordinator,
+    pub vms: &'a Vms,
+    pub channels: &'a Channels,
+    pub thread_events: Option<&'static str>,
+    pub metrics_addr: Option<String>,
+    pub cost: &'a Cost,
+    pub latency: &'a Latency,
+}
+
+pub fn snapshot(v: &View) -> Value {
+    let (now, coord) = (v.now, v.coord);
+    let policy = coord.policy();
+    let vms: Vec<Value> = v
+        .vms
+        .iter()
+        .filter_map(|(token, e)| coord.vm(e.id).map(|vm| (token, e, vm)))
+        .map(|(token, e, vm)| {
+            let resources: serde_json::Map<String, Value> = vm
+                .slots
+                .iter()
+                .map(|(r, s)| {
+                    // Every slot is of a resource the coordinator supports, so it has limits.
+                    let limits = coord.limits(*r).copied().unwrap_or_else(|| policy.limits(*r));
+                    let v = json!({
+                        "enabled": vm.settings.enabled(*r),
+                        "active": coord.enabled(*r) && vm.settings.enabled(*r),
+                        "level": s.level.name(),
+                        "wants": s.wants,
+                        "granted": s.granted,
+                        "boosted_for_ms": s.boosted_for_ns(now) as f64 / 1e6,
+                        "boost_share_permille": s.boost_share_permille(now, &limits),
+                        "in_cooldown": s.in_cooldown(now),
+                        "counters": s.counters,
+                    });
+                    (r.name().to_string(), v)
+                })
+                .collect();
+            let socket = v.channels.path(token);
+            json!({
+                "name": vm.name,
+                "pid": e.pid(),
+                "socket": socket,
+                "agent": socket.is_some(),
+                "priority": vm.settings.priority,
+                "vcpus": vm.vcpus,
+                "registered": vm.registered.is_some(),
+                "caps": cosched_proto::caps::names(vm.registered.unwrap_or(0)),
+                "counters": vm.counters,
+                "resources": resources,
+                "actuation_errors": e.actuation_errors,
+                "dropped_replies": v.channels.dropped_replies(token),
+                "latency": e.latency.summary(),
+                "latency_histogram": e.latency.histogram(),
+                "threads": e.threads.threads(),
+            })
+        })
+        .collect();
+    let resources: serde_json::Map<String, Value> = coord
+        .resources()
+        .map(|r| {
+            let mut v = json!({
+                "enabled": coord.enabled(r),
+                "limits": coord.limits(r),
+            });
+            for (k, n) in coord.figures(r) {
+                v[k] = json!(n);
+            }
+            (r.name().to_string(), v)
+        })
+        .collect();
+    let pending: Vec<Value> = v.channels.pending().map(|p| json!(p)).collect();
+    json!({
+        "daemon": {
+            "pid": std::process::id(),
+            "uptime_s": now as f64 / 1e9,
+            "socket_dir": v.cfg.socket_dir,
+            "state_dir": v.cfg.state_dir,
+            "metrics_addr": v.metrics_addr,
+            "thread_events": v.thread_events,
+            "cost": v.cost,
+        },
+        "resources": resources,
+        "policy": policy,
+        "boost": v.cfg.boost,
+        "latency": v.latency.summary(),
+        "vms": vms,
+        "unconnected_sockets": pending,
+    })
+}

@@ -1,0 +1,126 @@
+//! The VMs the daemon knows, with or without an agent: each one's threads and actuators, its
+//! latency and error counts, and the operator's settings kept by name across reconnects.
+
+use std::collections::{BTreeMap, HashMap};
+
+use cosched_core::{VmId, VmSettings, NS_PER_MS};
+use cosched_procfs::TaskId;
+
+use crate::actuator::{Actuator, Host, Outcome, VmThreads};
+use crate::error::Error;
+use crate::metrics::Latency;
+
+/// VM tokens start here; below are the daemon's own.
+pub const FIRST_VM: usize = 16;
+
+/// A VM: its QEMU process and threads, and what the daemon measured of it. Its channel, if
+/// it has one, is in [`super::channels::Channels`] under the same token.
+pub struct VmEntry {
+    pub id: VmId,
+    pub threads: VmThreads,
+    pub latency: Latency,
+    pub actuation_errors: u64,
+    last_warn_ns: Option<u64>,
+}
+
+impl VmEntry {
+    pub fn name(&self) -> &str {
+        &self.threads.name
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.threads.process().id
+    }
+
+    /// Logs and counts what a change did: each error counted, warned at most once per second.
+    pub fn note(&mut self, out: &Outcome, now: u64) {
+        if out.errors.is_empty() {
+            return;
+        }
+        self.actuation_errors += out.errors.len() as u64;
+        self.warn(&out.errors.join("; "), now);
+    }
+
+    /// Warns about this VM at most once per second.
+    pub fn warn(&mut self, msg: &str, now: u64) {
+        if self.last_warn_ns.is_none_or(|t| now >= t + 1_000 * NS_PER_MS) {
+            self.last_warn_ns = Some(now);
+            warn!("{}: {msg}", self.threads.name);
+        }
+    }
+}
+
+pub struct Vms {
+    map: BTreeMap<usize, VmEntry>,
+    /// QEMU pid -> its VM's token.
+    by_pid: HashMap<i32, usize>,
+    next_token: usize,
+    /// Operator settings per VM name, kept across reconnects.
+    pub settings: BTreeMap<String, VmSettings>,
+}
+
+impl Vms {
+    pub fn new(settings: BTreeMap<String, VmSettings>) -> Vms {
+        Vms { map: BTreeMap::new(), by_pid: HashMap::new(), next_token: FIRST_VM, settings }
+    }
+
+    pub fn get(&self, token: usize) -> Option<&VmEntry> {
+        self.map.get(&token)
+    }
+
+    pub fn get_mut(&mut self, token: usize) -> Option<&mut VmEntry> {
+        self.map.get_mut(&token)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &VmEntry)> {
+        self.map.iter().map(|(t, v)| (*t, v))
+    }
+
+    pub fn tokens(&self) -> Vec<usize> {
+        self.map.keys().copied().collect()
+    }
+
+    pub fn by_pid(&self, pid: i32) -> Option<usize> {
+        self.by_pid.get(&pid).copied()
+    }
+
+    /// Makes an entry for the VM of QEMU process `process`, named `name`: its threads are read
+    /// (nothing is changed). Returns its token; its id is `VmId(token)`.
+    pub fn add(
+        &mut self,
+        name: &str,
+        process: TaskId,
+        host: &mut Host,
+        actuators: Vec<Box<dyn Actuator>>,
+    ) -> Result<usize, Error> {
+        let threads = VmThreads::new(name, process, host, actuators)
+            .map_err(|source| Error::Threads { pid: process.id, source })?;
+        let token = self.next_token;
+        self.next_token += 1;
+        self.by_pid.insert(process.id, token);
+        let entry = VmEntry {
+            id: VmId(token as u64),
+            threads,
+            latency: Latency::default(),
+            actuation_errors: 0,
+            last_warn_ns: None,
+        };
+        self.map.insert(token, entry);
+        Ok(token)
+    }
+
+    pub fn remove(&mut self, token: usize) -> Option<VmEntry> {
+        let vm = self.map.remove(&token)?;
+        self.by_pid.remove(&vm.pid());
+        Some(vm)
+    }
+
+    /// Finds a VM by name or QEMU pid.
+    pub fn find(&self, key: &str) -> Result<VmId, Error> {
+        let pid: Option<i32> = key.parse().ok();
+        self.map.values().find(|vm| vm.name() == key || Some(vm.pid()) == pid).map(|vm| vm.id).ok_or_else(|| {
+            let known: Vec<&str> = self.map.values().map(|vm| vm.name()).collect();
+            Error::NoVm { key: key.to_string(), known: if known.is_empty() { "none".into() } else { known.join(", ") } }
+        })
+    }
+}

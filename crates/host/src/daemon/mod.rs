@@ -205,7 +205,11 @@ impl Daemon {
             }
             let turn = Instant::now();
             // Thread exits first: no change goes to a thread id that is no longer the VM's.
-            self.on_thread_events();
+            // Only when the ring buffer said so: reading its drop counter is a system call,
+            // and a drop can only happen while it holds events, so it has said so then.
+            if events.iter().any(|e| e.token() == THREADS) {
+                self.on_thread_events();
+            }
             let now = self.now();
             for ev in events.iter() {
                 match ev.token() {
@@ -249,6 +253,7 @@ impl Daemon {
         let now = self.now();
         if now >= self.next_rescan_ns {
             self.next_rescan_ns = now + self.cfg.rescan_ms * NS_PER_MS;
+            self.on_thread_events(); // a safety net: nothing waits in the ring buffer unseen
             self.check_vms_alive();
             if !self.discovery.live() {
                 self.refresh_threads(true);

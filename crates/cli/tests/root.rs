@@ -1022,6 +1022,15 @@ fn kill_9_with_a_boost_over_a_static_policy_on_one_thread_restores_both_exactly(
     let static_ioprio: u16 = 2 << 13;
     sched::set_affinity(vcpu, &pinned).unwrap();
     sched::set_ioprio(vcpu, static_ioprio).unwrap();
+    // And a blkio group of its own (cgroup v1, as on this host), if the kernel has one.
+    let blkio = TestGroup::new("blkio");
+    let cgroups = cosched_host::cgroup::CgroupFs::default();
+    let group_before = blkio.as_ref().map(|g| {
+        let before = cgroups.get(vcpu, "blkio").unwrap();
+        cgroups.set(vcpu, "blkio", &g.name).unwrap();
+        assert_eq!(cgroups.get(vcpu, "blkio").unwrap(), g.name);
+        before
+    });
     let path = &state_files(w)[0];
     let mut rec = state_records(w).remove(0);
     let task = rec["entries"].as_array().unwrap().iter().find(|e| e["task"]["id"] == vcpu).unwrap()["task"].clone();
@@ -1030,6 +1039,12 @@ fn kill_9_with_a_boost_over_a_static_policy_on_one_thread_restores_both_exactly(
         "original": cpus, "applied": [pinned]}));
     entries.push(serde_json::json!({"task": task, "layer": "static", "setting": "ioprio",
         "original": ioprio, "applied": [static_ioprio]}));
+    if let (Some(g), Some(before)) = (&blkio, &group_before) {
+        entries.push(serde_json::json!({"task": task, "layer": "static", "setting": "cgroup",
+            "hierarchy": "blkio", "original": before, "applied": [g.name]}));
+    } else {
+        eprintln!("no cgroup v1 blkio hierarchy here: cgroup membership not checked");
+    }
     std::fs::write(path, serde_json::to_vec(&rec).unwrap()).unwrap();
 
     let out = Command::new(env!("CARGO_BIN_EXE_cosched"))
@@ -1041,7 +1056,45 @@ fn kill_9_with_a_boost_over_a_static_policy_on_one_thread_restores_both_exactly(
     assert!(sched::get(vcpu).unwrap().same_as(&SchedAttr::other(3, 0)), "sched: {}", sched::get(vcpu).unwrap());
     assert_eq!(sched::get_affinity(vcpu).unwrap(), cpus, "affinity");
     assert_eq!(sched::get_ioprio(vcpu).unwrap(), ioprio, "I/O priority");
+    if let Some(before) = group_before {
+        assert_eq!(cgroups.get(vcpu, "blkio").unwrap(), before, "blkio cgroup");
+    }
     assert!(state_files(w).is_empty());
+}
+
+/// A cgroup v1 group this test makes (`<hierarchy>/cosched-test-<pid>-<n>`); on drop, threads
+/// still in it go back to the hierarchy's root and it is removed.
+struct TestGroup {
+    dir: std::path::PathBuf,
+    root: std::path::PathBuf,
+    name: String,
+}
+
+impl TestGroup {
+    fn new(hierarchy: &str) -> Option<TestGroup> {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let root = std::path::Path::new("/sys/fs/cgroup").join(hierarchy);
+        if !root.join("tasks").exists() {
+            return None;
+        }
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("/cosched-test-{}-{n}", std::process::id());
+        let dir = root.join(&name[1..]);
+        std::fs::create_dir(&dir).unwrap();
+        Some(TestGroup { dir, root, name })
+    }
+}
+
+impl Drop for TestGroup {
+    fn drop(&mut self) {
+        let tasks = std::fs::read_to_string(self.dir.join("tasks")).unwrap_or_default();
+        for tid in tasks.lines() {
+            let _ = std::fs::write(self.root.join("tasks"), tid);
+        }
+        if let Err(e) = std::fs::remove_dir(&self.dir) {
+            eprintln!("removing {}: {e}", self.dir.display());
+        }
+    }
 }
 
 /// A QEMU with no socket in the daemon's directory (a guest without an agent, a libvirt domain

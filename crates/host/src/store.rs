@@ -41,6 +41,9 @@ pub enum Setting {
     Ioprio { original: u16, applied: Vec<u16> },
     /// `sched_setaffinity(2)`: the CPUs, sorted.
     Affinity { original: Vec<usize>, applied: Vec<Vec<usize>> },
+    /// Membership in a cgroup of one hierarchy ([`crate::cgroup`]): `hierarchy` is a v1
+    /// controller's name (`blkio`, ...) or `""` for v2; groups are paths in that hierarchy.
+    Cgroup { hierarchy: String, original: String, applied: Vec<String> },
 }
 
 impl Setting {
@@ -49,6 +52,16 @@ impl Setting {
             Setting::Sched { .. } => "sched",
             Setting::Ioprio { .. } => "ioprio",
             Setting::Affinity { .. } => "affinity",
+            Setting::Cgroup { .. } => "cgroup",
+        }
+    }
+
+    /// What one restore decision covers: the kind, and for cgroups the hierarchy (a thread is
+    /// in one group per hierarchy).
+    fn key(&self) -> String {
+        match self {
+            Setting::Cgroup { hierarchy, .. } => format!("cgroup:{hierarchy}"),
+            other => other.kind().to_string(),
         }
     }
 }
@@ -184,6 +197,8 @@ pub trait ThreadOps: SchedOps {
     fn set_ioprio(&mut self, tid: i32, ioprio: u16) -> io::Result<()>;
     fn get_affinity(&mut self, tid: i32) -> io::Result<Vec<usize>>;
     fn set_affinity(&mut self, tid: i32, cpus: &[usize]) -> io::Result<()>;
+    fn get_cgroup(&mut self, tid: i32, hierarchy: &str) -> io::Result<String>;
+    fn set_cgroup(&mut self, tid: i32, hierarchy: &str, group: &str) -> io::Result<()>;
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
@@ -238,7 +253,9 @@ fn undo_setting(tid: i32, entries: &[&Entry], ops: &mut dyn ThreadOps) -> Result
             let layers: Vec<_> = entries
                 .iter()
                 .filter_map(|e| match &e.setting {
-                    Setting::$variant { original, applied } => Some((e.layer.as_str(), original, applied.as_slice())),
+                    Setting::$variant { original, applied, .. } => {
+                        Some((e.layer.as_str(), original, applied.as_slice()))
+                    }
                     _ => None,
                 })
                 .collect();
@@ -279,6 +296,18 @@ fn undo_setting(tid: i32, entries: &[&Entry], ops: &mut dyn ThreadOps) -> Result
             |a: &Vec<usize>, b: &Vec<usize>| a == b,
             |o: &Vec<usize>, e: &io::Error| format!("sched_setaffinity({tid}, {o:?}): {e}")
         ),
+        Setting::Cgroup { hierarchy, .. } => {
+            // Grouped by hierarchy (`Setting::key`): every entry here is of this one.
+            let hierarchy = hierarchy.clone();
+            let show = if hierarchy.is_empty() { "v2".to_string() } else { hierarchy.clone() };
+            undo!(
+                Cgroup,
+                ops.get_cgroup(tid, &hierarchy),
+                |o: &String| ops.set_cgroup(tid, &hierarchy, o),
+                |a: &String, b: &String| a == b,
+                |o: &String, e: &io::Error| format!("moving thread {tid} back to {show} cgroup {o}: {e}")
+            )
+        }
     }
 }
 
@@ -287,9 +316,9 @@ fn undo_setting(tid: i32, entries: &[&Entry], ops: &mut dyn ThreadOps) -> Result
 pub fn restore_record(rec: &VmRecord, procfs: &ProcFs, ops: &mut dyn ThreadOps) -> RestoreReport {
     let mut report = RestoreReport::default();
     // (thread, setting kind) -> its entries, one per layer.
-    let mut groups: BTreeMap<(TaskId, &'static str), Vec<&Entry>> = BTreeMap::new();
+    let mut groups: BTreeMap<(TaskId, String), Vec<&Entry>> = BTreeMap::new();
     for e in &rec.entries {
-        groups.entry((e.task, e.setting.kind())).or_default().push(e);
+        groups.entry((e.task, e.setting.key())).or_default().push(e);
     }
     let mut checked: BTreeMap<TaskId, bool> = BTreeMap::new();
     for ((task, _), entries) in groups {

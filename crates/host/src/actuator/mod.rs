@@ -67,6 +67,12 @@ impl ThreadOps for RealSched {
     fn set_affinity(&mut self, tid: i32, cpus: &[usize]) -> io::Result<()> {
         sched::set_affinity(tid, cpus)
     }
+    fn get_cgroup(&mut self, tid: i32, hierarchy: &str) -> io::Result<String> {
+        crate::cgroup::CgroupFs::default().get(tid, hierarchy)
+    }
+    fn set_cgroup(&mut self, tid: i32, hierarchy: &str, group: &str) -> io::Result<()> {
+        crate::cgroup::CgroupFs::default().set(tid, hierarchy, group)
+    }
 }
 
 /// What every actuator uses from the outside world.

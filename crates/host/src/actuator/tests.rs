@@ -20,6 +20,7 @@ struct FakeState {
     ioprio: HashMap<i32, u16>,
     gets: u64,
     affinity: HashMap<i32, Vec<usize>>,
+    cgroups: HashMap<(i32, String), String>,
 }
 
 #[derive(Default, Clone)]
@@ -38,6 +39,14 @@ impl ThreadOps for FakeSched {
     }
     fn set_affinity(&mut self, tid: i32, cpus: &[usize]) -> io::Result<()> {
         self.0.borrow_mut().affinity.insert(tid, cpus.to_vec());
+        Ok(())
+    }
+    fn get_cgroup(&mut self, tid: i32, hierarchy: &str) -> io::Result<String> {
+        let st = self.0.borrow();
+        st.cgroups.get(&(tid, hierarchy.to_string())).cloned().ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
+    }
+    fn set_cgroup(&mut self, tid: i32, hierarchy: &str, group: &str) -> io::Result<()> {
+        self.0.borrow_mut().cgroups.insert((tid, hierarchy.to_string()), group.to_string());
         Ok(())
     }
 }
@@ -568,4 +577,42 @@ fn a_resource_without_an_actuator_is_an_error_and_changes_nothing() {
     let out = vm.set_level(&mut w.host, Resource::Membw, Level::Boosted, 1);
     assert!(out.errors[0].contains("no membw actuator"), "{:?}", out.errors);
     assert!(w.sched.0.borrow().sets.is_empty());
+}
+
+#[test]
+fn cgroup_membership_in_each_hierarchy_is_restored_exactly_after_a_crash() {
+    let w = World::new();
+    let task = |tid| w.host.procfs.thread(PID, tid).unwrap().task;
+    let put = |tid, h: &str, g: &str| w.sched.0.borrow_mut().cgroups.insert((tid, h.to_string()), g.to_string());
+    let group = |tid, h: &str| w.sched.0.borrow().cgroups[&(tid, h.to_string())].clone();
+    // What a dead daemon left: thread 502 moved by a static policy into blkio /static, then by
+    // an I/O boost into /boost; in v2 moved into /vm1. Thread 503 was moved to /boost, then the
+    // operator moved it elsewhere.
+    put(502, "blkio", "/boost");
+    put(502, "", "/vm1");
+    put(503, "blkio", "/operators");
+    let cg = |tid, layer: &str, h: &str, original: &str, applied: &str| Entry {
+        task: task(tid),
+        layer: layer.into(),
+        setting: Setting::Cgroup { hierarchy: h.into(), original: original.into(), applied: vec![applied.into()] },
+    };
+    let rec = VmRecord::new(
+        "vm1",
+        w.host.procfs.process(PID).unwrap().task,
+        vec![
+            cg(502, "io", "blkio", "/static", "/boost"),
+            cg(502, "static", "blkio", "/", "/static"),
+            cg(502, "static", "", "/", "/vm1"),
+            cg(503, "io", "blkio", "/", "/boost"),
+        ],
+    );
+    w.host.store.save(&rec).unwrap();
+    let mut sched = w.sched.clone();
+    let report = restore_all(&w.host.store, &w.host.procfs, &mut sched).unwrap();
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!((report.restored, report.untouched), (2, 1), "{report:?}");
+    assert_eq!(group(502, "blkio"), "/", "under both layers: back to before the static one");
+    assert_eq!(group(502, ""), "/", "each hierarchy on its own");
+    assert_eq!(group(503, "blkio"), "/operators", "someone else's move stays");
+    assert!(w.host.store.load_all().unwrap().is_empty());
 }

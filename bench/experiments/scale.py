@@ -50,7 +50,7 @@ LATENCY_VMS = 64
 COST_KEYS = ["read_ns", "decode_ns", "coordinator_ns", "actuate_ns", "syscall_ns", "encode_ns", "write_ns", "loop_ns"]
 COLUMNS = ["vms", "placement", "rate_per_vm", "asked_per_s", "transitions_per_s", "all_served", "sent", "acked",
            "denied", "unanswered", "threads_per_vm", "daemon_cpu_pct", "cpu_us_per_transition", "floor_us",
-           "ratio_to_floor", "p50_us", "p99_us", "max_us", "samples", "e2e_p50_us", "e2e_p99_us", "e2e_max_us",
+           "ratio_to_floor", "paced_floor_us", "ratio_to_paced_floor", "p50_us", "p99_us", "max_us", "samples", "e2e_p50_us", "e2e_p99_us", "e2e_max_us",
            *[f"cost_{k[:-3]}_us" for k in COST_KEYS], "cost_loop_other_us", "cost_outside_loop_us"]
 FLOOR_COLUMNS = ["when", "placement", "cpu_us_per_transition", "read_us", "sched_setattr_us",
                  "sched_setattr_us_per_call", "write_us", "split_sum_us", "rtt_p50_us", "rtt_p99_us"]
@@ -79,10 +79,12 @@ def cpus():
     return c[0], c[-1]
 
 
-def run_floor(placement, transitions):
-    """One `cosched-floor` run (its JSON): placement "unpinned", "same-cpu" or "cross-cpu"."""
+def run_floor(placement, transitions, hz=0):
+    """One `cosched-floor` run (its JSON): placement "unpinned", "same-cpu" or "cross-cpu"; `hz`
+    paces the frames (0: back to back)."""
     c0, c1 = cpus()
-    args = [str(FLOOR), "--transitions", str(transitions), "--warmup", str(max(500, transitions // 10))]
+    warmup = max(500, transitions // 10) if hz == 0 else max(50, transitions // 10)
+    args = [str(FLOOR), "--transitions", str(transitions), "--warmup", str(warmup), "--hz", str(hz)]
     if placement == "same-cpu":
         args += ["--same-cpu", "--cpus", f"{c0},{c0}"]
     elif placement == "cross-cpu":
@@ -108,6 +110,26 @@ def floors(when, transitions):
             f"(read incl. epoll_wait {s['read_us']:.1f}, sched_setattr {s['sched_setattr_us']:.1f} = "
             f"{len(f['threads'])} x {s['sched_setattr_us_per_call']:.2f}, write {s['write_us']:.1f}); "
             f"round trip p50 {f['rtt']['p50_us']:.1f} p99 {f['rtt']['p99_us']:.1f} µs")
+    return out
+
+
+# A single sender cannot pace frames faster than its round trip; above this the floor is the
+# back-to-back one.
+MAX_PACED_HZ = 20000
+
+
+def paced_floors(rates, quick):
+    """The unpinned floor with frames paced at each of `rates` per second (as many as the sweep's
+    VMs send together), about 4 s of frames each: at low rates every transition is a wake-up
+    from idle, which the back-to-back floor never pays. {rate: µs CPU per transition}."""
+    out = {}
+    for rate in sorted(set(rates)):
+        if rate > MAX_PACED_HZ:
+            continue
+        n = min(3000 if quick else 20000, max(400 if quick else 800, int(rate * (2 if quick else 4))))
+        f = run_floor("unpinned", n, hz=rate)
+        out[rate] = f["cpu_us_per_transition"]
+        log(f"floor paced at {rate}/s: {out[rate]:.1f} µs CPU per transition ({n} transitions)")
     return out
 
 
@@ -424,10 +446,15 @@ def main(quick, out=None, verbose=False, fresh=False):
     rows = measure(quick, verbose, floor_ref=ref0)
     after = floors("after", floor_n)
     ref = floor_reference(before, after)
+    paced = paced_floors([r["vms"] * RATE for r in rows if r["placement"] == "unpinned"], quick)
     for r in rows:  # the ratio to the floor measured before and after, averaged
         f = ref.get(r["placement"])
         if f:
             r["floor_us"], r["ratio_to_floor"] = f, r["cpu_us_per_transition"] / f
+        if r["placement"] == "unpinned" and f:
+            # Paced at this count's rate; above what one sender can pace, the back-to-back floor.
+            pf = paced.get(r["vms"] * RATE, f)
+            r["paced_floor_us"], r["ratio_to_paced_floor"] = pf, r["cpu_us_per_transition"] / pf
     o.csv(rows, COLUMNS)
     with open(o.dir / "floor.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=FLOOR_COLUMNS)
@@ -442,10 +469,18 @@ def main(quick, out=None, verbose=False, fresh=False):
     # The targets.
     verdicts = []
     bad = [r for r in sweep if r["ratio_to_floor"] != "" and r["ratio_to_floor"] > RATIO_TARGET]
+    bad_paced = [r for r in sweep if r.get("ratio_to_paced_floor", "") != ""
+                 and r["ratio_to_paced_floor"] > RATIO_TARGET]
     if "unpinned" in ref:
         ratios = ", ".join(f"{r['vms']}: {r['ratio_to_floor']:.2f}" for r in sweep)
-        verdicts.append(f"- **CPU per transition <= {RATIO_TARGET} x the floor** ({ref['unpinned']:.1f} µs, unpinned "
-                        f"like the sweep): {met(not bad)}"
+        paced_ratios = ", ".join(f"{r['vms']}: {r['ratio_to_paced_floor']:.2f} ({r['paced_floor_us']:.1f} µs)"
+                                 for r in sweep if r.get("ratio_to_paced_floor", "") != "")
+        verdicts.append(f"- **CPU per transition <= {RATIO_TARGET} x the floor at the same rate** (the bare calls "
+                        f"with frames paced as the sweep's VMs send them together): {met(not bad_paced)}"
+                        + (f" (NOT met at {', '.join(str(r['vms']) for r in bad_paced)} VMs)" if bad_paced else "")
+                        + f". Ratio by VM count (paced floor): {paced_ratios}.")
+        verdicts.append(f"- **Against the back-to-back floor** ({ref['unpinned']:.1f} µs, unpinned like the sweep; "
+                        f"every frame waiting at once, so no wake-up from idle): {met(not bad)}"
                         + (f" (NOT met at {', '.join(str(r['vms']) for r in bad)} VMs)" if bad else "")
                         + f". Ratio by VM count: {ratios}.")
     at256 = next((r for r in sweep if r["vms"] == 256), None)
@@ -477,14 +512,17 @@ def main(quick, out=None, verbose=False, fresh=False):
             "served": r["transitions_per_s"], "all": "yes" if r["all_served"] else f"no ({r['acked']}/{r['sent']})",
             "cpu_old": ob("daemon_cpu_pct"), "cpu": r["daemon_cpu_pct"],
             "us_old": ob("cpu_us_per_transition"), "us": r["cpu_us_per_transition"],
-            "ratio": r["ratio_to_floor"], "p50_old": ob("p50_us"), "p50": r["p50_us"],
+            "ratio": r["ratio_to_floor"], "paced": r.get("paced_floor_us", ""),
+            "ratio_paced": r.get("ratio_to_paced_floor", ""), "p50_old": ob("p50_us"), "p50": r["p50_us"],
             "p99_old": ob("p99_us"), "p99": r["p99_us"], "max_old": ob("max_us"), "max": r["max_us"],
             "e2e50": r["e2e_p50_us"], "e2e99": r["e2e_p99_us"],
         })
     main_table = md_table(table, ["vms", "asked", "served_old", "served", "all", "cpu_old", "cpu", "us_old", "us",
-                                  "ratio", "p50_old", "p50", "p99_old", "p99", "max_old", "max", "e2e50", "e2e99"],
+                                  "ratio", "paced", "ratio_paced", "p50_old", "p50", "p99_old", "p99", "max_old",
+                                  "max", "e2e50", "e2e99"],
                           ["VMs", "asked /s", "served /s before", "served /s", "all served", "CPU % before",
-                           "CPU %", "µs / tr. before", "µs / tr.", "x floor", "p50 before", "p50", "p99 before",
+                           "CPU %", "µs / tr. before", "µs / tr.", "x floor", "paced floor µs", "x paced floor",
+                           "p50 before", "p50", "p99 before",
                            "p99", "max before", "max", "VM p50", "VM p99"])
     pin_table = md_table([dict(r, all="yes" if r["all_served"] else f"no ({r['acked']}/{r['sent']})") for r in pinned.values()],
                          ["placement", "vms", "transitions_per_s", "all", "daemon_cpu_pct", "cpu_us_per_transition",
@@ -568,6 +606,12 @@ trip is the peer's, from its write to the reply read.
 The daemon's CPU per transition is held to the mean of the floors before and after for the
 same placement (unpinned for the sweep: {ref.get('unpinned', 0):.1f} µs; same CPU
 {(floor_same or 0):.1f} µs; across CPUs {(floor_cross or 0):.1f} µs).
+Back to back, every frame is already waiting when the last reply is written: the floor never
+wakes from idle. At the sweep's low rates the daemon does, for nearly every frame. So the sweep is
+also held to the *paced floor*: the same unpinned run with `--hz` set to the rate the count's VMs
+send together ({RATE} x VMs per second, about 4 s of frames; above {MAX_PACED_HZ}/s, which one
+sender cannot pace, the back-to-back floor). The target is judged on the floor at the same rate,
+and both ratios are printed.
 
 ### Latency with the daemon and the VMs pinned ({latency_vms} VMs)
 

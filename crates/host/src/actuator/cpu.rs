@@ -22,6 +22,8 @@ pub const CPU_LAYER: &str = "cpu";
 #[derive(Debug, Clone)]
 struct Tracked {
     task: TaskId,
+    /// From the thread list, as of the last generation followed.
+    role: ThreadRole,
     original: SchedAttr,
     /// What we set and the thread still has, as far as we know.
     applied: Option<SchedAttr>,
@@ -36,8 +38,9 @@ struct Tracked {
 pub struct CpuActuator {
     class: BoostClass,
     threads: BTreeMap<i32, Tracked>,
-    /// The [`Threads::generation`] last followed.
+    /// The [`Threads::generation`] last followed, and what it said of the vCPUs' names.
     generation: Option<u64>,
+    vcpus_known: bool,
     level: Level,
     priority: u8,
     /// When every thread's attributes were last read.
@@ -50,28 +53,39 @@ impl CpuActuator {
             class,
             threads: BTreeMap::new(),
             generation: None,
+            vcpus_known: false,
             level: Level::Normal,
             priority: 1,
             verified_at: None,
         }
     }
 
-    /// Tracks threads the list gained (their present attributes are their originals) and
-    /// drops those it lost.
+    /// Follows the thread list when it moved: tracks threads it gained (their present
+    /// attributes are their originals), drops those it lost, takes in roles. A transition
+    /// between two moves reads nothing from the list.
     fn follow(&mut self, env: &mut Host, threads: &Threads) -> bool {
         if self.generation == Some(threads.generation()) {
             return false;
         }
         self.generation = Some(threads.generation());
+        self.vcpus_known = threads.vcpus_known();
         let before = self.threads.len();
         self.threads.retain(|tid, t| threads.get(*tid).is_some_and(|i| i.task == t.task));
         let mut changed = self.threads.len() != before;
         for info in threads.iter() {
-            if self.threads.contains_key(&info.task.id) {
+            if let Some(t) = self.threads.get_mut(&info.task.id) {
+                t.role = info.role; // QEMU names its threads a moment after creating them
                 continue;
             }
             let Ok(original) = env.sched.get(info.task.id) else { continue }; // exited meanwhile
-            let t = Tracked { task: info.task, original, applied: None, want: None, may_apply: Vec::new() };
+            let t = Tracked {
+                task: info.task,
+                role: info.role,
+                original,
+                applied: None,
+                want: None,
+                may_apply: Vec::new(),
+            };
             self.threads.insert(info.task.id, t);
             changed = true;
         }
@@ -148,13 +162,11 @@ impl Actuator for CpuActuator {
         if self.verified_at.is_none_or(|t| t.elapsed() >= env.verify) {
             p.changed |= self.verify(env, out);
         }
-        let vcpus_known = threads.vcpus_known();
-        for (tid, t) in self.threads.iter_mut() {
+        for t in self.threads.values_mut() {
             t.want = if t.original.is_realtime() {
                 None // never lower a thread that is already real-time
             } else {
-                let role = threads.get(*tid).map_or(ThreadRole::Other, |i| i.role);
-                self.class.target(level, role, vcpus_known, priority)
+                self.class.target(level, t.role, self.vcpus_known, priority)
             };
             if let Some(attr) = t.want {
                 p.sets = true;

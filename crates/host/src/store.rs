@@ -235,7 +235,7 @@ pub fn read_weight(cg: &CgroupFs, hierarchy: &str, group: &str, file: &str) -> i
 }
 
 /// The prefix of the groups the daemon creates (and removes once they are empty).
-pub const OWN_GROUP_PREFIX: &str = "cosched-";
+pub const OWN_GROUP_PREFIX: &str = "cosched-io-";
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct RestoreReport {
@@ -389,8 +389,9 @@ pub fn restore_record(rec: &VmRecord, procfs: &ProcFs, ops: &mut dyn ThreadOps) 
     report
 }
 
-/// Removes the groups the daemon created for `rec`'s threads (named [`OWN_GROUP_PREFIX`]...),
-/// once nothing is left in them. A group someone else put a task in stays, and is reported.
+/// Removes the groups the daemon created for `rec`'s threads (named [`OWN_GROUP_PREFIX`]...).
+/// A thread still in one was born there from a thread we had moved in (and not yet seen by a
+/// daemon): it goes to the group's parent, where its creator came from.
 fn remove_own_groups(rec: &VmRecord, cg: &CgroupFs, report: &mut RestoreReport) {
     let mut groups = std::collections::BTreeSet::new();
     for e in &rec.entries {
@@ -403,6 +404,18 @@ fn remove_own_groups(rec: &VmRecord, cg: &CgroupFs, report: &mut RestoreReport) 
         }
     }
     for (hierarchy, group) in groups {
+        let parent = group.rsplit_once('/').map_or("", |(p, _)| p);
+        let parent = if parent.is_empty() { "/" } else { parent };
+        let file = if hierarchy.is_empty() { "cgroup.threads" } else { "tasks" };
+        for tid in cg.read(&hierarchy, &group, file).unwrap_or_default().split_whitespace() {
+            if let Ok(tid) = tid.parse::<i32>() {
+                match cg.set(tid, &hierarchy, parent) {
+                    Ok(()) => report.restored += 1,
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) => report.errors.push(format!("{}: moving thread {tid} out of {group}: {e}", rec.vm)),
+                }
+            }
+        }
         if let Err(e) = cg.remove_group(&hierarchy, &group) {
             report.errors.push(format!("{}: removing cgroup {group} it created: {e}", rec.vm));
         }

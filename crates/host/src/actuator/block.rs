@@ -157,6 +157,12 @@ trait Knob: Debug {
     fn setting(&self, original: &Self::V, applied: &[Self::V]) -> Setting;
     fn parse_setting(&self, s: &Setting) -> Option<(Self::V, Vec<Self::V>)>;
     fn show(&self, v: &Self::V) -> (&'static str, String);
+    /// A thread first seen while the VM is raised has `current`, perhaps inherited from the
+    /// raised thread that created it: its original is what that creator had before the raise.
+    /// `main` is the main thread's original, when known.
+    fn born_into(&self, current: &Self::V, _main: Option<&Self::V>) -> Self::V {
+        current.clone()
+    }
 }
 
 #[derive(Debug)]
@@ -189,6 +195,16 @@ impl Knob for IoprioKnob {
     fn show(&self, v: &u16) -> (&'static str, String) {
         ("ioprio", format!("{v:#x}"))
     }
+    /// A thread created by a raised thread inherits its I/O priority (`copy_io`): ours. Its
+    /// creator is not known; QEMU creates workers from its main loop or iothreads, which had
+    /// the main thread's priority unless someone set them apart, so that is its original.
+    fn born_into(&self, current: &u16, main: Option<&u16>) -> u16 {
+        if *current == self.0 {
+            main.copied().unwrap_or(0)
+        } else {
+            *current
+        }
+    }
 }
 
 /// cgroup v1: the thread's `blkio` group.
@@ -201,7 +217,7 @@ impl V1GroupKnob {
     /// `<group>/cosched-io-<pid>`: the group of the daemon's for threads of `process` that
     /// were in `group`.
     fn own_group(process: TaskId, group: &str) -> String {
-        format!("{}/{OWN_GROUP_PREFIX}io-{}", group.trim_end_matches('/'), process.id)
+        format!("{}/{OWN_GROUP_PREFIX}{}", group.trim_end_matches('/'), process.id)
     }
 
     fn is_own(group: &str) -> bool {
@@ -246,6 +262,19 @@ impl Knob for V1GroupKnob {
     }
     fn show(&self, v: &String) -> (&'static str, String) {
         ("blkio", v.clone())
+    }
+    /// A thread created by a thread in our group is born in it: it belongs where the group is.
+    fn born_into(&self, current: &String, _: Option<&String>) -> String {
+        if Self::is_own(current) {
+            let parent = current.rsplit_once('/').map_or("", |(p, _)| p);
+            if parent.is_empty() {
+                "/".to_string()
+            } else {
+                parent.to_string()
+            }
+        } else {
+            current.clone()
+        }
     }
 }
 
@@ -335,7 +364,7 @@ impl<K: Knob> PerThread<K> {
 
     /// Tracks the I/O threads the list gained (their present value is their original), drops
     /// those it lost. Errors reading a thread's value (other than its exit) are reported.
-    fn follow(&mut self, env: &mut Host, threads: &Threads, out: &mut Outcome) -> bool {
+    fn follow(&mut self, env: &mut Host, threads: &Threads, raised: bool, out: &mut Outcome) -> bool {
         if self.generation == Some(threads.generation()) {
             return false;
         }
@@ -353,8 +382,18 @@ impl<K: Knob> PerThread<K> {
                 continue;
             }
             match self.knob.get(env, info.task.id) {
-                Ok(original) => {
-                    let t = Tracked { task: info.task, original, applied: None, want: None, may_apply: Vec::new() };
+                Ok(current) => {
+                    let main = self.threads.get(&process.id).map(|m| m.original.clone());
+                    let original = if raised { self.knob.born_into(&current, main.as_ref()) } else { current.clone() };
+                    // Born with our value: it is ours to put back, and recorded as such.
+                    let ours = original != current;
+                    let t = Tracked {
+                        task: info.task,
+                        original,
+                        applied: ours.then(|| current.clone()),
+                        want: None,
+                        may_apply: if ours { vec![current] } else { Vec::new() },
+                    };
                     self.threads.insert(info.task.id, t);
                     changed = true;
                 }
@@ -394,7 +433,7 @@ impl<K: Knob> PerThread<K> {
 
     fn resume(&mut self, env: &mut Host, threads: &Threads, entries: &[Entry]) {
         let mut out = Outcome::default();
-        self.follow(env, threads, &mut out);
+        self.follow(env, threads, false, &mut out);
         for e in entries {
             let Some((original, applied)) = self.knob.parse_setting(&e.setting) else { continue };
             let Some(t) = self.threads.get_mut(&e.task.id).filter(|t| t.task == e.task) else { continue };
@@ -409,7 +448,7 @@ impl<K: Knob> PerThread<K> {
     }
 
     fn prepare(&mut self, env: &mut Host, threads: &Threads, raise: bool, out: &mut Outcome) -> Prepared {
-        let mut p = Prepared { changed: self.follow(env, threads, out), sets: false };
+        let mut p = Prepared { changed: self.follow(env, threads, raise, out), sets: false };
         if self.verified_at.is_none_or(|t| t.elapsed() >= env.verify) {
             p.changed |= self.verify(env, out);
         }

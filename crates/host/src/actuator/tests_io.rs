@@ -124,15 +124,19 @@ fn ioprio_lever_raises_the_io_threads_only_and_puts_back_exactly() {
     assert!(rec.entries.iter().all(|e| e.layer == "io") && rec.entries.len() == 3, "{rec:?}");
     let view = vm.threads().into_iter().find(|t| t.tid == 503).unwrap();
     assert_eq!((view.settings["ioprio"].as_str(), view.changed_by.as_slice()), ("0x2000", ["io"].as_slice()));
-    // A worker born while raised is raised when the list moves (thread event or refresh).
+    // A worker born while raised is raised when the list moves (thread event or refresh);
+    // one born from a raised thread inherits our value (copy_io) and is ours to put back.
     fake::add_thread(&w.dir.path().join("proc"), PID, 505, "worker");
+    fake::add_thread(&w.dir.path().join("proc"), PID, 506, "worker");
     w.sched.0.borrow_mut().ioprio.insert(505, BE4);
+    w.sched.0.borrow_mut().ioprio.insert(506, RAISED);
     let out = vm.refresh(&mut w.host);
-    assert_eq!((out.changed, w.ioprio(505)), (1, RAISED));
+    assert_eq!((out.changed, w.ioprio(505), w.ioprio(506)), (1, RAISED, RAISED));
     // IO 0: exactly what each had.
     let out = vm.set_level(&mut w.host, Resource::Io, Level::Normal, 1);
-    assert_eq!(out.changed, 4);
+    assert_eq!(out.changed, 5);
     assert_eq!((w.ioprio(500), w.ioprio(503), w.ioprio(504), w.ioprio(505)), (BE4, BE4, 2 << 13 | 7, BE4));
+    assert_eq!(w.ioprio(506), BE4, "an inherited raise goes back to what the main thread had");
 }
 
 #[test]
@@ -166,9 +170,14 @@ fn weight_lever_v1_moves_io_threads_into_a_weighted_group_and_back() {
     assert_eq!((weight("cosched-io-500"), weight("tenant/cosched-io-500")), ("800".into(), "800".into()));
     let view = vm.threads().into_iter().find(|t| t.tid == 500).unwrap();
     assert_eq!(view.settings["blkio"], "/cosched-io-500");
+    // A worker born from a thread in our group is born in it: it belongs to the parent.
+    fake::add_thread(&w.dir.path().join("proc"), PID, 505, "worker");
+    w.sched.0.borrow_mut().cgroups.insert((505, "blkio".into()), "/tenant/cosched-io-500".into());
+    vm.refresh(&mut w.host);
     // IO 0: back where each was; the groups stay for the next raise.
     vm.set_level(&mut w.host, Resource::Io, Level::Normal, 1);
     assert_eq!((w.group(500), w.group(503), w.group(504)), ("/".into(), "/".into(), "/tenant".into()));
+    assert_eq!(w.group(505), "/tenant");
     // Raised again, then the daemon dies: the restore moves every thread back and removes
     // the groups it made.
     vm.set_level(&mut w.host, Resource::Io, Level::Boosted, 1);

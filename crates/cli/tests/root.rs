@@ -1140,3 +1140,121 @@ fn a_qemu_without_an_agent_is_an_entry_and_its_channel_joins_it_later() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+impl FakeVm {
+    fn register_caps(&mut self, caps: u64) {
+        let seq = self.seq + 1;
+        assert_eq!(self.request(Kind::Register, caps), Frame::ack(seq, caps));
+    }
+    /// The I/O priority of every thread, by name.
+    fn ioprios(&self) -> Vec<(String, u16)> {
+        self.threads().into_iter().filter_map(|(tid, c)| sched::get_ioprio(tid).ok().map(|p| (c, p))).collect()
+    }
+}
+
+/// `IO 1` with the default lever: the VM's I/O threads (main loop, iothread, workers, and a
+/// worker born while raised) get the real-time I/O class, read back with the real
+/// `ioprio_get`; the vCPU and the CPU settings are untouched; `IO 0` puts back exactly.
+#[test]
+fn io_boost_raises_the_io_threads_real_ioprio_and_restores_exactly() {
+    let Some(s) = one_vm(QUIET_POLICY) else { return };
+    let Setup { mut vm, d, .. } = s;
+    let (main, vcpu, iothread) = (vm.pid, vm.tid("CPU 0/TCG"), vm.tid("IO iothread0"));
+    let be7: u16 = 2 << 13 | 7;
+    sched::set_ioprio(iothread, be7).unwrap();
+    let before = vm.ioprios();
+    let attrs_before = vm.attrs();
+    vm.register_caps(caps::CPU | caps::IO);
+    assert_eq!(vm.request(Kind::Io, 1), Frame::ack(2, 1));
+    let rt0: u16 = 1 << 13;
+    let raised = |vm: &FakeVm| {
+        vm.threads().into_iter().all(|(tid, c)| {
+            let p = sched::get_ioprio(tid).unwrap();
+            if tid == main || c == "IO iothread0" || c == "worker" {
+                p == rt0
+            } else {
+                before.iter().any(|(n, b)| *n == c && *b == p)
+            }
+        })
+    };
+    wait_for("the I/O threads raised", Duration::from_secs(1), || raised(&vm).then_some(()));
+    assert_eq!(sched::get_ioprio(vcpu).unwrap(), before.iter().find(|t| t.0 == "CPU 0/TCG").unwrap().1);
+    assert_eq!(vm.attrs(), attrs_before, "the CPU settings are not the I/O boost's");
+    // A worker born while raised is raised too.
+    let n = vm.threads().len();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(vm.pid, libc::SIGUSR1) };
+    wait_for("the new worker raised", Duration::from_secs(3), || {
+        (vm.threads().len() == n + 1 && raised(&vm)).then_some(())
+    });
+    let st = d.vm_status("vm1").unwrap();
+    assert_eq!(st["resources"]["io"]["level"], "boosted");
+    assert_eq!(st["resources"]["cpu"]["level"], "normal");
+    let w = st["threads"].as_array().unwrap().iter().find(|t| t["comm"] == "worker").unwrap().clone();
+    assert_eq!((w["ioprio"].as_str(), w["changed_by"].clone()), (Some("0x2000"), serde_json::json!(["io"])));
+    assert_eq!(vm.request(Kind::Io, 0), Frame::ack(3, 0));
+    let after = vm.ioprios();
+    for (c, p) in &before {
+        assert!(after.iter().any(|(n, a)| n == c && a == p), "{c} back to {p:#x}: {after:?}");
+    }
+    assert_eq!(sched::get_ioprio(iothread).unwrap(), be7, "best-effort 7 restored exactly");
+    let st = d.vm_status("vm1").unwrap();
+    assert_eq!(st["resources"]["io"]["counters"]["boosts"], 1);
+    assert_eq!(st["resources"]["io"]["counters"]["deboosts"], 1);
+}
+
+/// The weight lever on the real cgroup v1 blkio hierarchy: `IO 1` moves the I/O threads (and a
+/// worker born while raised) into a group of the daemon's with the raised `blkio.bfq.weight`;
+/// `kill -9` mid-raise, then a restarted daemon puts every thread back in its group and removes
+/// the daemon's group.
+#[test]
+fn io_weight_lever_moves_io_threads_into_a_real_blkio_group_and_kill_9_is_restored() {
+    if !have_root() {
+        return;
+    }
+    let blkio = TestGroup::new("blkio").expect("this host has the cgroup v1 blkio hierarchy");
+    let config = format!("{QUIET_POLICY}[io]\nlever = \"weight\"\nweight = 700\n");
+    let w = World::new();
+    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    let cg = cosched_host::cgroup::CgroupFs::default();
+    // The VM is in a group of the test's before the daemon sees it, so that nothing else's
+    // membership is involved.
+    for (tid, _) in vm.threads() {
+        cg.set(tid, "blkio", &blkio.name).unwrap();
+    }
+    let mut d = w.daemon(&config);
+    d.wait_vm("vm1");
+    let vcpu = vm.tid("CPU 0/TCG");
+    vm.register_caps(caps::CPU | caps::IO);
+    assert_eq!(vm.request(Kind::Io, 1), Frame::ack(2, 1));
+    let ours = format!("{}/cosched-io-{}", blkio.name, vm.pid);
+    let in_ours = |vm: &FakeVm| {
+        vm.threads().into_iter().all(|(tid, c)| {
+            let g = cg.get(tid, "blkio").unwrap();
+            if c == "CPU 0/TCG" || (tid != vm.pid && c != "IO iothread0" && c != "worker") {
+                g == blkio.name
+            } else {
+                g == ours
+            }
+        })
+    };
+    wait_for("the I/O threads in the daemon's group", Duration::from_secs(1), || in_ours(&vm).then_some(()));
+    assert_eq!(cg.read("blkio", &ours, "blkio.bfq.weight").unwrap(), "700");
+    let n = vm.threads().len();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(vm.pid, libc::SIGUSR1) };
+    wait_for("the new worker in the group", Duration::from_secs(3), || {
+        (vm.threads().len() == n + 1 && in_ours(&vm)).then_some(())
+    });
+    d.signal(libc::SIGKILL);
+    assert!(in_ours(&vm), "kill -9 restores nothing by itself");
+    let d2 = w.daemon(&config);
+    for (tid, c) in vm.threads() {
+        assert_eq!(cg.get(tid, "blkio").unwrap(), blkio.name, "{c} back in its group");
+    }
+    assert!(!cg.dir("blkio", &ours).exists(), "the daemon's group is removed");
+    assert_eq!(cg.get(vcpu, "blkio").unwrap(), blkio.name);
+    assert!(state_files(&w).is_empty());
+    drop(d2);
+    drop(vm);
+}

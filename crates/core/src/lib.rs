@@ -24,6 +24,7 @@
 //! scan of every VM.
 
 pub mod cpu;
+pub mod io;
 pub mod policy;
 pub mod resource;
 pub mod vm;
@@ -35,6 +36,7 @@ use cosched_proto::{DenyReason, Frame, Kind, Resource};
 use serde::Serialize;
 
 pub use cpu::CpuPolicy;
+pub use io::IoPolicy;
 pub use policy::{check_priority, Limits, LimitsOverride, Policy, VM_PRIORITY};
 pub use resource::{Level, ResourcePolicy, VmFacts};
 pub use vm::{Counters, Slot, Vm, VmCounters, VmSettings};

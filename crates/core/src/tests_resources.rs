@@ -1,4 +1,4 @@
-//! The coordinator with more than one resource: a fake I/O resource beside the CPU, and a fake
+//! The coordinator with more than one resource: the I/O policy beside the CPU, and a fake
 //! host-originated event resource. None of these needs a change to the coordinator: each is a
 //! [`ResourcePolicy`] given to [`Coordinator::new`].
 
@@ -40,7 +40,7 @@ fn policy() -> Policy {
 fn coordinator() -> Coordinator {
     let p = policy();
     let cpu = CpuPolicy::new(&p, 8);
-    let mut c = Coordinator::new(p, vec![Box::new(cpu), Box::new(Plain(IO)), Box::new(Plain(EVENT))]);
+    let mut c = Coordinator::new(p, vec![Box::new(cpu), Box::new(IoPolicy), Box::new(Plain(EVENT))]);
     let s = c.default_settings();
     c.vm_found(VM, "vm", s, 0);
     c

@@ -52,11 +52,78 @@ impl CgroupFs {
         f.write_all(tid.to_string().as_bytes())
     }
 
+    /// Creates `group` in `hierarchy` if it does not exist.
+    pub fn make_group(&self, hierarchy: &str, group: &str) -> io::Result<()> {
+        match fs::create_dir(self.dir(hierarchy, group)) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes `group` of `hierarchy` if it exists (the kernel refuses while it holds tasks or
+    /// children: `EBUSY`).
+    pub fn remove_group(&self, hierarchy: &str, group: &str) -> io::Result<()> {
+        let dir = self.dir(hierarchy, group);
+        match fs::remove_dir(&dir) {
+            // A cgroup file system removes a group with its control files; ENOTEMPTY comes
+            // only from a plain directory standing in for one (a test's fake tree).
+            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) && !is_cgroupfs(&dir) => fs::remove_dir_all(&dir),
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// The content of a group's control file (e.g. `blkio.bfq.weight`), trimmed.
+    pub fn read(&self, hierarchy: &str, group: &str, file: &str) -> io::Result<String> {
+        Ok(fs::read_to_string(self.dir(hierarchy, group).join(file))?.trim().to_string())
+    }
+
+    /// Writes a group's control file in one write. (`create`: a cgroup file system has the
+    /// file already; a fake tree gets it.)
+    pub fn write(&self, hierarchy: &str, group: &str, file: &str, value: &str) -> io::Result<()> {
+        let path = self.dir(hierarchy, group).join(file);
+        let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
+        f.write_all(value.as_bytes())
+    }
+
+    /// Whether `hierarchy` is mounted here (a v1 controller's directory, or the v2 root's
+    /// `cgroup.controllers`).
+    pub fn has_hierarchy(&self, hierarchy: &str) -> bool {
+        if hierarchy.is_empty() {
+            self.root.join("cgroup.controllers").is_file()
+        } else {
+            self.root.join(hierarchy).join("tasks").is_file()
+        }
+    }
+
+    /// The controllers the v2 hierarchy offers (`cgroup.controllers` of its root).
+    pub fn v2_controllers(&self) -> Vec<String> {
+        fs::read_to_string(self.root.join("cgroup.controllers"))
+            .map(|s| s.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn root(&self) -> &std::path::Path {
+        &self.root
+    }
+
     /// The directory of `group` in `hierarchy`.
     pub fn dir(&self, hierarchy: &str, group: &str) -> PathBuf {
         let base = if hierarchy.is_empty() { self.root.clone() } else { self.root.join(hierarchy) };
         base.join(group.trim_start_matches('/'))
     }
+}
+
+/// Whether `path` is on a cgroup (v1 or v2) file system.
+fn is_cgroupfs(path: &std::path::Path) -> bool {
+    const CGROUP_SUPER_MAGIC: i64 = 0x27e0eb;
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: `statfs` is a plain C struct of integers, for which all zeroes is valid.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a struct the call fills.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    rc == 0 && matches!(st.f_type as i64, CGROUP_SUPER_MAGIC | CGROUP2_SUPER_MAGIC)
 }
 
 /// The path of `hierarchy` in a `/proc/<tid>/cgroup` text (`id:controllers:path` lines; v2 is

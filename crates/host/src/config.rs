@@ -11,7 +11,7 @@ use cosched_core::{check_priority, Policy, VmSettings};
 use cosched_proto::Resource;
 use serde::{Deserialize, Serialize};
 
-use crate::actuator::BoostClass;
+use crate::actuator::{BoostClass, IoBoost};
 
 pub const DEFAULT_CONFIG: &str = "/etc/cosched/host.toml";
 pub const DEFAULT_SOCKET_DIR: &str = "/run/cosched/vms";
@@ -94,6 +94,11 @@ pub struct HostConfig {
     pub daemon_priority: u8,
     pub policy: Policy,
     pub boost: BoostClass,
+    /// I/O coordination (Virtual-BFQ): how a VM whose guest BFQ weight-raises is raised here.
+    pub io: IoBoost,
+    /// Where cgroup hierarchies are mounted (v1 controllers at `<dir>/<controller>`, or v2 at
+    /// `<dir>`): the `weight` I/O lever makes and weights groups there.
+    pub cgroup_root: PathBuf,
     pub vm: BTreeMap<String, VmConfig>,
 }
 
@@ -114,6 +119,8 @@ impl Default for HostConfig {
             daemon_priority: 99,
             policy: Policy::default(),
             boost: BoostClass::default(),
+            io: IoBoost::default(),
+            cgroup_root: "/sys/fs/cgroup".into(),
             vm: BTreeMap::new(),
         }
     }
@@ -149,6 +156,7 @@ impl HostConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         self.policy.validate().map_err(anyhow::Error::msg).context("[policy]")?;
         self.boost.validate().map_err(anyhow::Error::msg).context("[boost]")?;
+        self.io.validate().map_err(anyhow::Error::msg)?;
         check_resource_names("[resources]", self.resources.keys())?;
         for (name, vm) in &self.vm {
             if let Some(p) = vm.priority {
@@ -240,6 +248,12 @@ mod tests {
         std::fs::write(&p, "[vm.x.resources]\ndisk = false\n").unwrap();
         let e = format!("{:#}", HostConfig::load(Some(&p)).unwrap_err());
         assert!(e.contains("[vm.x.resources]: unknown resource \"disk\" (known: cpu, io, membw, event)"), "{e}");
+        std::fs::write(&p, "[io]\nlever = \"weight\"\nweight = 2000\n").unwrap();
+        let e = format!("{:#}", HostConfig::load(Some(&p)).unwrap_err());
+        assert!(e.contains("[io] weight = 2000: must be 1..=1000"), "{e}");
+        std::fs::write(&p, "[io]\nlever = \"nice\"\n").unwrap();
+        let e = format!("{:#}", HostConfig::load(Some(&p)).unwrap_err());
+        assert!(e.contains("unknown variant `nice`, expected `ioprio` or `weight`"), "{e}");
         std::fs::write(&p, "sockt_dir = \"/x\"\n").unwrap();
         assert!(format!("{:#}", HostConfig::load(Some(&p)).unwrap_err()).contains("unknown field"));
     }

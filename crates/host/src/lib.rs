@@ -11,6 +11,7 @@
 #[macro_use]
 pub mod log;
 pub mod actuator;
+pub mod blockdev;
 pub mod cgroup;
 pub mod config;
 pub mod control;

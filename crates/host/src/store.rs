@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use cosched_procfs::{ProcFs, TaskId};
 use serde::{Deserialize, Serialize};
 
+use crate::cgroup::CgroupFs;
 use crate::sched::SchedAttr;
 use crate::SchedOps;
 
@@ -44,6 +45,10 @@ pub enum Setting {
     /// Membership in a cgroup of one hierarchy ([`crate::cgroup`]): `hierarchy` is a v1
     /// controller's name (`blkio`, ...) or `""` for v2; groups are paths in that hierarchy.
     Cgroup { hierarchy: String, original: String, applied: Vec<String> },
+    /// The default BFQ weight of a whole group (`blkio.bfq.weight` in v1, the `default` line of
+    /// `io.bfq.weight` in v2), recorded under the VM's main thread: a setting of the group the
+    /// VM is alone in.
+    GroupWeight { hierarchy: String, group: String, file: String, original: u32, applied: Vec<u32> },
 }
 
 impl Setting {
@@ -53,6 +58,7 @@ impl Setting {
             Setting::Ioprio { .. } => "ioprio",
             Setting::Affinity { .. } => "affinity",
             Setting::Cgroup { .. } => "cgroup",
+            Setting::GroupWeight { .. } => "group_weight",
         }
     }
 
@@ -61,6 +67,7 @@ impl Setting {
     fn key(&self) -> String {
         match self {
             Setting::Cgroup { hierarchy, .. } => format!("cgroup:{hierarchy}"),
+            Setting::GroupWeight { hierarchy, group, file, .. } => format!("group_weight:{hierarchy}:{group}/{file}"),
             other => other.kind().to_string(),
         }
     }
@@ -199,7 +206,36 @@ pub trait ThreadOps: SchedOps {
     fn set_affinity(&mut self, tid: i32, cpus: &[usize]) -> io::Result<()>;
     fn get_cgroup(&mut self, tid: i32, hierarchy: &str) -> io::Result<String>;
     fn set_cgroup(&mut self, tid: i32, hierarchy: &str, group: &str) -> io::Result<()>;
+    /// The cgroup tree these operations work on (groups are created, weighted and removed
+    /// through it).
+    fn cgroups(&self) -> &CgroupFs;
 }
+
+/// The default weight in a BFQ weight file: `N` (v1 `blkio.bfq.weight`) or the `default N`
+/// line (v2 `io.bfq.weight`, which may add per-device lines).
+pub fn parse_weight(text: &str) -> Option<u32> {
+    let first = text.lines().next()?.trim();
+    first.strip_prefix("default").unwrap_or(first).trim().parse().ok()
+}
+
+/// What to write to a BFQ weight file to set the default weight: `N` in v1, `default N` in v2
+/// (where a bare `N` would do too, but this is what it reads back).
+pub fn weight_text(hierarchy: &str, weight: u32) -> String {
+    if hierarchy.is_empty() {
+        format!("default {weight}")
+    } else {
+        weight.to_string()
+    }
+}
+
+/// Reads the default BFQ weight of a group.
+pub fn read_weight(cg: &CgroupFs, hierarchy: &str, group: &str, file: &str) -> io::Result<u32> {
+    let text = cg.read(hierarchy, group, file)?;
+    parse_weight(&text).ok_or_else(|| io::Error::other(format!("{file} of {group}: no default weight in {text:?}")))
+}
+
+/// The prefix of the groups the daemon creates (and removes once they are empty).
+pub const OWN_GROUP_PREFIX: &str = "cosched-io-";
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct RestoreReport {
@@ -308,6 +344,20 @@ fn undo_setting(tid: i32, entries: &[&Entry], ops: &mut dyn ThreadOps) -> Result
                 |o: &String, e: &io::Error| format!("moving thread {tid} back to {show} cgroup {o}: {e}")
             )
         }
+        Setting::GroupWeight { hierarchy, group, file, .. } => {
+            let cg = ops.cgroups().clone();
+            let (hierarchy, group, file) = (hierarchy.clone(), group.clone(), file.clone());
+            if !cg.dir(&hierarchy, &group).is_dir() {
+                return Ok(Undo::Gone); // the group went with its VM
+            }
+            undo!(
+                GroupWeight,
+                read_weight(&cg, &hierarchy, &group, &file),
+                |o: &u32| cg.write(&hierarchy, &group, &file, &weight_text(&hierarchy, *o)),
+                |a: &u32, b: &u32| a == b,
+                |o: &u32, e: &io::Error| format!("writing {o} to {file} of {group}: {e}")
+            )
+        }
     }
 }
 
@@ -335,7 +385,41 @@ pub fn restore_record(rec: &VmRecord, procfs: &ProcFs, ops: &mut dyn ThreadOps) 
             Err(e) => report.errors.push(format!("{}: {e}", rec.vm)),
         }
     }
+    remove_own_groups(rec, ops.cgroups(), &mut report);
     report
+}
+
+/// Removes the groups the daemon created for `rec`'s threads (named [`OWN_GROUP_PREFIX`]...).
+/// A thread still in one was born there from a thread we had moved in (and not yet seen by a
+/// daemon): it goes to the group's parent, where its creator came from.
+fn remove_own_groups(rec: &VmRecord, cg: &CgroupFs, report: &mut RestoreReport) {
+    let mut groups = std::collections::BTreeSet::new();
+    for e in &rec.entries {
+        if let Setting::Cgroup { hierarchy, applied, .. } = &e.setting {
+            for g in applied {
+                if g.rsplit('/').next().is_some_and(|leaf| leaf.starts_with(OWN_GROUP_PREFIX)) {
+                    groups.insert((hierarchy.clone(), g.clone()));
+                }
+            }
+        }
+    }
+    for (hierarchy, group) in groups {
+        let parent = group.rsplit_once('/').map_or("", |(p, _)| p);
+        let parent = if parent.is_empty() { "/" } else { parent };
+        let file = if hierarchy.is_empty() { "cgroup.threads" } else { "tasks" };
+        for tid in cg.read(&hierarchy, &group, file).unwrap_or_default().split_whitespace() {
+            if let Ok(tid) = tid.parse::<i32>() {
+                match cg.set(tid, &hierarchy, parent) {
+                    Ok(()) => report.restored += 1,
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) => report.errors.push(format!("{}: moving thread {tid} out of {group}: {e}", rec.vm)),
+                }
+            }
+        }
+        if let Err(e) = cg.remove_group(&hierarchy, &group) {
+            report.errors.push(format!("{}: removing cgroup {group} it created: {e}", rec.vm));
+        }
+    }
 }
 
 /// Restores every record in `store`, and removes the records that were fully handled. A record

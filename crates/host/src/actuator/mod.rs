@@ -17,6 +17,7 @@
 //! - going back to [`Level::Normal`] restores a thread only if it still has what we set; if
 //!   someone else changed it meanwhile, their change stays.
 
+pub mod block;
 pub mod class;
 pub mod cpu;
 
@@ -29,6 +30,7 @@ use cosched_procfs::{ProcFs, TaskId, ThreadInfo, ThreadRole};
 use cosched_proto::Resource;
 use serde::Serialize;
 
+pub use block::{weight_hierarchy, IoActuator, IoBoost, IoLever, WeightHierarchy, IO_LAYER};
 pub use class::{BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
 pub use cpu::{CpuActuator, CPU_LAYER};
 
@@ -41,9 +43,12 @@ pub trait SchedOps {
     fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()>;
 }
 
-/// `sched_getattr` / `sched_setattr` on the running kernel.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RealSched;
+/// `sched_getattr` / `sched_setattr` on the running kernel, and its cgroups (`/sys/fs/cgroup`
+/// unless a test gives a fake tree).
+#[derive(Debug, Default, Clone)]
+pub struct RealSched {
+    pub cgroups: crate::cgroup::CgroupFs,
+}
 
 impl SchedOps for RealSched {
     fn get(&mut self, tid: i32) -> io::Result<SchedAttr> {
@@ -68,10 +73,13 @@ impl ThreadOps for RealSched {
         sched::set_affinity(tid, cpus)
     }
     fn get_cgroup(&mut self, tid: i32, hierarchy: &str) -> io::Result<String> {
-        crate::cgroup::CgroupFs::default().get(tid, hierarchy)
+        self.cgroups.get(tid, hierarchy)
     }
     fn set_cgroup(&mut self, tid: i32, hierarchy: &str, group: &str) -> io::Result<()> {
-        crate::cgroup::CgroupFs::default().set(tid, hierarchy, group)
+        self.cgroups.set(tid, hierarchy, group)
+    }
+    fn cgroups(&self) -> &crate::cgroup::CgroupFs {
+        &self.cgroups
     }
 }
 
@@ -516,3 +524,5 @@ impl VmThreads {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_io;

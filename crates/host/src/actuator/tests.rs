@@ -13,18 +13,26 @@ use crate::store::{restore_all, Entry, Setting, VmRecord};
 /// A scheduler that keeps attributes in a map; threads not in the map do not exist. Shared
 /// (`Rc`) so the test can look inside while the [`Host`] owns it.
 #[derive(Default)]
-struct FakeState {
-    attrs: HashMap<i32, SchedAttr>,
-    sets: Vec<(i32, SchedAttr)>,
-    fail_with: Option<i32>,
-    ioprio: HashMap<i32, u16>,
-    gets: u64,
-    affinity: HashMap<i32, Vec<usize>>,
-    cgroups: HashMap<(i32, String), String>,
+pub(super) struct FakeState {
+    pub(super) attrs: HashMap<i32, SchedAttr>,
+    pub(super) sets: Vec<(i32, SchedAttr)>,
+    pub(super) fail_with: Option<i32>,
+    pub(super) ioprio: HashMap<i32, u16>,
+    pub(super) gets: u64,
+    pub(super) affinity: HashMap<i32, Vec<usize>>,
+    pub(super) cgroups: HashMap<(i32, String), String>,
 }
 
-#[derive(Default, Clone)]
-struct FakeSched(Rc<RefCell<FakeState>>);
+/// The scheduler state, and the cgroup tree groups are made in (a fake tree where a test needs
+/// one; otherwise a path that does not exist).
+#[derive(Clone)]
+pub(super) struct FakeSched(pub(super) Rc<RefCell<FakeState>>, pub(super) crate::cgroup::CgroupFs);
+
+impl Default for FakeSched {
+    fn default() -> Self {
+        FakeSched(Rc::default(), crate::cgroup::CgroupFs::new("/nonexistent/proc", "/nonexistent/cgroup"))
+    }
+}
 
 impl ThreadOps for FakeSched {
     fn get_ioprio(&mut self, tid: i32) -> io::Result<u16> {
@@ -48,6 +56,9 @@ impl ThreadOps for FakeSched {
     fn set_cgroup(&mut self, tid: i32, hierarchy: &str, group: &str) -> io::Result<()> {
         self.0.borrow_mut().cgroups.insert((tid, hierarchy.to_string()), group.to_string());
         Ok(())
+    }
+    fn cgroups(&self) -> &crate::cgroup::CgroupFs {
+        &self.1
     }
 }
 

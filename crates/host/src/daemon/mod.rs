@@ -37,7 +37,9 @@ use self::channels::{Channels, Opened, Read};
 use self::clients::{Answer, Ask, Clients, FIRST_CLIENT};
 use self::discovery::Discovery;
 use self::vms::{VmEntry, Vms};
-use crate::actuator::{Actuator, CpuActuator, Host, Outcome, RealSched};
+use crate::actuator::{
+    weight_hierarchy, Actuator, CpuActuator, Host, IoActuator, IoLever, Outcome, RealSched, WeightHierarchy,
+};
 use crate::config::HostConfig;
 use crate::control::{Reply, Request};
 use crate::error::Error;
@@ -100,6 +102,9 @@ pub struct Daemon {
     shutdown: bool,
     next_rescan_ns: u64,
     next_refresh_ns: u64,
+    /// Whether I/O coordination can act here: with the `weight` lever, on which cgroup
+    /// hierarchy; or why not.
+    io: Result<Option<WeightHierarchy>, String>,
     _lock: fs::File,
 }
 
@@ -107,7 +112,8 @@ impl Daemon {
     /// Sets everything up: restores what a previous daemon left, binds the control socket,
     /// watches the socket directory.
     pub fn new(cfg: HostConfig) -> anyhow::Result<Daemon> {
-        Daemon::with_sched(cfg, ProcFs::default(), Box::new(RealSched))
+        let cgroups = crate::cgroup::CgroupFs::new("/proc", &cfg.cgroup_root);
+        Daemon::with_sched(cfg, ProcFs::default(), Box::new(RealSched { cgroups }))
     }
 
     pub fn with_sched(cfg: HostConfig, procfs: ProcFs, mut sched: Box<dyn ThreadOps>) -> anyhow::Result<Daemon> {
@@ -119,7 +125,8 @@ impl Daemon {
         let channels = Channels::watch(&cfg.socket_dir, &poll, INOTIFY)?;
         let clients = Clients::bind(&cfg.control_socket, cfg.metrics_listen.as_deref(), &poll, CONTROL, METRICS)?;
         set_own_priority(cfg.daemon_priority)?;
-        let coord = coordinator(&cfg);
+        let io = io_support(&cfg, sched.cgroups());
+        let coord = coordinator(&cfg, io.is_ok());
         info!(
             "watching {} for VM sockets; control socket {}; coordination {}",
             cfg.socket_dir.display(),
@@ -160,6 +167,7 @@ impl Daemon {
             shutdown: false,
             next_rescan_ns: 0,
             next_refresh_ns: 0,
+            io,
             _lock: lock,
         })
     }
@@ -170,7 +178,11 @@ impl Daemon {
 
     /// The actuators every VM gets: one per resource this daemon can change.
     fn actuators(&self) -> Vec<Box<dyn Actuator>> {
-        vec![Box::new(CpuActuator::new(self.cfg.boost.clone()))]
+        let mut acts: Vec<Box<dyn Actuator>> = vec![Box::new(CpuActuator::new(self.cfg.boost.clone()))];
+        if let Ok(hierarchy) = self.io {
+            acts.push(Box::new(IoActuator::new(&self.cfg.io, hierarchy)));
+        }
+        acts
     }
 
     /// When the loop must wake up at the latest.
@@ -342,6 +354,14 @@ impl Daemon {
         };
         let now = self.now();
         let settings = *self.vms.settings.entry(name.to_string()).or_insert_with(|| self.coord.default_settings());
+        if self.io.is_ok() {
+            let disks =
+                crate::blockdev::disks(Path::new("/sys"), &self.host.procfs.cmdline(process.id).unwrap_or_default());
+            for w in disks.iter().filter_map(|d| d.warning()) {
+                warn!("{name}: {w}");
+            }
+            self.vms.get_mut(token).expect("just added").disks = disks;
+        }
         let vm = self.vms.get(token).expect("just added");
         self.coord.vm_found(vm.id, name, settings, now);
         self.coord.set_vm_vcpus(vm.id, vm.threads.vcpu_count());
@@ -669,6 +689,7 @@ impl Daemon {
             metrics_addr: self.clients.metrics_addr(),
             cost: &self.cost,
             latency: &self.latency,
+            io: &self.io,
         })
     }
 }
@@ -717,7 +738,32 @@ fn set_own_priority(priority: u8) -> anyhow::Result<()> {
 }
 
 /// The coordinator for `cfg`: the resources this daemon can change, switched as configured.
-fn coordinator(cfg: &HostConfig) -> Coordinator {
+/// Whether I/O coordination can act on this host with the configured lever (and on which
+/// cgroup hierarchy), or why not. Logged either way.
+fn io_support(cfg: &HostConfig, cgroups: &crate::cgroup::CgroupFs) -> Result<Option<WeightHierarchy>, String> {
+    let found = match cfg.io.lever {
+        IoLever::Ioprio => Ok(None),
+        IoLever::Weight => weight_hierarchy(cgroups).map(Some),
+    };
+    match &found {
+        Ok(h) => info!(
+            "I/O coordination: lever {}{}",
+            cfg.io.lever.name(),
+            match h {
+                None => format!(" (real-time I/O class, level {})", cfg.io.ioprio_level),
+                Some(WeightHierarchy::V1) => format!(" (BFQ weight {} through cgroup v1 blkio)", cfg.io.weight),
+                Some(WeightHierarchy::V2) => format!(" (BFQ weight {} through cgroup v2 io)", cfg.io.weight),
+            }
+        ),
+        Err(why) => warn!(
+            "I/O coordination is unsupported here: the weight lever needs BFQ weights in a cgroup hierarchy, and \
+             there are none: {why}; set [io] lever = \"ioprio\" to use the real-time I/O class instead"
+        ),
+    }
+    found
+}
+
+fn coordinator(cfg: &HostConfig, io: bool) -> Coordinator {
     let host_cpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
     let mut policy = cfg.policy.clone();
     if cfg.boost.policy == crate::actuator::BoostPolicy::Deadline {
@@ -738,7 +784,11 @@ fn coordinator(cfg: &HostConfig) -> Coordinator {
             cfg.policy.host_reserve_cpus
         );
     }
-    let mut coord = Coordinator::new(policy, vec![Box::new(cpu)]);
+    let mut resources: Vec<Box<dyn cosched_core::ResourcePolicy>> = vec![Box::new(cpu)];
+    if io {
+        resources.push(Box::new(cosched_core::IoPolicy));
+    }
+    let mut coord = Coordinator::new(policy, resources);
     let mut sink = Vec::new();
     for r in Resource::ALL {
         coord.set_enabled(Some(r), cfg.starts_enabled(r), 0, &mut sink);
@@ -753,5 +803,5 @@ pub fn restore_command(state_dir: &Path) -> anyhow::Result<crate::store::Restore
     }
     let store = StateDir::open(state_dir)?;
     let _lock = lock_state_dir(&store)?;
-    Ok(restore_all(&store, &ProcFs::default(), &mut RealSched)?)
+    Ok(restore_all(&store, &ProcFs::default(), &mut RealSched::default())?)
 }

@@ -21,6 +21,7 @@ pub struct View<'a> {
     pub metrics_addr: Option<String>,
     pub cost: &'a Cost,
     pub latency: &'a Latency,
+    pub io: &'a Result<Option<crate::actuator::WeightHierarchy>, String>,
 }
 
 pub fn snapshot(v: &View) -> Value {
@@ -68,6 +69,7 @@ pub fn snapshot(v: &View) -> Value {
                 "latency": e.latency.summary(),
                 "latency_histogram": e.latency.histogram(),
                 "threads": e.threads.threads(),
+                "disks": e.disks,
             })
         })
         .collect();
@@ -98,8 +100,21 @@ pub fn snapshot(v: &View) -> Value {
         "resources": resources,
         "policy": policy,
         "boost": v.cfg.boost,
+        "io": io_status(v),
         "latency": v.latency.summary(),
         "vms": vms,
         "unconnected_sockets": pending,
     })
+}
+
+/// `[io]` as configured, and what it acts through here (or why it cannot).
+fn io_status(v: &View) -> Value {
+    let mut out = json!(v.cfg.io);
+    match v.io {
+        Ok(None) => out["acts_through"] = json!("ioprio_set: real-time I/O class"),
+        Ok(Some(crate::actuator::WeightHierarchy::V1)) => out["acts_through"] = json!("cgroup v1 blkio.bfq.weight"),
+        Ok(Some(crate::actuator::WeightHierarchy::V2)) => out["acts_through"] = json!("cgroup v2 io.bfq.weight"),
+        Err(why) => out["unsupported"] = json!(why),
+    }
+    out
 }

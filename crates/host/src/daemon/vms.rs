@@ -20,6 +20,9 @@ pub struct VmEntry {
     pub threads: VmThreads,
     pub latency: Latency,
     pub actuation_errors: u64,
+    /// The devices under its disk images and their schedulers (found when I/O coordination
+    /// is supported here).
+    pub disks: Vec<crate::blockdev::Disk>,
     last_warn_ns: Option<u64>,
 }
 
@@ -103,6 +106,7 @@ impl Vms {
             threads,
             latency: Latency::default(),
             actuation_errors: 0,
+            disks: Vec::new(),
             last_warn_ns: None,
         };
         self.map.insert(token, entry);

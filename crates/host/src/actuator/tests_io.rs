@@ -1,0 +1,233 @@
+//! The I/O actuator on fake trees: both levers, cgroup v1 and v2, new threads, restore.
+
+use std::fs;
+
+use cosched_procfs::fake;
+
+use super::tests::FakeSched;
+use super::*;
+use crate::cgroup::CgroupFs;
+use crate::store::{restore_all, VmRecord};
+
+const PID: i32 = 500;
+const RAISED: u16 = 1 << 13; // IOPRIO_CLASS_RT, level 0
+const BE4: u16 = 2 << 13 | 4;
+
+struct World {
+    dir: tempfile::TempDir,
+    host: Host,
+    sched: FakeSched,
+}
+
+impl World {
+    /// A QEMU with a main loop, an RCU thread, a vCPU, a worker and an iothread; another
+    /// process beside it. Every thread at best-effort 4, in the root groups.
+    fn new() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let proc = dir.path().join("proc");
+        fake::add_process(
+            &proc,
+            PID,
+            "/usr/bin/qemu-system-x86_64",
+            &[(PID, "qemu-system-x86"), (501, "call_rcu"), (502, "CPU 0/TCG"), (503, "worker"), (504, "IO iot0")],
+        );
+        fake::add_process(&proc, 900, "/usr/bin/bash", &[(900, "bash")]);
+        let sched = FakeSched(Default::default(), CgroupFs::new(&proc, dir.path().join("cg")));
+        for tid in [500, 501, 502, 503, 504, 900] {
+            let mut st = sched.0.borrow_mut();
+            st.attrs.insert(tid, crate::sched::SchedAttr::other(0, 0));
+            st.ioprio.insert(tid, BE4);
+            st.cgroups.insert((tid, "blkio".into()), "/".into());
+            st.cgroups.insert((tid, "".into()), "/machine.slice/vm1.scope".into());
+        }
+        let host = Host {
+            procfs: ProcFs::new(&proc),
+            sched: Box::new(sched.clone()),
+            store: StateDir::open(dir.path().join("state")).unwrap(),
+            fresh: std::time::Duration::ZERO,
+            verify: std::time::Duration::ZERO,
+            syscall_ns: 0,
+        };
+        World { dir, host, sched }
+    }
+
+    fn cg(&self) -> std::path::PathBuf {
+        self.dir.path().join("cg")
+    }
+
+    /// A v1 tree: the blkio hierarchy with BFQ weights.
+    fn v1_tree(&self) {
+        fs::create_dir_all(self.cg().join("blkio")).unwrap();
+        fs::write(self.cg().join("blkio/tasks"), "").unwrap();
+        fs::write(self.cg().join("blkio/blkio.bfq.weight"), "100\n").unwrap();
+    }
+
+    /// A v2 tree with the io controller; the VM alone in its scope unless `others` says.
+    fn v2_tree(&self, others: &str) {
+        fs::create_dir_all(self.cg().join("machine.slice/vm1.scope")).unwrap();
+        fs::write(self.cg().join("cgroup.controllers"), "cpuset cpu io memory pids\n").unwrap();
+        fs::write(self.cg().join("machine.slice/vm1.scope/cgroup.procs"), format!("{PID}\n{others}")).unwrap();
+        fs::write(self.cg().join("machine.slice/vm1.scope/io.bfq.weight"), "default 100\n8:0 300\n").unwrap();
+    }
+
+    fn vm(&mut self, boost: &IoBoost) -> VmThreads {
+        let hierarchy = match boost.lever {
+            IoLever::Ioprio => None,
+            IoLever::Weight => Some(weight_hierarchy(self.sched.cgroups()).unwrap()),
+        };
+        let process = self.host.procfs.process(PID).unwrap().task;
+        VmThreads::new("vm1", process, &mut self.host, vec![Box::new(IoActuator::new(boost, hierarchy))]).unwrap()
+    }
+
+    fn ioprio(&self, tid: i32) -> u16 {
+        self.sched.0.borrow().ioprio[&tid]
+    }
+
+    fn group(&self, tid: i32) -> String {
+        self.sched.0.borrow().cgroups[&(tid, "blkio".to_string())].clone()
+    }
+
+    fn records(&self) -> Vec<VmRecord> {
+        self.host.store.load_all().unwrap().into_iter().map(|(_, r)| r.unwrap()).collect()
+    }
+
+    fn restore_all(&mut self) {
+        let r = restore_all(&self.host.store, &self.host.procfs, self.host.sched.as_mut()).unwrap();
+        assert!(r.errors.is_empty(), "{r:?}");
+    }
+}
+
+fn ioprio_lever() -> IoBoost {
+    IoBoost::default()
+}
+
+fn weight_lever() -> IoBoost {
+    IoBoost { lever: IoLever::Weight, ..IoBoost::default() }
+}
+
+#[test]
+fn ioprio_lever_raises_the_io_threads_only_and_puts_back_exactly() {
+    let mut w = World::new();
+    w.sched.0.borrow_mut().ioprio.insert(504, 2 << 13 | 7); // the iothread was at best-effort 7
+    let mut vm = w.vm(&ioprio_lever());
+    let out = vm.set_level(&mut w.host, Resource::Io, Level::Boosted, 1);
+    assert!(out.errors.is_empty(), "{out:?}");
+    assert_eq!(out.changed, 3, "main, worker, iothread");
+    for tid in [500, 503, 504] {
+        assert_eq!(w.ioprio(tid), RAISED, "thread {tid}");
+    }
+    for tid in [501, 502, 900] {
+        assert_eq!(w.ioprio(tid), BE4, "thread {tid} issues no I/O (or is not the VM's)");
+    }
+    // Recorded before the change, under the io layer.
+    let rec = &w.records()[0];
+    assert!(rec.entries.iter().all(|e| e.layer == "io") && rec.entries.len() == 3, "{rec:?}");
+    let view = vm.threads().into_iter().find(|t| t.tid == 503).unwrap();
+    assert_eq!((view.settings["ioprio"].as_str(), view.changed_by.as_slice()), ("0x2000", ["io"].as_slice()));
+    // A worker born while raised is raised when the list moves (thread event or refresh);
+    // one born from a raised thread inherits our value (copy_io) and is ours to put back.
+    fake::add_thread(&w.dir.path().join("proc"), PID, 505, "worker");
+    fake::add_thread(&w.dir.path().join("proc"), PID, 506, "worker");
+    w.sched.0.borrow_mut().ioprio.insert(505, BE4);
+    w.sched.0.borrow_mut().ioprio.insert(506, RAISED);
+    let out = vm.refresh(&mut w.host);
+    assert_eq!((out.changed, w.ioprio(505), w.ioprio(506)), (1, RAISED, RAISED));
+    // IO 0: exactly what each had.
+    let out = vm.set_level(&mut w.host, Resource::Io, Level::Normal, 1);
+    assert_eq!(out.changed, 5);
+    assert_eq!((w.ioprio(500), w.ioprio(503), w.ioprio(504), w.ioprio(505)), (BE4, BE4, 2 << 13 | 7, BE4));
+    assert_eq!(w.ioprio(506), BE4, "an inherited raise goes back to what the main thread had");
+}
+
+#[test]
+fn ioprio_lever_never_lowers_a_realtime_thread_and_a_crash_is_restored() {
+    let mut w = World::new();
+    w.sched.0.borrow_mut().ioprio.insert(503, 1 << 13 | 2); // the operator made the worker RT 2
+    let mut vm = w.vm(&IoBoost { ioprio_level: 4, ..ioprio_lever() });
+    vm.set_level(&mut w.host, Resource::Io, Level::Boosted, 1);
+    assert_eq!((w.ioprio(500), w.ioprio(503)), (1 << 13 | 4, 1 << 13 | 2));
+    // Someone changes the main thread meanwhile: theirs stays after a crash.
+    w.sched.0.borrow_mut().ioprio.insert(504, 3 << 13);
+    drop(vm); // kill -9: nothing put back
+    w.restore_all();
+    assert_eq!((w.ioprio(500), w.ioprio(503), w.ioprio(504)), (BE4, 1 << 13 | 2, 3 << 13));
+    assert!(w.records().is_empty());
+}
+
+#[test]
+fn weight_lever_v1_moves_io_threads_into_a_weighted_group_and_back() {
+    let mut w = World::new();
+    w.v1_tree();
+    fs::create_dir_all(w.cg().join("blkio/tenant")).unwrap();
+    w.sched.0.borrow_mut().cgroups.insert((504, "blkio".into()), "/tenant".into());
+    let mut vm = w.vm(&IoBoost { weight: 800, ..weight_lever() });
+    let out = vm.set_level(&mut w.host, Resource::Io, Level::Boosted, 1);
+    assert!(out.errors.is_empty(), "{out:?}");
+    assert_eq!((w.group(500), w.group(503)), ("/cosched-io-500".to_string(), "/cosched-io-500".to_string()));
+    assert_eq!(w.group(504), "/tenant/cosched-io-500", "a group of ours under the thread's own");
+    assert_eq!((w.group(501), w.group(502), w.group(900)), ("/".into(), "/".into(), "/".into()));
+    let weight = |g: &str| fs::read_to_string(w.cg().join("blkio").join(g).join("blkio.bfq.weight")).unwrap();
+    assert_eq!((weight("cosched-io-500"), weight("tenant/cosched-io-500")), ("800".into(), "800".into()));
+    let view = vm.threads().into_iter().find(|t| t.tid == 500).unwrap();
+    assert_eq!(view.settings["blkio"], "/cosched-io-500");
+    // A worker born from a thread in our group is born in it: it belongs to the parent.
+    fake::add_thread(&w.dir.path().join("proc"), PID, 505, "worker");
+    w.sched.0.borrow_mut().cgroups.insert((505, "blkio".into()), "/tenant/cosched-io-500".into());
+    vm.refresh(&mut w.host);
+    // IO 0: back where each was; the groups stay for the next raise.
+    vm.set_level(&mut w.host, Resource::Io, Level::Normal, 1);
+    assert_eq!((w.group(500), w.group(503), w.group(504)), ("/".into(), "/".into(), "/tenant".into()));
+    assert_eq!(w.group(505), "/tenant");
+    // Raised again, then the daemon dies: the restore moves every thread back and removes
+    // the groups it made.
+    vm.set_level(&mut w.host, Resource::Io, Level::Boosted, 1);
+    drop(vm);
+    w.restore_all();
+    assert_eq!((w.group(500), w.group(503), w.group(504)), ("/".into(), "/".into(), "/tenant".into()));
+    assert!(!w.cg().join("blkio/cosched-io-500").exists() && !w.cg().join("blkio/tenant/cosched-io-500").exists());
+    assert!(w.cg().join("blkio/tenant").exists(), "the operator's group stays");
+}
+
+#[test]
+fn weight_lever_v2_raises_the_vms_own_group_and_puts_the_weight_back() {
+    let mut w = World::new();
+    w.v2_tree("");
+    let file = w.cg().join("machine.slice/vm1.scope/io.bfq.weight");
+    let mut vm = w.vm(&weight_lever());
+    let out = vm.set_level(&mut w.host, Resource::Io, Level::Boosted, 1);
+    assert!(out.errors.is_empty(), "{out:?}");
+    assert_eq!(fs::read_to_string(&file).unwrap(), "default 1000");
+    assert_eq!(w.group(503), "/", "no thread moves in v2");
+    vm.set_level(&mut w.host, Resource::Io, Level::Normal, 1);
+    assert_eq!(fs::read_to_string(&file).unwrap(), "default 100");
+    // A crash mid-raise: the restore writes the original weight back.
+    vm.set_level(&mut w.host, Resource::Io, Level::Boosted, 1);
+    drop(vm);
+    w.restore_all();
+    assert_eq!(fs::read_to_string(&file).unwrap(), "default 100");
+}
+
+#[test]
+fn weight_lever_v2_refuses_a_group_the_vm_shares() {
+    let mut w = World::new();
+    w.v2_tree("900\n");
+    let file = w.cg().join("machine.slice/vm1.scope/io.bfq.weight");
+    let mut vm = w.vm(&weight_lever());
+    let out = vm.set_level(&mut w.host, Resource::Io, Level::Boosted, 1);
+    assert!(out.errors.iter().any(|e| e.contains("shares its cgroup /machine.slice/vm1.scope")), "{out:?}");
+    assert!(fs::read_to_string(&file).unwrap().starts_with("default 100"), "nothing changed");
+}
+
+#[test]
+fn the_weight_lever_finds_its_hierarchy_or_says_why_not() {
+    let w = World::new();
+    let cg = w.sched.cgroups().clone();
+    let why = weight_hierarchy(&cg).unwrap_err();
+    assert!(why.contains("no cgroup v1 blkio hierarchy") && why.contains("no io controller"), "{why}");
+    w.v2_tree("");
+    assert_eq!(weight_hierarchy(&cg), Ok(WeightHierarchy::V2));
+    w.v1_tree();
+    assert_eq!(weight_hierarchy(&cg), Ok(WeightHierarchy::V1), "v1 blkio wins where both are mounted");
+    fs::remove_file(w.cg().join("blkio/blkio.bfq.weight")).unwrap();
+    assert!(weight_hierarchy(&cg).unwrap_err().contains("no BFQ weights"));
+}

@@ -260,9 +260,12 @@ def shield_cpus():
     return set(range(NCPUS - 1)) or {0}, {NCPUS - 1}
 
 
-def boot_guest(workload, sock=None, on_line=None, timeout=900, layers=(), adds=()):
+def boot_guest(workload, sock=None, on_line=None, timeout=900, layers=(), adds=(), disks=(), append=""):
     """Boots the test guest with `workload`; returns (console output, QEMU pid).
-    on_line(line, pid) is called for every console line as it arrives."""
+    on_line(line, pid) is called for every console line as it arrives.
+    disks: virtio-blk disks, each an image path (run.sh --disk: raw, cache=none, aio=threads;
+    /dev/vda, /dev/vdb... in order), or (path, True) for one with its own QEMU iothread.
+    append: extra kernel command line (e.g. "cosched.skip_modules=bfq")."""
     with tempfile.TemporaryDirectory(prefix="cosched-guest-") as tmp:
         wl = Path(tmp) / "workload.sh"
         wl.write_text(workload)
@@ -275,6 +278,11 @@ def boot_guest(workload, sock=None, on_line=None, timeout=900, layers=(), adds=(
             cmd += ["--add", a]
         if sock:
             cmd += ["--sock", str(sock)]
+        for d in disks:
+            path, iothread = (d if isinstance(d, tuple) else (d, False))
+            cmd += ["--disk", f"{path},iothread" if iothread else str(path)]
+        if append:
+            cmd += ["--append", append]
         out = []
         pid = None
         errfile = Path(tmp) / "run.err"

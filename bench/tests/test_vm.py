@@ -452,5 +452,205 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
         self.assertEqual(userspace_rt_threads() - before, set(), "threads left at a real-time policy")
 
 
+def make_disk_image(path, big_mb=48, small_files=400, small_kb=12):
+    """An ext4 image for a guest disk (mkfs.ext4 -d, no mount, no root needed): /big1 and /big2
+    (random, `big_mb` MiB each: the sequential readers' files) and `small_files` random files of
+    `small_kb` KiB under /small/dNN/ (the "application" to start)."""
+    stage = Path(str(path) + ".stage")
+    (stage / "small").mkdir(parents=True)
+    for name in ("big1", "big2"):
+        with open(stage / name, "wb") as f:
+            for _ in range(big_mb):
+                f.write(os.urandom(1 << 20))
+    for i in range(small_files):
+        d = stage / "small" / f"d{i // 40:02d}"
+        d.mkdir(exist_ok=True)
+        (d / f"f{i % 40:02d}").write_bytes(os.urandom(small_kb << 10))
+    size_mb = 2 * big_mb + small_files * (small_kb + 4) // 1024 + 64
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(stage), str(path), f"{size_mb}M"], check=True,
+                   stdout=subprocess.DEVNULL)
+    subprocess.run(["rm", "-rf", str(stage)], check=True)
+
+
+def uptime_marks(console, word):
+    """Guest uptimes (s) printed as `<word> <uptime>` lines."""
+    out = []
+    for l in console.splitlines():
+        parts = l.strip().split()
+        if len(parts) == 2 and parts[0] == word:
+            out.append(float(parts[1]))
+    return out
+
+
+def io_transitions(console):
+    """The agent's I/O transitions from its verbose log: [(guest time in s, want)]."""
+    import re
+    out = []
+    for l in console.splitlines():
+        m = re.search(r"io vd[a-z]+ (wants a boost|done) at (\d+) µs", l)
+        if m and l.startswith("COSCHED-AGENT: "):
+            out.append((int(m.group(2)) / 1e6, m.group(1) == "wants a boost"))
+    return out
+
+
+class IoCoordination(unittest.TestCase):
+    """The guest side of Virtual-BFQ (seed 003) with the real daemon: a guest with a disk (ext4,
+    BFQ, cache=none on the host) runs two sequential readers, then "starts an application" (reads
+    400 cold small files). The agent's I/O detector must send IO 1 when the application starts
+    under the readers and IO 0 once it has started, and the daemon must raise and lower the VM's
+    I/O for it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="cosched-iotest-")
+        cls.image = Path(cls.tmp.name) / "disk.img"
+        if os.geteuid() == 0:
+            make_disk_image(cls.image)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    WORKLOAD = r"""#!/bin/sh
+up() { read -r u _ </proc/uptime; echo "$u"; }
+mkdir -p /mnt/d && mount -t ext4 -o noatime /dev/vda /mnt/d || { echo "COSCHED-GUEST: mount failed"; exit 1; }
+cosched guest -v 2>/tmp/agent.log &
+AGENT=$!
+until grep -q "detectors attached: io\|unsupported" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
+sleep 0.2
+echo 3 >/proc/sys/vm/drop_caches
+echo "READERS $(up)"
+cosched-tools seqread /mnt/d/big1 60 >/dev/null &
+R1=$!
+cosched-tools seqread /mnt/d/big2 60 >/dev/null &
+R2=$!
+# New queues are weight-raised too: wait until the readers' own raising is over (the agent's
+# last I/O line says "done", for 1 s; at most 20 s).
+i=0; since=
+while [ $i -lt 200 ]; do
+    sleep 0.1; i=$((i+1))
+    case $(grep "io vd[a-z]* " /tmp/agent.log | tail -1) in
+        *" done "*) [ -n "$since" ] || since=$i; [ $((i - since)) -ge 10 ] && break ;;
+        *) since= ;;
+    esac
+done
+echo "QUIET $(up)"
+echo 3 >/proc/sys/vm/drop_caches
+sleep 0.5
+echo "APP-START $(up)"
+cat /mnt/d/small/*/* >/dev/null
+echo "APP-END $(up)"
+kill -0 $R1 && kill -0 $R2 && echo "READERS-ALIVE"
+sleep 1.5
+echo "AFTER $(up)"
+kill $R1 $R2; wait $R1 $R2
+kill $AGENT; wait $AGENT
+sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
+umount /mnt/d
+"""
+
+    def io_state(self, daemon):
+        st = daemon.status()
+        if not st or not st["vms"]:
+            return None
+        vm = st["vms"][0]
+        return {"registered": vm["registered"], **vm["resources"]["io"]}
+
+    def test_io_1_when_an_application_starts_under_readers_and_io_0_after(self):
+        need_root(self)
+        seen = {}
+        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp:
+            d = cb.Daemon(tmp, "[resources]\nio = true\n")
+
+            def wait_io(pred, timeout):
+                deadline = time.monotonic() + timeout
+                while True:
+                    s = self.io_state(d)
+                    if s is not None and pred(s):
+                        return s, True
+                    if time.monotonic() >= deadline:
+                        return s, False
+                    time.sleep(0.01)
+
+            def on_line(line, pid):
+                word = line.split(" ", 1)[0]
+                if word == "QUIET":
+                    seen["quiet"] = self.io_state(d)
+                elif word == "APP-START":
+                    # Raised while the application starts (the guest's IO 1 may have arrived
+                    # already: counted from QUIET).
+                    b0 = seen["quiet"]["counters"]["boosts"]
+                    seen["start"], seen["raised"] = wait_io(
+                        lambda s: s["level"] == "boosted" or s["counters"]["boosts"] > b0, 5.0)
+                elif word == "APP-END":
+                    # Lowered once it has started (the guest holds IO 1 for 50 ms after its last
+                    # weight-raised busy queue).
+                    seen["end"], seen["lowered"] = wait_io(
+                        lambda s: s["level"] == "normal" and s["counters"]["deboosts"] == s["counters"]["boosts"], 3.0)
+            try:
+                console, _ = cb.boot_guest(self.WORKLOAD, sock=d.socket_dir / "io.sock", on_line=on_line,
+                                           adds=[f"{harness.TOOLS}:/usr/bin/cosched-tools"], disks=[self.image])
+            finally:
+                d.stop()
+            daemon_log = (Path(tmp) / "daemon.log").read_text()
+        agent = agent_log(console)
+        why = f"seen {seen}\nagent:\n{agent}\ndaemon:\n{daemon_log[-3000:]}"
+        self.assertIn("detectors attached: io (BFQ on vda; switched vda from mq-deadline)", agent, why)
+        self.assertIn("granted cpu,io", agent, why)
+        self.assertIn("READERS-ALIVE", console, "the readers ran for the whole start-up\n" + why)
+        q = seen.get("quiet")
+        self.assertTrue(q and q["registered"], why)
+        self.assertEqual(q["level"], "normal", "the readers' own raising was over before the start\n" + why)
+        self.assertTrue(seen.get("raised"), "the daemon never raised the VM's I/O for the start\n" + why)
+        self.assertTrue(seen.get("lowered"), "the daemon did not lower it after the start\n" + why)
+        self.assertEqual(seen["end"]["counters"]["denied"], {}, why)
+        # The guest's own view: exactly one episode, IO 1 at the start and IO 0 after it.
+        (app_start,), (app_end,) = uptime_marks(console, "APP-START"), uptime_marks(console, "APP-END")
+        episode = [(t, w) for t, w in io_transitions(console) if t >= app_start - 0.05]
+        self.assertEqual([w for _, w in episode], [True, False], why)
+        (t1, _), (t0, _) = episode
+        print(f"\n  app start {app_end - app_start:.3f} s under 2 readers; IO 1 {1000 * (t1 - app_start):+.0f} ms "
+              f"after its start, IO 0 {1000 * (t0 - app_end):+.0f} ms after its end (raised "
+              f"{1000 * (t0 - t1):.0f} ms); daemon io counters {seen['end']['counters']}", file=sys.stderr)
+        self.assertLess(t1 - app_start, 0.5, why)
+        self.assertGreaterEqual(t0, app_end - 0.05, "IO 0 only once it has started\n" + why)
+        self.assertLess(t0 - app_end, 1.0, why)
+
+    def test_no_bfq_in_the_guest_io_unsupported_cpu_works(self):
+        """A guest with a disk but without BFQ (its module not loaded): the agent says I/O is
+        unsupported and why, registers the CPU only, and the CPU coordination works."""
+        need_root(self)
+        workload = """#!/bin/sh
+cosched guest 2>/tmp/agent.log &
+AGENT=$!
+until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
+cyclictest -p 80 -i 1000 -l 500 -q >/dev/null
+echo "CPU-DONE"
+kill $AGENT; wait $AGENT
+sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
+"""
+        seen = {}
+        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp:
+            d = cb.Daemon(tmp, "[resources]\nio = true\n")
+
+            def on_line(line, pid):
+                if line == "CPU-DONE":
+                    seen["vm"], _ = wait_for_vm(d, lambda v: v["counters"]["boosts"] >= 1, timeout=3.0)
+                    seen["io"] = self.io_state(d)
+            try:
+                console, _ = cb.boot_guest(workload, sock=d.socket_dir / "nobfq.sock", on_line=on_line,
+                                           disks=[self.image], append="cosched.skip_modules=bfq")
+            finally:
+                d.stop()
+        agent = agent_log(console)
+        self.assertIn("bfq not loaded (cosched.skip_modules)", console)
+        self.assertIn("unsupported here, the other detectors keep working: io: BFQ is not available", agent)
+        self.assertIn("modprobe bfq", agent)
+        self.assertRegex(agent, r"(?m)registered with the host; granted cpu$")
+        vm = seen.get("vm")
+        self.assertTrue(vm and vm["registered"] and vm["counters"]["boosts"] >= 1, (vm, agent))
+        self.assertEqual(seen["io"]["counters"]["requests"], 0, seen["io"])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -20,9 +20,10 @@
  * weight-raising at once; the next operation on the disk shows it.)
  * exit_queue (fentry) forgets an instance that goes away (scheduler switched, disk removed).
  *
- * Per instance: a sample with wr_busy_queues > 0 reports want=1 at once (the seed's 0 -> 1). A
- * sample of 0 starts a hold of io_hold_ns (a timer): want=0 is reported only if no raised
- * busy queue is seen for that long. An application's queue empties between its reads while
+ * Per instance: a sample with wr_busy_queues > 0 reports want=1 at once (the seed's 0 -> 1).
+ * want=0 is reported only once no raised busy queue has been seen for io_hold_ns: by a sample,
+ * or by the instance's timer, which runs every io_hold_ns while it is raised and reads the
+ * count itself. An application's queue empties between its reads while
  * other queues are served (BFQ then takes it off the busy list), so without the hold one start
  * would flip IO 1 / IO 0 at nearly every read.
  *
@@ -98,22 +99,49 @@ static __always_inline int emit(u64 bfqd, struct cosched_io_state *st, u32 want,
 	return 1;
 }
 
+static int hold_timer_cb(void *map, u64 *key, struct cosched_io_state *st);
+
+static __always_inline void arm_timer(struct cosched_io_state *st, u64 ns)
+{
+	if (!st->timer_ready) {
+		/* -EBUSY if a racing path initialised it first: fine either way. */
+		bpf_timer_init(&st->timer, &io_states, CLOCK_MONOTONIC);
+		bpf_timer_set_callback(&st->timer, hold_timer_cb);
+		st->timer_ready = 1;
+	}
+	if (!st->timer_armed) {
+		st->timer_armed = 1;
+		bpf_timer_start(&st->timer, ns, 0);
+	}
+}
+
+/*
+ * While an instance is raised its timer runs every io_hold_ns and reads the count itself: IO 0
+ * then never depends on a BFQ operation coming after the one that emptied the last raised queue
+ * (a path this program does not hook, such as the low_latency sysfs switch, or two CPUs whose
+ * samples crossed).
+ */
 static int hold_timer_cb(void *map, u64 *key, struct cosched_io_state *st)
 {
+	struct bfq_data *bfqd = (struct bfq_data *)*key;
 	u64 now = bpf_ktime_get_ns();
-	u64 until = st->last_busy_ns + io_hold_ns;
+	int wr = BPF_CORE_READ(bfqd, wr_busy_queues);
+	u64 until;
 
 	st->timer_armed = 0;
-	if (!st->raised || st->wr_busy_queues > 0)
+	if (!st->raised)
 		return 0;
-	if (now >= until) {
+	st->wr_busy_queues = wr;
+	if (wr > 0)
+		st->last_busy_ns = now;
+	until = st->last_busy_ns + io_hold_ns;
+	if (wr <= 0 && now >= until) {
 		if (emit(*key, st, 0, now))
 			st->raised = 0;
 		return 0;
 	}
-	/* A raised busy queue was seen since the timer was armed: wait for the rest. */
 	st->timer_armed = 1;
-	bpf_timer_start(&st->timer, until - now, 0);
+	bpf_timer_start(&st->timer, wr > 0 ? io_hold_ns : until - now, 0);
 	return 0;
 }
 
@@ -148,8 +176,11 @@ static __always_inline void sample(struct bfq_data *bfqd)
 	st->wr_busy_queues = wr;
 	if (wr > 0) {
 		st->last_busy_ns = now;
-		if (!st->raised && emit(key, st, 1, now))
+		if (!st->raised && emit(key, st, 1, now)) {
 			st->raised = 1;
+			if (io_hold_ns)
+				arm_timer(st, io_hold_ns);
+		}
 		return;
 	}
 	if (!st->raised)
@@ -161,16 +192,7 @@ static __always_inline void sample(struct bfq_data *bfqd)
 	}
 	if (s)
 		s->holds++;
-	if (!st->timer_ready) {
-		/* -EBUSY if a racing path initialised it first: fine either way. */
-		bpf_timer_init(&st->timer, &io_states, CLOCK_MONOTONIC);
-		bpf_timer_set_callback(&st->timer, hold_timer_cb);
-		st->timer_ready = 1;
-	}
-	if (!st->timer_armed) {
-		st->timer_armed = 1;
-		bpf_timer_start(&st->timer, io_hold_ns, 0);
-	}
+	arm_timer(st, io_hold_ns);
 }
 
 static __always_inline struct bfq_data *hctx_bfqd(struct blk_mq_hw_ctx *hctx)

@@ -25,7 +25,7 @@ struct cosched_io_stats {
 	unsigned long long samples;	/* wr_busy_queues read after a BFQ operation */
 	unsigned long long raises;	/* 0 -> >0 reported */
 	unsigned long long lowers;	/* back to 0 for io_hold_ns, reported */
-	unsigned long long holds;	/* 0 seen while raised: the hold timer started or ran on */
+	unsigned long long holds;	/* samples of 0 while raised (the hold runs) */
 	unsigned long long exits;	/* BFQ instances that went away (scheduler switched, disk removed) */
 	unsigned long long events_dropped;
 };

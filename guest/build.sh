@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the cosched test guest: Debian's kernel (the one package linux-image-amd64
-# depends on) and a busybox initramfs with the virtio-serial modules and cyclictest.
+# depends on) and a busybox initramfs with the virtio-serial modules, the modules of a
+# virtio-blk disk (virtio_blk, bfq, ext4) and cyclictest.
 #
 # Output (default <repo>/build/guest, override with COSCHED_GUEST_DIR):
 #   vmlinuz          the guest kernel (bzImage, as packaged)
@@ -22,10 +23,16 @@ cache=$out/cache
 force=0
 quiet=0
 
-# Modules for the virtio-serial port, in load order.
+# Modules for the virtio-serial port, in load order (loaded at every boot).
 virtio_modules=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_console)
+# Modules for virtio-blk disks, in load order, loaded by init.sh only when the guest has a
+# virtio block device (a boot without disks does not pay for ext4's 2 MB): the disk driver,
+# the BFQ I/O scheduler (the agent's I/O detector watches it), and ext4 with its dependencies
+# (crc32c_generic: ext4 and jbd2 ask the crypto API for crc32c, a soft dependency, for
+# metadata_csum, which mkfs.ext4 turns on by default).
+disk_modules=(virtio_blk bfq crc16 mbcache crc32c_generic jbd2 ext4)
 # Shipped but not loaded.
-extra_modules=(bfq)
+extra_modules=()
 
 log() { echo "build.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -181,9 +188,10 @@ if stale "$out/base.cpio.gz" "${inputs[@]}"; then
 
     # modules (decompressed: busybox insmod takes plain .ko)
     : >"$root/lib/modules/load-order"
+    : >"$root/lib/modules/load-order-disk"
     have=()
-    add_module() { # NAME LOAD(0|1)
-        local name=$1 load=$2 src
+    add_module() { # NAME LIST(load-order|load-order-disk|-)
+        local name=$1 list=$2 src
         src=$(find_module "$name")
         if [ -z "$src" ]; then
             if is_builtin "$name"; then
@@ -198,16 +206,18 @@ if stale "$out/base.cpio.gz" "${inputs[@]}"; then
             *.ko.zst) zstd -qdc "$src" >"$root/lib/modules/$name.ko" ;;
             *) cp "$src" "$root/lib/modules/$name.ko" ;;
         esac
-        if [ "$load" = 1 ]; then
-            echo "$name" >>"$root/lib/modules/load-order"
+        if [ "$list" != - ]; then
+            echo "$name" >>"$root/lib/modules/$list"
             have+=("$name")
         fi
     }
-    for m in "${virtio_modules[@]}"; do add_module "$m" 1; done
-    for m in "${extra_modules[@]}"; do add_module "$m" 0; done
+    for m in "${virtio_modules[@]}"; do add_module "$m" load-order; done
+    for m in "${disk_modules[@]}"; do add_module "$m" load-order-disk; done
+    for m in "${extra_modules[@]}"; do add_module "$m" -; done
 
     # Check that every module's dependencies (its .modinfo "depends=") are loaded
-    # before it. The .deb ships no modules.dep (depmod makes it at install time).
+    # before it (load-order-disk comes after load-order). The .deb ships no modules.dep
+    # (depmod makes it at install time).
     loaded=" "
     for m in "${have[@]}"; do
         deps=$(tr '\0' '\n' <"$root/lib/modules/$m.ko" | grep -a -m1 '^depends=' || true)

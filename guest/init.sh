@@ -1,6 +1,7 @@
 #!/bin/sh
 # /init of the cosched test guest (busybox sh, PID 1). Installed by guest/build.sh.
-# Mounts the pseudo file systems, loads the virtio-serial modules, creates
+# Mounts the pseudo file systems, loads the virtio-serial modules (and, with a virtio-blk
+# disk, virtio_blk, bfq and ext4), creates
 # /dev/virtio-ports/<name> links, runs /workload.sh if present, then powers off.
 # Never exits: PID 1 exiting would panic the kernel.
 # (busybox sh does not support pipefail; this is the only script that runs inside the guest.)
@@ -36,22 +37,38 @@ mkdir -p /sys/fs/bpf 2>/dev/null || true
 mount -t bpf bpf /sys/fs/bpf 2>/dev/null || echo "COSCHED-GUEST: bpffs mount failed"
 
 stage "mounted"
-# Modules in load order (written by build.sh; one name per line, file /lib/modules/<name>.ko).
-if [ -f /lib/modules/load-order ]; then
+# cosched.skip_modules=a,b on the kernel command line: modules not to load (e.g. bfq, to see
+# a guest without BFQ).
+skip=","
+read -r cmdline </proc/cmdline
+for arg in $cmdline; do
+    case $arg in cosched.skip_modules=*) skip=",${arg#cosched.skip_modules=}," ;; esac
+done
+# load_modules LIST: the modules of /lib/modules/LIST (written by build.sh; one name per
+# line, in load order, file /lib/modules/<name>.ko).
+load_modules() {
+    [ -f "/lib/modules/$1" ] || return 0
     while read -r mod; do
         [ -n "$mod" ] || continue
+        case $skip in *",$mod,"*) echo "COSCHED-GUEST: $mod not loaded (cosched.skip_modules)"; continue ;; esac
         insmod "/lib/modules/$mod.ko" || echo "COSCHED-GUEST: insmod $mod failed"
-    done </lib/modules/load-order
-fi
-
-stage "modules loaded"
-# Is there a virtio console (virtio-serial) device? Virtio device id 3.
+    done <"/lib/modules/$1"
+}
+load_modules load-order
+# Virtio device ids: 2 block, 3 console (virtio-serial).
+have_vblk=0
 have_vserial=0
 for d in /sys/bus/virtio/devices/*; do
     [ -r "$d/device" ] || continue
-    [ "$(cat "$d/device")" = "0x0003" ] && have_vserial=1
+    case $(cat "$d/device") in
+        0x0002) have_vblk=1 ;;
+        0x0003) have_vserial=1 ;;
+    esac
 done
+# The disk modules (virtio_blk, bfq, ext4...) only for a guest with a virtio-blk disk.
+[ "$have_vblk" = 1 ] && load_modules load-order-disk
 
+stage "modules loaded"
 # Port names arrive asynchronously from the host; wait (up to ~3 s) until every
 # port has one.
 if [ "$have_vserial" = 1 ]; then

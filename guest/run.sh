@@ -27,6 +27,12 @@ Options:
   --sock PATH            add a virtio-serial port named org.cosched.0 whose host end is the
                          unix socket PATH (QEMU is the server; wait=off). In the guest:
                          /dev/virtio-ports/org.cosched.0 -> ../vport0p1
+  --disk FILE[,iothread] add a virtio-blk disk backed by FILE (repeatable; the guest sees
+                         /dev/vda, /dev/vdb... in this order): raw format, cache=none
+                         (O_DIRECT on the host: the host page cache cannot serve the image),
+                         aio=threads (QEMU's "worker" threads do the I/O). ",iothread" gives
+                         the disk its own QEMU iothread ("IO iothreadN"). The guest's init
+                         loads virtio_blk, bfq and ext4 when it has a disk
   --accel auto|kvm|tcg   accelerator (default auto: KVM only if guest/kvm-usable.sh says it
                          really works, else TCG with one line on stderr saying why)
   --smp N                vCPUs (default 1)
@@ -51,6 +57,7 @@ die() { echo "run.sh: $*" >&2; exit 2; }
 
 workload=
 adds=()
+disks=()
 layers=()
 sock=
 accel=auto
@@ -70,6 +77,7 @@ while [ $# -gt 0 ]; do
         --add) need "$@"; adds+=("$2"); shift ;;
         --layer) need "$@"; layers+=("$2"); shift ;;
         --sock) need "$@"; sock=$2; shift ;;
+        --disk) need "$@"; disks+=("$2"); shift ;;
         --accel) need "$@"; accel=$2; shift ;;
         --smp) need "$@"; smp=$2; shift ;;
         --mem) need "$@"; mem=$2; shift ;;
@@ -92,6 +100,11 @@ case $accel in auto|kvm|tcg) ;; *) die "--accel must be auto, kvm or tcg" ;; esa
 [[ $name != *,* ]] || die "--name must not contain a comma"
 [ -z "$workload" ] || [ -f "$workload" ] || die "workload $workload not found"
 if [ -n "$sock" ] && [[ $sock == *,* ]]; then die "--sock path must not contain a comma"; fi
+for spec in "${disks[@]}"; do
+    dfile=${spec%,iothread}
+    [[ $dfile != *,* ]] || die "--disk $spec: FILE must not contain a comma (the only option is ,iothread)"
+    [ -f "$dfile" ] || [ -b "$dfile" ] || die "--disk $dfile: not found"
+done
 
 # build.sh takes ~40 ms when everything is up to date (it rebuilds base.cpio.gz after an
 # edit of guest/init.sh or guest/build.sh).
@@ -212,6 +225,18 @@ if [ -n "$sock" ]; then
         -device virtserialport,chardev=cosched0,name=org.cosched.0
     )
 fi
+
+n=0
+for spec in "${disks[@]}"; do
+    dfile=${spec%,iothread}
+    dev=virtio-blk-pci,drive=disk$n
+    if [ "$dfile" != "$spec" ]; then
+        args+=(-object "iothread,id=iothread$n")
+        dev=$dev,iothread=iothread$n
+    fi
+    args+=(-drive "file=$dfile,if=none,id=disk$n,format=raw,cache=none,aio=threads" -device "$dev")
+    n=$((n + 1))
+done
 
 if [ "$dry" = 1 ]; then
     printf '%q ' "${args[@]}"

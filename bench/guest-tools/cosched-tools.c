@@ -13,9 +13,15 @@
  *   cosched-tools pingpong N
  *       Two processes pass one byte back and forth over two pipes N times (2N context switches)
  *       and print "pingpong <N> <us>".
+ *   cosched-tools seqread FILE SECONDS
+ *       A sequential reader: reads FILE from start to end in 1 MiB blocks with O_DIRECT (the page
+ *       cache never serves it), again and again, for SECONDS, in one process (one I/O context,
+ *       so the disk scheduler sees one long-running reader, not a new one per pass), and prints
+ *       "seqread <bytes> <us>".
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +169,40 @@ static int cmd_pingpong(int argc, char **argv)
 	return 0;
 }
 
+static int cmd_seqread(int argc, char **argv)
+{
+	const size_t block = 1 << 20;
+	uint64_t t0, until, total = 0;
+	void *buf;
+	ssize_t n;
+	int fd;
+
+	if (argc != 4) {
+		fprintf(stderr, "usage: cosched-tools seqread FILE SECONDS\n");
+		return 2;
+	}
+	fd = open(argv[2], O_RDONLY | O_DIRECT);
+	if (fd < 0)
+		die(argv[2]);
+	if (posix_memalign(&buf, 4096, block))
+		die("posix_memalign");
+	t0 = now_us();
+	until = t0 + (uint64_t)(atof(argv[3]) * 1e6);
+	while (now_us() < until) {
+		n = read(fd, buf, block);
+		if (n < 0)
+			die("read");
+		if (n == 0) {
+			if (lseek(fd, 0, SEEK_SET) < 0)
+				die("lseek");
+			continue;
+		}
+		total += n;
+	}
+	printf("seqread %llu %llu\n", (unsigned long long)total, (unsigned long long)(now_us() - t0));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && !strcmp(argv[1], "launch"))
@@ -171,6 +211,8 @@ int main(int argc, char **argv)
 		return cmd_primes(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "pingpong"))
 		return cmd_pingpong(argc, argv);
-	fprintf(stderr, "usage: cosched-tools launch N CMD [ARGS...] | primes LIMIT | pingpong N\n");
+	if (argc >= 2 && !strcmp(argv[1], "seqread"))
+		return cmd_seqread(argc, argv);
+	fprintf(stderr, "usage: cosched-tools launch N CMD [ARGS...] | primes LIMIT | pingpong N | seqread FILE SECONDS\n");
 	return 2;
 }

@@ -1,19 +1,30 @@
-//! Builds the BPF program and its Rust skeleton (clang is required; see README).
+//! Builds the BPF programs and their Rust skeletons (clang is required; see README): the CPU
+//! detector (`src/bpf/cosched.bpf.c`) and the I/O detector (`src/bpf/io.bpf.c`), one skeleton
+//! each.
 
 use std::env;
 use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const SRC: &str = "src/bpf/cosched.bpf.c";
+/// (source, skeleton file name, headers it includes besides vmlinux.h).
+const PROGRAMS: &[(&str, &str, &[&str])] = &[
+    ("src/bpf/cosched.bpf.c", "cosched.skel.rs", &["src/bpf/intf.h"]),
+    ("src/bpf/io.bpf.c", "io.skel.rs", &["src/bpf/io_intf.h", "src/bpf/bfq.h"]),
+];
 
 fn main() {
-    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo")).join("cosched.skel.rs");
-    SkeletonBuilder::new()
-        .source(SRC)
-        .clang_args(["-Isrc/bpf", "-Wall", "-Wno-unused-function"])
-        .build_and_generate(&out)
-        .expect("building the BPF program (is clang installed?)");
-    println!("cargo:rerun-if-changed={SRC}");
-    println!("cargo:rerun-if-changed=src/bpf/intf.h");
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
+    for (src, skel, headers) in PROGRAMS {
+        SkeletonBuilder::new()
+            .source(src)
+            .clang_args(["-Isrc/bpf", "-Wall", "-Wno-unused-function"])
+            .build_and_generate(out_dir.join(skel))
+            .unwrap_or_else(|e| panic!("building the BPF program {src} (is clang installed?): {e:#}"));
+        println!("cargo:rerun-if-changed={src}");
+        for h in *headers {
+            println!("cargo:rerun-if-changed={h}");
+        }
+    }
+    println!("cargo:rerun-if-changed=src/bpf/vmlinux.h");
 }

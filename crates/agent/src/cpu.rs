@@ -9,17 +9,16 @@ mod skel {
 }
 
 use std::cell::RefCell;
-use std::mem::{size_of, MaybeUninit};
+use std::mem::size_of;
 use std::os::fd::RawFd;
-use std::ptr::NonNull;
 use std::rc::Rc;
 
 use anyhow::{ensure, Context};
 use cosched_proto::Resource;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBufferBuilder};
+use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 
-use crate::detector::{read_plain, Detector, DetectorKind, Plain, Transition};
+use crate::detector::{read_plain, Detector, DetectorKind, ObjectStorage, Plain, Transition};
 use crate::{log, Options};
 use skel::types::{self, cosched_reason};
 use skel::{CoschedSkel, CoschedSkelBuilder, OpenCoschedSkel};
@@ -76,37 +75,14 @@ fn reason_name(e: &types::cosched_event) -> &'static str {
     }
 }
 
-/// The heap storage the skeleton borrows for its whole life (`libbpf_rs::OpenObject`, then the
-/// loaded `Object` in its place). Held as a raw pointer, not a `Box`, so that moving its owner
-/// does not assert unique access while the skeleton holds a reference into it.
-struct ObjectStorage(NonNull<MaybeUninit<OpenObject>>);
-
-impl ObjectStorage {
-    fn new() -> ObjectStorage {
-        ObjectStorage(NonNull::from(Box::leak(Box::new(MaybeUninit::uninit()))))
-    }
-}
-
-impl Drop for ObjectStorage {
-    fn drop(&mut self) {
-        // SAFETY: the pointer came from `Box::leak` in `new` and is freed only here, once. The
-        // skeleton that used it was dropped before (see the field order of `CpuDetector`, and
-        // `open_skel`, whose callers drop their skeleton before this storage) and dropped the
-        // object it held; a `MaybeUninit` has nothing left to drop.
-        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
-    }
-}
-
 /// Opens the BPF object into `storage` and sets its knobs.
 ///
 /// # Safety
 ///
 /// The returned skeleton (and anything made from it) must be dropped before `storage`.
 unsafe fn open_skel(storage: &ObjectStorage, opts: &Options) -> anyhow::Result<OpenCoschedSkel<'static>> {
-    // SAFETY: `storage` is valid for reads and writes and nothing else refers to it; the caller
-    // keeps it alive (and unaliased) for as long as the skeleton lives, so the `'static` is never
-    // observed past its end.
-    let object: &'static mut MaybeUninit<OpenObject> = unsafe { &mut *storage.0.as_ptr() };
+    // SAFETY: called once for this storage; the caller drops the skeleton before `storage`.
+    let object = unsafe { storage.object() };
     let mut open = CoschedSkelBuilder::default()
         .open(object)
         .context("opening the BPF object (needs a kernel with BTF: /sys/kernel/btf/vmlinux)")?;

@@ -6,9 +6,12 @@
 //! and attaches exactly those the host grants. A new resource's detector is a new module with a
 //! [`DetectorKind`] and one line in [`DETECTORS`].
 
+use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
+use std::ptr::NonNull;
 
 use cosched_proto::Resource;
+use libbpf_rs::OpenObject;
 
 use crate::Options;
 
@@ -24,7 +27,8 @@ pub(crate) struct DetectorKind {
 /// Every detector this agent has, in the order they are probed and attached.
 pub(crate) const DETECTORS: &[DetectorKind] = &[
     crate::cpu::KIND,
-    // crate::io::KIND (the guest's BFQ) and crate::membw::KIND come here.
+    crate::io::KIND,
+    // crate::membw::KIND comes here.
 ];
 
 /// One transition of one unit (a CPU for the CPU detector).
@@ -48,6 +52,39 @@ pub(crate) trait Detector {
     fn wants(&self) -> Vec<bool>;
     /// Its counters, as `name=value` pairs separated by spaces.
     fn stats(&self) -> String;
+}
+
+/// The heap storage a BPF skeleton borrows for its whole life (`libbpf_rs::OpenObject`, then the
+/// loaded `Object` in its place). Held as a raw pointer, not a `Box`, so that moving its owner
+/// does not assert unique access while the skeleton holds a reference into it.
+pub(crate) struct ObjectStorage(NonNull<MaybeUninit<OpenObject>>);
+
+impl ObjectStorage {
+    pub(crate) fn new() -> ObjectStorage {
+        ObjectStorage(NonNull::from(Box::leak(Box::new(MaybeUninit::uninit()))))
+    }
+
+    /// The storage, for a skeleton builder's `open`.
+    ///
+    /// # Safety
+    ///
+    /// Call it once per storage, and drop the skeleton made from it (and anything made from that)
+    /// before the storage: the `'static` must never be observed past the storage's end.
+    pub(crate) unsafe fn object(&self) -> &'static mut MaybeUninit<OpenObject> {
+        // SAFETY: the pointer is valid for reads and writes until `drop`; the caller promises a
+        // single use and that the reference does not outlive the storage.
+        unsafe { &mut *self.0.as_ptr() }
+    }
+}
+
+impl Drop for ObjectStorage {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from `Box::leak` in `new` and is freed only here, once. The
+        // skeleton that used it was dropped before (the detectors declare their storage after
+        // their skeleton; `object`'s callers drop their skeleton before this storage) and dropped
+        // the object it held; a `MaybeUninit` has nothing left to drop.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
 }
 
 /// A type whose every bit pattern is a valid value, so that it can be read from bytes the kernel

@@ -1,11 +1,12 @@
 //! The cosched guest agent (`cosched guest`).
 //!
 //! It opens the virtio-serial port `org.cosched.0`, probes its detectors (one per resource, see
-//! `detector.rs`; today the CPU one: `src/bpf/cosched.bpf.c` on `sched_switch`, `sched_wakeup`,
-//! `sched_wakeup_new`), registers with the host the resources whose detector can load, and
+//! `detector.rs`: CPU, `src/bpf/cosched.bpf.c` on `sched_switch`, `sched_wakeup`,
+//! `sched_wakeup_new`; I/O, `src/bpf/io.bpf.c` on the guest BFQ's count of weight-raised busy
+//! queues, see `io.rs`), registers with the host the resources whose detector can load, and
 //! attaches the detectors of the resources the host grants. The detectors decide in the kernel;
 //! the agent wakes only when a unit's need changes and sends the host the VM's transitions
-//! (`CPU 1` / `CPU 0`). The protocol logic is in [`core`], per resource: if the host denies the
+//! (`CPU 1` / `CPU 0`, `IO 1` / `IO 0`). The protocol logic is in [`core`], per resource: if the host denies the
 //! registration, or the operator disables a resource, its detector is detached and the agent
 //! waits for `ENABLE`.
 //!
@@ -16,10 +17,11 @@
 pub mod core;
 mod cpu;
 mod detector;
+mod io;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -60,6 +62,12 @@ pub struct Options {
     /// the new-task heuristic off
     #[arg(long, default_value_t = 8)]
     pub watch_count: u32,
+    /// I/O: report that the guest's BFQ has no weight-raised busy queue left (`IO 0`) only once
+    /// none has been seen for this long (0: at once, as in the paper). An application's queue
+    /// empties between its reads while other queues are served, so without a hold one
+    /// application start flips `IO 1` / `IO 0` at nearly every read
+    #[arg(long, default_value_t = 50)]
+    pub io_hold_ms: u64,
     /// After the host ends a boost for budget reasons, wait this long before asking again
     #[arg(long, default_value_t = 100)]
     pub budget_backoff_ms: u64,
@@ -123,11 +131,11 @@ pub(crate) fn log(msg: &str) {
     eprintln!("cosched-guest: {msg}");
 }
 
-fn set_rt_priority(prio: u32) -> io::Result<()> {
+fn set_rt_priority(prio: u32) -> std::io::Result<()> {
     let param = libc::sched_param { sched_priority: prio as i32 };
     // SAFETY: sched_setscheduler on ourselves with a valid param.
     if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) } != 0 {
-        return Err(io::Error::last_os_error());
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
@@ -248,7 +256,7 @@ impl Port {
                     }
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => log(&format!("reading the port: {e}")),
         }
     }
@@ -263,7 +271,7 @@ impl Port {
 
 /// `ppoll(2)`: unlike `poll(2)` the timeout has nanosecond resolution, so a deadline under a
 /// millisecond away is waited for, not spun on.
-fn ppoll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<()> {
+fn ppoll(fds: &mut [libc::pollfd], timeout: Duration) -> std::io::Result<()> {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -272,7 +280,7 @@ fn ppoll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<()> {
     // that outlives the call; a null signal mask keeps ours (ppoll then behaves like poll).
     let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
     if rc < 0 {
-        return Err(io::Error::last_os_error());
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
@@ -396,7 +404,7 @@ impl Agent {
                 port_in: fds[0].revents & libc::POLLIN != 0,
                 port_hup: fds[0].revents & libc::POLLHUP != 0,
             })),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(None),
             Err(e) => Err(e).context("ppoll"),
         }
     }

@@ -18,6 +18,9 @@
  *       cache never serves it), again and again, for SECONDS, in one process (one I/O context,
  *       so the disk scheduler sees one long-running reader, not a new one per pass), and prints
  *       "seqread <bytes> <us>".
+ *   cosched-tools randread FILE SECONDS
+ *       A random reader: 4-64 KiB O_DIRECT reads at random 4 KiB-aligned offsets of FILE, for
+ *       SECONDS, in one process; prints "randread <bytes> <us>".
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -203,6 +206,46 @@ static int cmd_seqread(int argc, char **argv)
 	return 0;
 }
 
+static int cmd_randread(int argc, char **argv)
+{
+	const size_t max = 64 << 10;
+	uint64_t t0, until, total = 0, seed;
+	off_t size;
+	void *buf;
+	ssize_t n;
+	int fd;
+
+	if (argc != 4) {
+		fprintf(stderr, "usage: cosched-tools randread FILE SECONDS\n");
+		return 2;
+	}
+	fd = open(argv[2], O_RDONLY | O_DIRECT);
+	if (fd < 0)
+		die(argv[2]);
+	size = lseek(fd, 0, SEEK_END);
+	if (size < (off_t)max)
+		die("randread: file smaller than 64 KiB");
+	if (posix_memalign(&buf, 4096, max))
+		die("posix_memalign");
+	t0 = now_us();
+	seed = t0 | 1;
+	until = t0 + (uint64_t)(atof(argv[3]) * 1e6);
+	while (now_us() < until) {
+		/* xorshift64: no libc state, so one reader's sequence is its own */
+		seed ^= seed << 13;
+		seed ^= seed >> 7;
+		seed ^= seed << 17;
+		size_t len = (1 + seed % 16) << 12;
+		off_t off = (off_t)((seed >> 8) % (uint64_t)((size - max) >> 12)) << 12;
+		n = pread(fd, buf, len, off);
+		if (n < 0)
+			die("pread");
+		total += n;
+	}
+	printf("randread %llu %llu\n", (unsigned long long)total, (unsigned long long)(now_us() - t0));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && !strcmp(argv[1], "launch"))
@@ -213,6 +256,8 @@ int main(int argc, char **argv)
 		return cmd_pingpong(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "seqread"))
 		return cmd_seqread(argc, argv);
-	fprintf(stderr, "usage: cosched-tools launch N CMD [ARGS...] | primes LIMIT | pingpong N | seqread FILE SECONDS\n");
+	if (argc >= 2 && !strcmp(argv[1], "randread"))
+		return cmd_randread(argc, argv);
+	fprintf(stderr, "usage: cosched-tools launch N CMD [ARGS...] | primes LIMIT | pingpong N | seqread FILE SECONDS | randread FILE SECONDS\n");
 	return 2;
 }

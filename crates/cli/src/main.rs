@@ -179,6 +179,14 @@ fn print_status(s: &Value) {
             l["max_share_permille"],
             ms("window_ns")
         );
+        if r == "io" {
+            let io = &s["io"];
+            print!(
+                "; lever {} through {}",
+                io["lever"].as_str().unwrap_or("?"),
+                io["acts_through"].as_str().unwrap_or("?")
+            );
+        }
         if r == "cpu" {
             print!(
                 "; real-time guard {}‰ of {} ms; host reserve: {} of at most {} vCPU(s) boosted",
@@ -189,6 +197,9 @@ fn print_status(s: &Value) {
             );
         }
         println!(")");
+    }
+    if let Some(why) = s["io"]["unsupported"].as_str() {
+        println!("io: unsupported here: {why}");
     }
     let l = &s["latency"];
     println!(
@@ -236,12 +247,26 @@ fn print_status(s: &Value) {
             );
         }
         for t in vm["threads"].as_array().cloned().unwrap_or_default() {
+            // The I/O lever's setting on the thread, if it has one.
+            let io = ["ioprio", "blkio", "io_weight"]
+                .iter()
+                .find_map(|k| t[*k].as_str().map(|v| format!("  {k} {v}")))
+                .unwrap_or_default();
             println!(
-                "    {:>7} {:<7} {:<18} {}",
+                "    {:>7} {:<7} {:<18} {}{io}",
                 t["tid"],
                 t["role"].as_str().unwrap_or("?"),
                 t["comm"].as_str().unwrap_or("?"),
                 t["sched"].as_str().unwrap_or("?")
+            );
+        }
+        for d in vm["disks"].as_array().cloned().unwrap_or_default() {
+            println!(
+                "    disk {} on /dev/{}: scheduler {}{}",
+                d["image"].as_str().unwrap_or("?"),
+                d["device"].as_str().unwrap_or("?"),
+                d["scheduler"].as_str().unwrap_or("?"),
+                if d["scheduler"] == "bfq" { "" } else { " (not bfq: I/O coordination cannot help this VM there)" }
             );
         }
     }

@@ -18,7 +18,8 @@ fn main() {
     for (src, skel, headers) in PROGRAMS {
         SkeletonBuilder::new()
             .source(src)
-            .clang_args(["-Isrc/bpf", "-Wall", "-Wno-unused-function"])
+            // -mcpu=v3: the I/O detector's compare-and-swap (BPF atomics, Linux >= 5.12).
+            .clang_args(["-Isrc/bpf", "-Wall", "-Wno-unused-function", "-mcpu=v3"])
             .build_and_generate(out_dir.join(skel))
             .unwrap_or_else(|e| panic!("building the BPF program {src} (is clang installed?): {e:#}"));
         println!("cargo:rerun-if-changed={src}");

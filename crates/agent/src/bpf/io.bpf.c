@@ -101,6 +101,22 @@ static __always_inline int emit(u64 bfqd, struct cosched_io_state *st, u32 want,
 
 static int hold_timer_cb(void *map, u64 *key, struct cosched_io_state *st);
 
+/*
+ * Moves st->raised from !want to want and reports it; 0 if another path got there first (or the
+ * ring buffer was full: then it stays as it was). BFQ's operations nest on one CPU (a completion
+ * in interrupt context runs into a sample in process context, and the timer too), so the flag
+ * changes only by compare-and-swap: one transition, one event.
+ */
+static __always_inline int transition(u64 key, struct cosched_io_state *st, u32 want, u64 now)
+{
+	if (__sync_val_compare_and_swap(&st->raised, !want, want) != !want)
+		return 0;
+	if (emit(key, st, want, now))
+		return 1;
+	st->raised = !want;
+	return 0;
+}
+
 static __always_inline void arm_timer(struct cosched_io_state *st, u64 ns)
 {
 	if (!st->timer_ready) {
@@ -136,8 +152,7 @@ static int hold_timer_cb(void *map, u64 *key, struct cosched_io_state *st)
 		st->last_busy_ns = now;
 	until = st->last_busy_ns + io_hold_ns;
 	if (wr <= 0 && now >= until) {
-		if (emit(*key, st, 0, now))
-			st->raised = 0;
+		transition(*key, st, 0, now);
 		return 0;
 	}
 	st->timer_armed = 1;
@@ -176,18 +191,14 @@ static __always_inline void sample(struct bfq_data *bfqd)
 	st->wr_busy_queues = wr;
 	if (wr > 0) {
 		st->last_busy_ns = now;
-		if (!st->raised && emit(key, st, 1, now)) {
-			st->raised = 1;
-			if (io_hold_ns)
-				arm_timer(st, io_hold_ns);
-		}
+		if (!st->raised && transition(key, st, 1, now) && io_hold_ns)
+			arm_timer(st, io_hold_ns);
 		return;
 	}
 	if (!st->raised)
 		return;
 	if (!io_hold_ns) {
-		if (emit(key, st, 0, now))
-			st->raised = 0;
+		transition(key, st, 0, now);
 		return;
 	}
 	if (s)
@@ -259,10 +270,8 @@ int BPF_PROG(io_exit, struct elevator_queue *e)
 	s = stats_get();
 	if (s)
 		s->exits++;
-	if (st->raised) {
-		st->wr_busy_queues = 0;
-		emit(key, st, 0, bpf_ktime_get_ns());
-	}
+	st->wr_busy_queues = 0;
+	transition(key, st, 0, bpf_ktime_get_ns());
 	/* Deleting the element cancels its timer. */
 	bpf_map_delete_elem(&io_states, &key);
 	return 0;

@@ -136,7 +136,7 @@ def guest_script(body, agent=False, guest_hogs=0, agent_args=""):
 AGENT=$!
 i=0
 until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do
-    i=$((i+1)); [ $i -gt 200 ] && {{ echo "COSCHED-GUEST: agent did not register"; cat /tmp/agent.log; break; }}
+    i=$((i+1)); [ $i -gt 600 ] && {{ echo "COSCHED-GUEST: agent did not register"; cat /tmp/agent.log; break; }}
     sleep 0.05
 done
 """

@@ -16,9 +16,12 @@ weight lever through a per-VM cgroup). CPU coordination is off in every mode, so
 differ in I/O only. One guest boot per (mode, host workload) measures every guest workload.
 """
 
+import shutil
 import statistics
+import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 
@@ -104,8 +107,6 @@ def build_image(disk, path, guest_readers):
     """The guest's disk: an ext4 image with the standard library (py/lib/python3.11) and the guest
     readers' files, made on the slow disk (delays off) with mkfs.ext4 -d."""
     with tempfile.TemporaryDirectory(prefix="cosched-iostage-", dir="/var/tmp") as stage:
-        import shutil
-        from pathlib import Path
         stage = Path(stage)
         shutil.copytree(slowdisk.STDLIB, stage / "py/lib/python3.11", symlinks=True,
                         ignore=shutil.ignore_patterns(*slowdisk.NOT_COPIED))
@@ -116,7 +117,7 @@ def build_image(disk, path, guest_readers):
                 for _ in range(GUEST_READER_MB):
                     f.write(chunk)
         size_mb = 160 + guest_readers * GUEST_READER_MB
-        harness.subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(stage), "-E",
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(stage), "-E",
                                 "lazy_itable_init=0,lazy_journal_init=0", str(path), f"{size_mb}M"], check=True)
 
 

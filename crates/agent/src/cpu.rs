@@ -34,26 +34,8 @@ unsafe impl Plain for types::cosched_stats {}
 // SAFETY: as above (integers and the 16-byte array libbpf-cargo emits for the opaque bpf_timer).
 unsafe impl Plain for types::cpu_state {}
 
-/// The counters of `struct cosched_stats`, by the generated struct's own field names. The
-/// destructuring is exhaustive: a counter added to intf.h and not listed here does not compile.
-macro_rules! cosched_stats_fields {
-    ($($field:ident),* $(,)?) => {
-        fn sum_stats(per_cpu: impl IntoIterator<Item = types::cosched_stats>) -> types::cosched_stats {
-            let mut sum = types::cosched_stats::default();
-            for s in per_cpu {
-                $(sum.$field += s.$field;)*
-            }
-            sum
-        }
-
-        fn format_stats(s: &types::cosched_stats) -> String {
-            let types::cosched_stats { $($field),* } = *s;
-            [$(format!("{}={}", stringify!($field), $field)),*].join(" ")
-        }
-    };
-}
-
-cosched_stats_fields!(
+crate::stats_fields!(
+    types::cosched_stats;
     switches,
     need_rt,
     need_watched,

@@ -87,6 +87,27 @@ impl Drop for ObjectStorage {
     }
 }
 
+/// `sum_stats` (per-CPU counters added up) and `format_stats` (`name=value ...`) for a counters
+/// struct the skeleton generates, by its own field names. The destructuring is exhaustive: a
+/// counter added to the BPF interface header and not listed here does not compile.
+#[macro_export]
+macro_rules! stats_fields {
+    ($ty:path; $($field:ident),* $(,)?) => {
+        fn sum_stats(per_cpu: impl IntoIterator<Item = $ty>) -> $ty {
+            let mut sum = <$ty>::default();
+            for s in per_cpu {
+                $(sum.$field += s.$field;)*
+            }
+            sum
+        }
+
+        fn format_stats(s: &$ty) -> String {
+            let $ty { $($field),* } = *s;
+            [$(format!("{}={}", stringify!($field), $field)),*].join(" ")
+        }
+    };
+}
+
 /// A type whose every bit pattern is a valid value, so that it can be read from bytes the kernel
 /// wrote (a map value, a ring-buffer record).
 ///

@@ -43,26 +43,7 @@ unsafe impl Plain for types::cosched_io_stats {}
 // SAFETY: as above.
 unsafe impl Plain for types::cosched_io_state {}
 
-/// The counters of `struct cosched_io_stats`, by the generated struct's own field names (an
-/// exhaustive destructuring: a counter added to io_intf.h and not listed here does not compile).
-macro_rules! io_stats_fields {
-    ($($field:ident),* $(,)?) => {
-        fn sum_stats(per_cpu: impl IntoIterator<Item = types::cosched_io_stats>) -> types::cosched_io_stats {
-            let mut sum = types::cosched_io_stats::default();
-            for s in per_cpu {
-                $(sum.$field += s.$field;)*
-            }
-            sum
-        }
-
-        fn format_stats(s: &types::cosched_io_stats) -> String {
-            let types::cosched_io_stats { $($field),* } = *s;
-            [$(format!("{}={}", stringify!($field), $field)),*].join(" ")
-        }
-    };
-}
-
-io_stats_fields!(samples, raises, lowers, holds, exits, events_dropped);
+crate::stats_fields!(types::cosched_io_stats; samples, raises, lowers, holds, exits, events_dropped);
 
 const SYS_BLOCK: &str = "/sys/block";
 const BFQ_BTF: &str = "/sys/kernel/btf/bfq";

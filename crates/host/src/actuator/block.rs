@@ -111,7 +111,7 @@ pub enum WeightHierarchy {
 /// Finds where the `weight` lever can act, or says why it cannot.
 pub fn weight_hierarchy(cg: &CgroupFs) -> Result<WeightHierarchy, String> {
     if cg.has_hierarchy(BLKIO) {
-        if cg.dir(BLKIO, "/").join(V1_WEIGHT).exists() || bfq_v1_files(cg) {
+        if bfq_v1_files(cg) {
             return Ok(WeightHierarchy::V1);
         }
         return Err(format!(
@@ -129,8 +129,8 @@ pub fn weight_hierarchy(cg: &CgroupFs) -> Result<WeightHierarchy, String> {
     ))
 }
 
-/// In v1 the root group has no `blkio.bfq.weight` on some kernels; a child shows it. BFQ's
-/// weight files are there if any `blkio.bfq.*` file is.
+/// Whether BFQ's files are in the v1 hierarchy: the root group has no `blkio.bfq.weight` (a
+/// child has), but BFQ's statistics files (`blkio.bfq.*`) are there.
 fn bfq_v1_files(cg: &CgroupFs) -> bool {
     std::fs::read_dir(cg.dir(BLKIO, "/"))
         .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("blkio.bfq.")))

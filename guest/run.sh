@@ -27,12 +27,15 @@ Options:
   --sock PATH            add a virtio-serial port named org.cosched.0 whose host end is the
                          unix socket PATH (QEMU is the server; wait=off). In the guest:
                          /dev/virtio-ports/org.cosched.0 -> ../vport0p1
-  --disk FILE[,iothread] add a virtio-blk disk backed by FILE (repeatable; the guest sees
+  --disk FILE[,iothread][,aio=MODE]
+                         add a virtio-blk disk backed by FILE (repeatable; the guest sees
                          /dev/vda, /dev/vdb... in this order): raw format, cache=none
-                         (O_DIRECT on the host: the host page cache cannot serve the image),
-                         aio=threads (QEMU's "worker" threads do the I/O). ",iothread" gives
-                         the disk its own QEMU iothread ("IO iothreadN"). The guest's init
-                         loads virtio_blk, bfq and ext4 when it has a disk
+                         (O_DIRECT on the host: the host page cache cannot serve the image).
+                         aio=threads (default, QEMU's): a pool of "worker" threads does the
+                         I/O; aio=native or io_uring: the disk's own thread (main loop, or
+                         its iothread) submits it. ",iothread" gives the disk its own QEMU
+                         iothread ("IO iothreadN"). The guest's init loads virtio_blk, bfq
+                         and ext4 when it has a disk
   --accel auto|kvm|tcg   accelerator (default auto: KVM only if guest/kvm-usable.sh says it
                          really works, else TCG with one line on stderr saying why)
   --smp N                vCPUs (default 1)
@@ -100,9 +103,22 @@ case $accel in auto|kvm|tcg) ;; *) die "--accel must be auto, kvm or tcg" ;; esa
 [[ $name != *,* ]] || die "--name must not contain a comma"
 [ -z "$workload" ] || [ -f "$workload" ] || die "workload $workload not found"
 if [ -n "$sock" ] && [[ $sock == *,* ]]; then die "--sock path must not contain a comma"; fi
+# disk_opts SPEC: sets dfile, diothread (0/1) and daio from FILE[,iothread][,aio=MODE].
+disk_opts() {
+    local opt
+    IFS=, read -r dfile opts <<<"$1"
+    diothread=0; daio=threads
+    IFS=, read -ra opts <<<"$opts"
+    for opt in "${opts[@]}"; do
+        case $opt in
+            iothread) diothread=1 ;;
+            aio=threads|aio=native|aio=io_uring) daio=${opt#aio=} ;;
+            *) die "--disk $1: unknown option '$opt' (FILE must not contain a comma; options: iothread, aio=threads|native|io_uring)" ;;
+        esac
+    done
+}
 for spec in "${disks[@]}"; do
-    dfile=${spec%,iothread}
-    [[ $dfile != *,* ]] || die "--disk $spec: FILE must not contain a comma (the only option is ,iothread)"
+    disk_opts "$spec"
     [ -f "$dfile" ] || [ -b "$dfile" ] || die "--disk $dfile: not found"
 done
 
@@ -228,13 +244,13 @@ fi
 
 n=0
 for spec in "${disks[@]}"; do
-    dfile=${spec%,iothread}
+    disk_opts "$spec"
     dev=virtio-blk-pci,drive=disk$n
-    if [ "$dfile" != "$spec" ]; then
+    if [ "$diothread" = 1 ]; then
         args+=(-object "iothread,id=iothread$n")
         dev=$dev,iothread=iothread$n
     fi
-    args+=(-drive "file=$dfile,if=none,id=disk$n,format=raw,cache=none,aio=threads" -device "$dev")
+    args+=(-drive "file=$dfile,if=none,id=disk$n,format=raw,cache=none,aio=$daio" -device "$dev")
     n=$((n + 1))
 done
 

@@ -321,11 +321,10 @@ fn main() {
             Ok(())
         }
         Cmd::Restore { state_dir } => {
-            let state_dir = match state_dir {
-                Some(d) => d,
-                None => HostConfig::load(config)?.state_dir,
-            };
-            let r = cosched_host::daemon::restore_command(&state_dir)?;
+            // The config names the cgroup hierarchy the weight lever's groups were made in.
+            let cfg = HostConfig::load(config)?;
+            let state_dir = state_dir.unwrap_or(cfg.state_dir);
+            let r = cosched_host::daemon::restore_command(&state_dir, &cfg.cgroup_root)?;
             println!(
                 "restored {} thread(s); {} gone; {} left as they were (changed by someone else or never changed)",
                 r.restored, r.gone, r.untouched

@@ -1086,14 +1086,24 @@ impl TestGroup {
 }
 
 impl Drop for TestGroup {
+    /// Also when a test failed half-way: groups made inside it (the daemon's `cosched-io-*`)
+    /// go first, and every thread left goes back to the root group.
     fn drop(&mut self) {
-        let tasks = std::fs::read_to_string(self.dir.join("tasks")).unwrap_or_default();
-        for tid in tasks.lines() {
-            let _ = std::fs::write(self.root.join("tasks"), tid);
+        fn empty(dir: &Path, root: &Path) {
+            for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if sub.file_type().is_ok_and(|t| t.is_dir()) {
+                    empty(&sub.path(), root);
+                }
+            }
+            let tasks = std::fs::read_to_string(dir.join("tasks")).unwrap_or_default();
+            for tid in tasks.lines() {
+                let _ = std::fs::write(root.join("tasks"), tid);
+            }
+            if let Err(e) = std::fs::remove_dir(dir) {
+                eprintln!("removing {}: {e}", dir.display());
+            }
         }
-        if let Err(e) = std::fs::remove_dir(&self.dir) {
-            eprintln!("removing {}: {e}", self.dir.display());
-        }
+        empty(&self.dir, &self.root);
     }
 }
 

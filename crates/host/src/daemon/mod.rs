@@ -797,11 +797,12 @@ fn coordinator(cfg: &HostConfig, io: bool) -> Coordinator {
 }
 
 /// `cosched restore`: puts back every thread recorded in `state_dir`, unless a daemon runs.
-pub fn restore_command(state_dir: &Path) -> anyhow::Result<crate::store::RestoreReport> {
+pub fn restore_command(state_dir: &Path, cgroup_root: &Path) -> anyhow::Result<crate::store::RestoreReport> {
     if !state_dir.exists() {
         return Ok(Default::default());
     }
     let store = StateDir::open(state_dir)?;
     let _lock = lock_state_dir(&store)?;
-    Ok(restore_all(&store, &ProcFs::default(), &mut RealSched::default())?)
+    let mut ops = RealSched { cgroups: crate::cgroup::CgroupFs::new("/proc", cgroup_root) };
+    Ok(restore_all(&store, &ProcFs::default(), &mut ops)?)
 }

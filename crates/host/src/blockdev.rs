@@ -53,8 +53,29 @@ impl Disk {
     }
 }
 
-/// The disk images on a QEMU command line.
-pub fn images(args: &[String]) -> Vec<PathBuf> {
+/// A disk image on QEMU's command line, and how QEMU submits its I/O.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub path: PathBuf,
+    /// `threads` (QEMU's default: a pool of `worker` threads), `native` or `io_uring` (the
+    /// disk's own thread: the main loop or its iothread).
+    pub aio: String,
+}
+
+/// What to tell the operator about a disk whose I/O QEMU's worker pool does.
+pub fn aio_warning(image: &Image) -> Option<String> {
+    (image.aio == "threads").then(|| {
+        format!(
+            "disk image {} uses aio=threads (QEMU's default): its I/O is issued by a pool of short-lived worker \
+             threads, and raising them did not speed up a start-up in cosched's measurements (results/io-startup); \
+             use cache=none,aio=native or aio=io_uring (libvirt: <driver cache='none' io='native'/>)",
+            image.path.display()
+        )
+    })
+}
+
+/// The disk images on a QEMU command line (absolute paths; each once).
+pub fn images(args: &[String]) -> Vec<Image> {
     let mut out = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -69,15 +90,15 @@ pub fn images(args: &[String]) -> Vec<PathBuf> {
             continue;
         };
         let found = match opt {
-            "drive" => keyval(v, "file"),
+            "drive" => keyval(v, "file").map(|f| (f, keyval(v, "aio"))),
             "blockdev" if v.trim_start().starts_with('{') => json_filename(v),
-            "blockdev" => keyval(v, "filename"),
-            _ => Some(v.clone()),
+            "blockdev" => keyval(v, "filename").map(|f| (f, keyval(v, "aio"))),
+            _ => Some((v.clone(), None)),
         };
-        if let Some(f) = found.filter(|f| f.starts_with('/')) {
-            let p = PathBuf::from(f);
-            if !out.contains(&p) {
-                out.push(p);
+        if let Some((f, aio)) = found.filter(|(f, _)| f.starts_with('/')) {
+            let path = PathBuf::from(f);
+            if !out.iter().any(|i: &Image| i.path == path) {
+                out.push(Image { path, aio: aio.unwrap_or_else(|| "threads".into()) });
             }
         }
     }
@@ -105,12 +126,14 @@ fn keyval(opts: &str, key: &str) -> Option<String> {
     parts.into_iter().find_map(|p| p.strip_prefix(&format!("{key}=")).map(str::to_string))
 }
 
-fn json_filename(text: &str) -> Option<String> {
-    fn find(v: &serde_json::Value) -> Option<String> {
+/// The `filename` of a JSON `-blockdev`, and the `aio` of the node that has it.
+fn json_filename(text: &str) -> Option<(String, Option<String>)> {
+    fn find(v: &serde_json::Value) -> Option<(String, Option<String>)> {
         match v {
-            serde_json::Value::Object(m) => {
-                m.get("filename").and_then(|f| f.as_str().map(str::to_string)).or_else(|| m.values().find_map(find))
-            }
+            serde_json::Value::Object(m) => match m.get("filename").and_then(|f| f.as_str()) {
+                Some(f) => Some((f.to_string(), m.get("aio").and_then(|a| a.as_str()).map(str::to_string))),
+                None => m.values().find_map(find),
+            },
             _ => None,
         }
     }
@@ -173,7 +196,7 @@ pub fn parse_scheduler(text: &str) -> (String, Vec<String>) {
 /// looked at (gone, no permission) is skipped: this is advice, not a condition.
 pub fn disks(sys: &Path, args: &[String]) -> Vec<Disk> {
     let mut out = Vec::new();
-    for image in images(args) {
+    for Image { path: image, .. } in images(args) {
         let Ok((major, minor)) = device_number(&image) else { continue };
         for (device, dir) in devices(sys, major, minor) {
             let Ok(text) = fs::read_to_string(dir.join("queue/scheduler")) else { continue };
@@ -204,9 +227,9 @@ mod tests {
             "-drive",
             "file=/img/a,,b.raw,if=none,id=d0,format=raw,cache=none",
             "-blockdev",
-            r#"{"driver":"qcow2","node-name":"n1","file":{"driver":"file","filename":"/var/lib/libvirt/images/x.qcow2"}}"#,
+            r#"{"driver":"qcow2","node-name":"n1","file":{"driver":"file","filename":"/var/lib/libvirt/images/x.qcow2","aio":"native"}}"#,
             "-blockdev",
-            "driver=file,node-name=n2,filename=/img/c.raw",
+            "driver=file,node-name=n2,filename=/img/c.raw,aio=io_uring",
             "-hda",
             "/img/d.raw",
             "-drive",
@@ -216,8 +239,18 @@ mod tests {
             "-name",
             "file=/not/an/image",
         ]);
-        let found: Vec<String> = images(&a).iter().map(|p| p.display().to_string()).collect();
-        assert_eq!(found, ["/img/a,b.raw", "/var/lib/libvirt/images/x.qcow2", "/img/c.raw", "/img/d.raw"]);
+        let all = images(&a);
+        let found: Vec<(String, &str)> = all.iter().map(|i| (i.path.display().to_string(), i.aio.as_str())).collect();
+        let want = [
+            ("/img/a,b.raw", "threads"),
+            ("/var/lib/libvirt/images/x.qcow2", "native"),
+            ("/img/c.raw", "io_uring"),
+            ("/img/d.raw", "threads"),
+        ];
+        assert_eq!(found, want.map(|(p, a)| (p.to_string(), a)));
+        let threaded: Vec<_> = all.iter().filter_map(aio_warning).collect();
+        assert_eq!(threaded.len(), 2, "{threaded:?}");
+        assert!(threaded[0].contains("/img/a,b.raw uses aio=threads") && threaded[0].contains("aio=native"));
     }
 
     #[test]

@@ -1215,56 +1215,81 @@ fn io_boost_raises_the_io_threads_real_ioprio_and_restores_exactly() {
 
 /// The weight lever on the real cgroup v1 blkio hierarchy: `IO 1` moves the I/O threads (and a
 /// worker born while raised) into a group of the daemon's with the raised `blkio.bfq.weight`;
-/// `kill -9` mid-raise, then a restarted daemon puts every thread back in its group and removes
-/// the daemon's group.
+/// `kill -9` mid-raise, then a restarted daemon, or `cosched restore`, puts every thread back in
+/// its group and removes the daemon's group. `cosched restore` runs where the hierarchy is only
+/// under the config's `cgroup_root` (a private mount namespace with an empty /sys/fs/cgroup).
 #[test]
 fn io_weight_lever_moves_io_threads_into_a_real_blkio_group_and_kill_9_is_restored() {
     if !have_root() {
         return;
     }
-    let blkio = TestGroup::new("blkio").expect("this host has the cgroup v1 blkio hierarchy");
-    let config = format!("{QUIET_POLICY}[io]\nlever = \"weight\"\nweight = 700\n");
-    let w = World::new();
-    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
-    let cg = cosched_host::cgroup::CgroupFs::default();
-    // The VM is in a group of the test's before the daemon sees it, so that nothing else's
-    // membership is involved.
-    for (tid, _) in vm.threads() {
-        cg.set(tid, "blkio", &blkio.name).unwrap();
-    }
-    let mut d = w.daemon(&config);
-    d.wait_vm("vm1");
-    let vcpu = vm.tid("CPU 0/TCG");
-    vm.register_caps(caps::CPU | caps::IO);
-    assert_eq!(vm.request(Kind::Io, 1), Frame::ack(2, 1));
-    let ours = format!("{}/cosched-io-{}", blkio.name, vm.pid);
-    let in_ours = |vm: &FakeVm| {
-        vm.threads().into_iter().all(|(tid, c)| {
-            let g = cg.get(tid, "blkio").unwrap();
-            if c == "CPU 0/TCG" || (tid != vm.pid && c != "IO iothread0" && c != "worker") {
-                g == blkio.name
-            } else {
-                g == ours
+    for how in ["daemon restart", "restore command"] {
+        let blkio = TestGroup::new("blkio").expect("this host has the cgroup v1 blkio hierarchy");
+        let config = format!("{QUIET_POLICY}[io]\nlever = \"weight\"\nweight = 700\n");
+        let w = World::new();
+        let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+        let cg = cosched_host::cgroup::CgroupFs::default();
+        // The VM is in a group of the test's before the daemon sees it, so that nothing else's
+        // membership is involved.
+        for (tid, _) in vm.threads() {
+            cg.set(tid, "blkio", &blkio.name).unwrap();
+        }
+        let mut d = w.daemon(&config);
+        d.wait_vm("vm1");
+        let vcpu = vm.tid("CPU 0/TCG");
+        vm.register_caps(caps::CPU | caps::IO);
+        assert_eq!(vm.request(Kind::Io, 1), Frame::ack(2, 1));
+        let ours = format!("{}/cosched-io-{}", blkio.name, vm.pid);
+        let in_ours = |vm: &FakeVm| {
+            vm.threads().into_iter().all(|(tid, c)| {
+                let g = cg.get(tid, "blkio").unwrap();
+                if c == "CPU 0/TCG" || (tid != vm.pid && c != "IO iothread0" && c != "worker") {
+                    g == blkio.name
+                } else {
+                    g == ours
+                }
+            })
+        };
+        wait_for("the I/O threads in the daemon's group", Duration::from_secs(1), || in_ours(&vm).then_some(()));
+        assert_eq!(cg.read("blkio", &ours, "blkio.bfq.weight").unwrap(), "700");
+        let n = vm.threads().len();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(vm.pid, libc::SIGUSR1) };
+        wait_for("the new worker in the group", Duration::from_secs(3), || {
+            (vm.threads().len() == n + 1 && in_ours(&vm)).then_some(())
+        });
+        d.signal(libc::SIGKILL);
+        assert!(in_ours(&vm), "kill -9 restores nothing by itself");
+        let d2 = match how {
+            "daemon restart" => Some(w.daemon(&config)),
+            _ => {
+                let root = w.p("cgroot");
+                std::fs::create_dir_all(&root).unwrap();
+                let cfg = w.p("restore.toml");
+                let top = format!("cgroup_root = {:?}\nstate_dir = {:?}\n", root, w.state_dir());
+                std::fs::write(&cfg, format!("{top}{config}")).unwrap();
+                let script = format!(
+                    "mkdir -p {r}/blkio && mount -t cgroup -o blkio cosched-test {r}/blkio && \
+                     mount -t tmpfs cosched-test /sys/fs/cgroup && exec {exe} --config {cfg} restore",
+                    r = root.display(),
+                    exe = env!("CARGO_BIN_EXE_cosched"),
+                    cfg = cfg.display()
+                );
+                let out = Command::new("unshare")
+                    .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "{how}: {out:?}");
+                None
             }
-        })
-    };
-    wait_for("the I/O threads in the daemon's group", Duration::from_secs(1), || in_ours(&vm).then_some(()));
-    assert_eq!(cg.read("blkio", &ours, "blkio.bfq.weight").unwrap(), "700");
-    let n = vm.threads().len();
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(vm.pid, libc::SIGUSR1) };
-    wait_for("the new worker in the group", Duration::from_secs(3), || {
-        (vm.threads().len() == n + 1 && in_ours(&vm)).then_some(())
-    });
-    d.signal(libc::SIGKILL);
-    assert!(in_ours(&vm), "kill -9 restores nothing by itself");
-    let d2 = w.daemon(&config);
-    for (tid, c) in vm.threads() {
-        assert_eq!(cg.get(tid, "blkio").unwrap(), blkio.name, "{c} back in its group");
+        };
+        for (tid, c) in vm.threads() {
+            assert_eq!(cg.get(tid, "blkio").unwrap(), blkio.name, "{how}: {c} back in its group");
+        }
+        assert!(!cg.dir("blkio", &ours).exists(), "{how}: the daemon's group is removed");
+        assert_eq!(cg.get(vcpu, "blkio").unwrap(), blkio.name);
+        assert!(state_files(&w).is_empty(), "{how}");
+        drop(d2);
+        drop(vm);
     }
-    assert!(!cg.dir("blkio", &ours).exists(), "the daemon's group is removed");
-    assert_eq!(cg.get(vcpu, "blkio").unwrap(), blkio.name);
-    assert!(state_files(&w).is_empty());
-    drop(d2);
-    drop(vm);
 }

@@ -18,7 +18,7 @@ Experiments (full-run time on the 2-core development machine, TCG guest):
   overhead         seed 001 Table 2: the agent's cost to CPU- and switch-bound jobs  2.5 min
   scale            daemon CPU and hint-to-applied latency, 1-256 synthetic VMs       3.5 min
   boost-classes    SCHED_RR / FIFO / DEADLINE / nice -20 as the boost                3.5 min
-  io-startup       seed 003 Fig. 1-3/10-11: guest app start-up, guest/host readers  ~1.5 h
+  io-startup       seed 003 Fig. 1-3/10-11: guest app start-up, guest/host readers  40 min
 """
 
 import argparse

@@ -192,12 +192,12 @@ pub fn parse_scheduler(text: &str) -> (String, Vec<String>) {
     (current, all)
 }
 
-/// The devices under each image of `args`, with their schedulers. An image that cannot be
-/// looked at (gone, no permission) is skipped: this is advice, not a condition.
-pub fn disks(sys: &Path, args: &[String]) -> Vec<Disk> {
+/// The devices under each of `images` (see [`images`]), with their schedulers. An image that
+/// cannot be looked at (gone, no permission) is skipped: this is advice, not a condition.
+pub fn disks(sys: &Path, images: &[Image]) -> Vec<Disk> {
     let mut out = Vec::new();
-    for Image { path: image, .. } in images(args) {
-        let Ok((major, minor)) = device_number(&image) else { continue };
+    for Image { path: image, .. } in images {
+        let Ok((major, minor)) = device_number(image) else { continue };
         for (device, dir) in devices(sys, major, minor) {
             let Ok(text) = fs::read_to_string(dir.join("queue/scheduler")) else { continue };
             let (scheduler, offered) = parse_scheduler(&text);

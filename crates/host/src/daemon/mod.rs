@@ -355,12 +355,12 @@ impl Daemon {
         let now = self.now();
         let settings = *self.vms.settings.entry(name.to_string()).or_insert_with(|| self.coord.default_settings());
         if self.io.is_ok() {
-            let args = self.host.procfs.cmdline(process.id).unwrap_or_default();
-            let disks = crate::blockdev::disks(Path::new("/sys"), &args);
+            let images = crate::blockdev::images(&self.host.procfs.cmdline(process.id).unwrap_or_default());
+            let disks = crate::blockdev::disks(Path::new("/sys"), &images);
             for w in disks.iter().filter_map(|d| d.warning()) {
                 warn!("{name}: {w}");
             }
-            for w in crate::blockdev::images(&args).iter().filter_map(crate::blockdev::aio_warning) {
+            for w in images.iter().filter_map(crate::blockdev::aio_warning) {
                 warn!("{name}: {w}");
             }
             self.vms.get_mut(token).expect("just added").disks = disks;

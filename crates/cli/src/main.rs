@@ -18,7 +18,10 @@ use serde_json::Value;
         wait (real-time tasks, newly started tasks) and tells the host over the virtio-serial \
         port org.cosched.0. On the host, `cosched host` (root) connects to each VM's chardev \
         socket, boosts that VM's QEMU threads (SCHED_RR) for just as long, within budgets, and \
-        puts back exactly what it changed.\n\n\
+        puts back exactly what it changed. Guests without the agent get event boosting (FEAS, \
+        config [event]): a vCPU waiting behind other threads when a device wakes its VM (a \
+        packet, a disk completion) runs SCHED_RR for a short slice, at most once per 10 ms, and \
+        pays that CPU time back.\n\n\
         QEMU needs: -name <vm>,debug-threads=on -device virtio-serial \
         -chardev socket,path=/run/cosched/vms/<vm>.sock,server=on,wait=off,id=cosched0 \
         -device virtserialport,chardev=cosched0,name=org.cosched.0"

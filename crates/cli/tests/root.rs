@@ -1441,6 +1441,9 @@ fn a_device_event_boosts_the_waiting_vcpu_for_a_slice_at_most_n_limit_times_per_
     wait_for("the vCPU put back", Duration::from_secs(2), || {
         sched::get(ev.vcpu).unwrap().same_as(&SchedAttr::other(0, 0)).then_some(())
     });
+    let metrics = String::from_utf8(d.cli(&["metrics"]).stdout).unwrap();
+    let line = metrics.lines().find(|l| l.starts_with("cosched_vm_events_total{") && l.contains("vm=\"ev\""));
+    assert!(line.is_some_and(|l| !l.ends_with(" 0")), "{metrics}");
     // Only the vCPU was ever changed.
     let io = ev.vm.tid("IO event0");
     assert!(!samples.is_empty() && sched::get(io).unwrap().same_as(&SchedAttr::other(0, 0)));

@@ -190,6 +190,23 @@ pub fn render(status: &Value) -> String {
                 &lr,
                 num(&c["guard_demotions"]),
             );
+            if r == "event" {
+                for (key, name, help, scale) in [
+                    ("events", "cosched_vm_events_total", "Device events for the VM (FEAS).", 1.0),
+                    ("postponed", "cosched_vm_events_postponed_total", "Events postponed past n_limit or a debt.", 1.0),
+                    ("slices", "cosched_vm_event_slices_total", "Event boosts ended by their slice.", 1.0),
+                    ("blocked", "cosched_vm_event_blocked_total", "Event boosts ended by the vCPU blocking.", 1.0),
+                    (
+                        "boosted_cpu_ns",
+                        "cosched_vm_event_boosted_cpu_seconds_total",
+                        "CPU time the vCPUs ran while event-boosted.",
+                        1e-9,
+                    ),
+                    ("repaid_ns", "cosched_vm_event_repaid_seconds_total", "Boosted CPU time paid back.", 1e-9),
+                ] {
+                    add(name, "counter", help, &lr, num(&c[key]) * scale);
+                }
+            }
             for (reason, n) in c["denied"].as_object().into_iter().flatten() {
                 add(
                     "cosched_vm_denied_total",

@@ -489,3 +489,134 @@ fn watch_rejects_a_bad_pid() {
     let e = w.watch(0).unwrap_err().to_string();
     assert!(e.contains("process 0") && e.contains("Invalid argument"), "{e}");
 }
+
+// ---- FEAS event detection: a device wake-up is told from a timer's and from the VM's own ----
+
+mod feas {
+    use std::os::unix::net::UnixDatagram;
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+
+    use cosched_hostbpf::feas::{monotonic_ns, FeasCounters, FeasParams, FeasWatch, Role};
+
+    use super::have_root;
+
+    fn gettid() -> i32 {
+        // SAFETY: gettid has no preconditions.
+        unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+    }
+
+    fn delta(a: FeasCounters, b: FeasCounters) -> FeasCounters {
+        FeasCounters {
+            device: b.device - a.device,
+            timer: b.timer - a.timer,
+            internal: b.internal - a.internal,
+            ..Default::default()
+        }
+    }
+
+    /// This process plays the VM: an "I/O thread" blocked on a datagram socket and another that
+    /// sleeps on a timer, both watched as event threads. Datagrams from a forked child (another
+    /// process: a device) must count as device wake-ups; the sleeper's as timer wake-ups; and
+    /// datagrams from a thread of this process (the VM itself) as internal ones.
+    #[test]
+    fn device_timer_and_internal_wake_ups_are_told_apart() {
+        if !have_root() {
+            return;
+        }
+        let mut w = FeasWatch::open(FeasParams {
+            epoch_ns: monotonic_ns(),
+            cycle_ns: 10_000_000,
+            slice_ns: 1_000_000,
+            n_limit: 1,
+        })
+        .expect("FEAS programs load and attach");
+        eprintln!("FEAS detection on {}, KVM tracepoints {}", w.mechanism(), w.kvm_attached());
+        let pid = std::process::id() as i32;
+        let dir = tempfile_dir();
+        let path = dir.join("io.sock");
+        let sock = UnixDatagram::bind(&path).unwrap();
+        let (tx, rx) = channel();
+        let reader = std::thread::spawn(move || {
+            tx.send(gettid()).unwrap();
+            let mut buf = [0u8; 16];
+            while let Ok(n) = sock.recv(&mut buf) {
+                if &buf[..n] == b"end" {
+                    break;
+                }
+            }
+        });
+        let (ttx, trx) = channel();
+        let sleeper = std::thread::spawn(move || {
+            ttx.send(gettid()).unwrap();
+            for _ in 0..100 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let (io_tid, timer_tid) = (rx.recv().unwrap(), trx.recv().unwrap());
+        w.set_thread(io_tid, pid, Role::Event).unwrap();
+        w.set_thread(timer_tid, pid, Role::Event).unwrap();
+        let before = w.counters();
+        // 50 datagrams from another process.
+        let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: sockaddr_un is plain data; all zeroes is a valid (empty) address.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as u16;
+        for (d, s) in addr.sun_path.iter_mut().zip(c_path.as_bytes()) {
+            *d = *s as libc::c_char;
+        }
+        // SAFETY: the child only calls async-signal-safe functions (socket, sendto, nanosleep,
+        // _exit) on memory prepared before the fork.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: as above; `addr` and the buffers are valid for the calls.
+            unsafe {
+                let fd = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0);
+                let ts = libc::timespec { tv_sec: 0, tv_nsec: 3_000_000 };
+                for _ in 0..50 {
+                    libc::sendto(
+                        fd,
+                        b"pkt".as_ptr().cast(),
+                        3,
+                        0,
+                        (&addr as *const libc::sockaddr_un).cast(),
+                        std::mem::size_of::<libc::sockaddr_un>() as u32,
+                    );
+                    libc::nanosleep(&ts, std::ptr::null_mut());
+                }
+                libc::_exit(0);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+        let after_device = w.counters();
+        // 30 datagrams from a thread of this process.
+        let tx_sock = UnixDatagram::unbound().unwrap();
+        for _ in 0..30 {
+            tx_sock.send_to(b"own", &path).unwrap();
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        sleeper.join().unwrap();
+        tx_sock.send_to(b"end", &path).unwrap();
+        reader.join().unwrap();
+        let after = w.counters();
+        let d1 = delta(before, after_device);
+        let d2 = delta(after_device, after);
+        let total = delta(before, after);
+        eprintln!("device phase {d1:?}; internal phase {d2:?}");
+        assert!(d1.device >= 45 && d1.device <= 50 + 5, "50 datagrams from another process: {d1:?}");
+        assert!(d2.internal >= 27, "30 datagrams from a thread of the process: {d2:?}");
+        assert!(d2.device <= 3, "the process's own datagrams are not device events: {d2:?}");
+        assert!(total.timer >= 80, "100 timed sleeps: {total:?}");
+        w.remove_thread(io_tid);
+        w.remove_thread(timer_tid);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("cosched-feas-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+}

@@ -16,11 +16,11 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PrintLevel, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 
 use crate::skel_feas::types::{feas_conf, feas_msg, feas_msg_kind, feas_stats, feas_thread, feas_vm};
 use crate::skel_feas::{FeasSkel, FeasSkelBuilder};
-use crate::{capture_libbpf, from_bytes, take_libbpf_log, Attempt, Error, Mechanism, ObjectStorage, Plain};
+use crate::{from_bytes, probe, Error, Mechanism, ObjectStorage, Plain};
 
 /// vCPU threads of one VM the kernel side looks at.
 pub const MAX_VCPUS: usize = 32;
@@ -154,27 +154,8 @@ impl FeasWatch {
     /// Like [`FeasWatch::open`], trying only `mechanisms` (tp_btf, raw_tracepoint), in order.
     pub fn open_with(params: FeasParams, mechanisms: &[Mechanism]) -> Result<FeasWatch, Error> {
         let storage = ObjectStorage::new();
-        let mut attempts = Vec::new();
-        let previous = libbpf_rs::set_print(Some((PrintLevel::Warn, capture_libbpf)));
-        let mut loaded = None;
-        for &m in mechanisms.iter().filter(|m| **m != Mechanism::Tracepoint) {
-            take_libbpf_log();
-            // SAFETY: one skeleton at a time: a failed attempt's skeleton is dropped inside
-            // `load` before the next; the one that succeeds is stored next to `storage` in a
-            // FeasWatch, which drops it first.
-            match load(unsafe { storage.lend() }, m) {
-                Ok(found) => {
-                    loaded = Some((found, m));
-                    break;
-                }
-                Err((step, error)) => attempts.push(Attempt { mechanism: m, step, error, detail: take_libbpf_log() }),
-            }
-        }
-        take_libbpf_log();
-        libbpf_rs::set_print(previous);
-        let Some(((skel, links, kvm), mechanism)) = loaded else {
-            return Err(Error::Refused { what: WHAT, attempts });
-        };
+        let mechanisms: Vec<Mechanism> = mechanisms.iter().copied().filter(|m| *m != Mechanism::Tracepoint).collect();
+        let ((skel, links, kvm), mechanism) = probe(&storage, &mechanisms, WHAT, load)?;
         let conf = feas_conf {
             epoch_ns: params.epoch_ns,
             cycle_ns: params.cycle_ns.max(1),

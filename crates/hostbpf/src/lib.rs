@@ -358,6 +358,37 @@ pub(crate) fn take_libbpf_log() -> Vec<String> {
     lines[lines.len().saturating_sub(2)..].to_vec()
 }
 
+/// Loads and attaches one program set with the first of `mechanisms` the kernel allows, its
+/// skeleton living in `storage`; `Err` says, per mechanism, what `what` met. While it probes,
+/// libbpf's messages go into the error instead of stderr (through `libbpf_rs::set_print`, which
+/// is process-wide; the previous printer is put back).
+pub(crate) fn probe<T>(
+    storage: &ObjectStorage,
+    mechanisms: &[Mechanism],
+    what: &'static str,
+    load: impl Fn(&'static mut MaybeUninit<OpenObject>, Mechanism) -> Result<T, (&'static str, libbpf_rs::Error)>,
+) -> Result<(T, Mechanism), Error> {
+    let mut attempts = Vec::new();
+    let previous = libbpf_rs::set_print(Some((PrintLevel::Warn, capture_libbpf)));
+    let mut loaded = None;
+    for &m in mechanisms {
+        take_libbpf_log();
+        // SAFETY: one skeleton at a time: a failed attempt's skeleton is dropped inside `load`
+        // before the next attempt; the caller stores the one that succeeds next to `storage`
+        // and drops it first.
+        match load(unsafe { storage.lend() }, m) {
+            Ok(skel) => {
+                loaded = Some((skel, m));
+                break;
+            }
+            Err((step, error)) => attempts.push(Attempt { mechanism: m, step, error, detail: take_libbpf_log() }),
+        }
+    }
+    take_libbpf_log();
+    libbpf_rs::set_print(previous);
+    loaded.ok_or(Error::Refused { what, attempts })
+}
+
 impl ThreadWatch {
     /// Loads and attaches the programs with the best mechanism this kernel allows (tp_btf, then
     /// raw_tracepoint, then tracepoint). An `Err` says, for each, what was refused and why (e.g.
@@ -373,27 +404,7 @@ impl ThreadWatch {
     /// `libbpf_rs::set_print`, which is process-wide; the previous printer is put back).
     pub fn open_with(mechanisms: &[Mechanism]) -> Result<ThreadWatch, Error> {
         let storage = ObjectStorage::new();
-        let mut attempts = Vec::new();
-        let previous = libbpf_rs::set_print(Some((PrintLevel::Warn, capture_libbpf)));
-        let mut loaded = None;
-        for &m in mechanisms {
-            take_libbpf_log();
-            // SAFETY: one skeleton at a time: a failed attempt's skeleton is dropped inside
-            // `load` before the next attempt; the one that succeeds is stored next to `storage`
-            // in a ThreadWatch, which drops it first.
-            match load(unsafe { storage.lend() }, m) {
-                Ok(skel) => {
-                    loaded = Some((skel, m));
-                    break;
-                }
-                Err((step, error)) => attempts.push(Attempt { mechanism: m, step, error, detail: take_libbpf_log() }),
-            }
-        }
-        take_libbpf_log();
-        libbpf_rs::set_print(previous);
-        let Some((skel, mechanism)) = loaded else {
-            return Err(Error::Refused { what: THREADS_WHAT, attempts });
-        };
+        let (skel, mechanism) = probe(&storage, mechanisms, THREADS_WHAT, load)?;
 
         let pending = Arc::new(Mutex::new(Vec::new()));
         let sink = pending.clone();

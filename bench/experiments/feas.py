@@ -135,7 +135,8 @@ def counter_delta(before, after, name):
 class Testbed:
     """The 4 VMs on their tap network, the client, and the daemon of mode feas."""
 
-    def __init__(self, sizes_kb=SIZES_KB, verbose=False, timeout=4 * 3600):
+    def __init__(self, n_vms=N_VMS, sizes_kb=SIZES_KB, verbose=False, timeout=4 * 3600):
+        self.n_vms = n_vms
         self.sizes_kb = sizes_kb
         self.verbose = verbose
         self.timeout = timeout
@@ -144,7 +145,7 @@ class Testbed:
         self.daemon_cpu_s = 0.0
 
     def __enter__(self):
-        self.net = harness.TapNet(N_VMS).__enter__()
+        self.net = harness.TapNet(self.n_vms).__enter__()
         return self
 
     def __exit__(self, *exc):
@@ -191,6 +192,25 @@ class Testbed:
         """{VM: CPU time of its vCPU threads so far, ns}."""
         return {i: sum(harness.schedstat_ns(t) for t in vm.vcpu_tids()) for i, vm in self.vms.items()}
 
+    def wait_alone(self, timeout=600):
+        """Waits (up to `timeout` s) until no QEMU process runs that this run did not start: the
+        daemon (discover_processes) would adopt it too and boost a guest that is not ours."""
+        ours = {vm.pid for vm in self.vms.values()}
+        deadline = time.monotonic() + timeout
+        said = False
+        while True:
+            foreign = harness.foreign_qemus(ours)
+            if not foreign:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"QEMU processes this run did not start are running (pids {foreign}): the "
+                                   "daemon (discover_processes) would adopt them too; stop them first")
+            if not said:
+                log(f"  waiting for QEMU processes this run did not start to end (pids {foreign}): the daemon "
+                    "would adopt them too")
+                said = True
+            time.sleep(1)
+
     @contextmanager
     def mode(self, mode):
         """Nothing for "none"; for "feas" the daemon, once it has adopted every booted VM. Yields
@@ -198,11 +218,7 @@ class Testbed:
         if mode == "none":
             yield lambda: {}
             return
-        ours = {vm.pid for vm in self.vms.values()}
-        foreign = harness.foreign_qemus(ours)
-        if foreign:
-            raise RuntimeError(f"QEMU processes this run did not start are running (pids {foreign}): the daemon "
-                               "(discover_processes) would adopt them too; stop them first")
+        self.wait_alone()
         with tempfile.TemporaryDirectory(prefix="cosched-feas-") as tmp:
             d = harness.Daemon(tmp, FEAS_CONFIG)
             try:

@@ -695,7 +695,8 @@ class GuestNetwork(unittest.TestCase):
                 "with harness.TapNet(2) as n:\n    print(n.name, flush=True)\n    time.sleep(60)\n"
                 % str(Path(__file__).resolve().parents[1]))
         for sig in ("TERM", "KILL"):
-            p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 text=True)
             name = p.stdout.readline().strip()
             self.assertIn(name, netns_names())
             p.send_signal(getattr(__import__("signal"), "SIG" + sig))

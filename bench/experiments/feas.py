@@ -184,9 +184,11 @@ class Testbed:
         return r.stdout.strip()
 
     def set_busy(self, busy):
-        """CPU hogs in exactly the VMs `busy` (of those booted)."""
+        """CPU hogs in exactly the VMs `busy` (of those booted); QEMU threads pinned again (one
+        that appeared since inherited its creator's CPUs, but a vCPU must not be elsewhere)."""
         for i in sorted(self.vms):
             self.ctl(i, "hog=1" if i in busy else "hog=0")
+            self.vms[i].pin(VCPU_CPUS, CLIENT_CPUS)
 
     def vcpu_ns(self):
         """{VM: CPU time of its vCPU threads so far, ns}."""

@@ -8,19 +8,24 @@ use std::path::{Path, PathBuf};
 
 use libbpf_cargo::SkeletonBuilder;
 
-const SRC: &str = "src/bpf/threads.bpf.c";
+/// (source, skeleton file): the thread watch and the FEAS event detection.
+const PROGRAMS: [(&str, &str); 2] =
+    [("src/bpf/threads.bpf.c", "threads.skel.rs"), ("src/bpf/feas.bpf.c", "feas.skel.rs")];
 const VMLINUX_DIR: &str = "../agent/src/bpf";
 
 fn main() {
-    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo")).join("threads.skel.rs");
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
     let vmlinux = Path::new(VMLINUX_DIR).join("vmlinux.h");
     assert!(vmlinux.exists(), "{} is missing: the BPF programs take kernel types from it", vmlinux.display());
-    SkeletonBuilder::new()
-        .source(SRC)
-        .clang_args(["-Isrc/bpf", &format!("-I{VMLINUX_DIR}"), "-Wall", "-Wno-unused-function"])
-        .build_and_generate(&out)
-        .expect("building the BPF programs (is clang installed?)");
-    println!("cargo:rerun-if-changed={SRC}");
+    for (src, skel) in PROGRAMS {
+        SkeletonBuilder::new()
+            .source(src)
+            .clang_args(["-Isrc/bpf", &format!("-I{VMLINUX_DIR}"), "-Wall", "-Wno-unused-function"])
+            .build_and_generate(out_dir.join(skel))
+            .unwrap_or_else(|e| panic!("building {src} (is clang installed?): {e:#}"));
+        println!("cargo:rerun-if-changed={src}");
+    }
     println!("cargo:rerun-if-changed=src/bpf/intf.h");
+    println!("cargo:rerun-if-changed=src/bpf/feas_intf.h");
     println!("cargo:rerun-if-changed={}", vmlinux.display());
 }

@@ -94,21 +94,38 @@ impl World {
     /// With `listener`, the fake QEMU inherits that listening socket, as QEMU does when libvirt
     /// opens the chardev socket.
     fn vm_with(&self, name: &str, exe_name: &str, threads: &[&str], listener: Option<UnixListener>) -> FakeVm {
+        let exe = self.fake_qemu(name, exe_name);
+        self.vm_from(&exe, name, threads, listener)
+    }
+
+    /// The fake QEMU copied to `bin-<name>/<exe_name>`.
+    fn fake_qemu(&self, name: &str, exe_name: &str) -> PathBuf {
         let bin_dir = self.p(&format!("bin-{name}"));
         std::fs::create_dir_all(&bin_dir).unwrap();
         let exe = bin_dir.join(exe_name);
         std::fs::copy(env!("CARGO_BIN_EXE_cosched-fake-qemu"), &exe).unwrap();
-        self.vm_from(&exe, name, threads, listener)
+        exe
     }
 
     /// Starts the fake QEMU from `exe` (already in place).
     fn vm_from(&self, exe: &Path, name: &str, threads: &[&str], listener: Option<UnixListener>) -> FakeVm {
+        let args: Vec<String> = threads.iter().flat_map(|t| ["--thread".to_string(), t.to_string()]).collect();
+        self.vm_args(exe, name, &args, threads, listener)
+    }
+
+    /// Starts the fake QEMU from `exe` with `args`, and waits for the threads `named`.
+    fn vm_args(
+        &self,
+        exe: &Path,
+        name: &str,
+        args: &[String],
+        named: &[&str],
+        listener: Option<UnixListener>,
+    ) -> FakeVm {
         std::fs::create_dir_all(self.socket_dir()).unwrap();
         let mut cmd = Command::new(exe);
         cmd.arg("--socket").arg(self.socket_dir().join(format!("{name}.sock")));
-        for t in threads {
-            cmd.arg("--thread").arg(t);
-        }
+        cmd.args(args);
         if let Some(l) = &listener {
             let fd = l.as_raw_fd();
             cmd.arg("--listen-fd").arg(fd.to_string());
@@ -151,7 +168,7 @@ impl World {
         let vm = FakeVm { child, stdin, rx, pid, seq: 0 };
         wait_for("the fake VM's named threads", Duration::from_secs(5), || {
             let names: Vec<String> = vm.threads().into_iter().map(|t| t.1).collect();
-            threads.iter().all(|t| names.iter().any(|n| n == t)).then_some(())
+            named.iter().all(|t| names.iter().any(|n| n == t)).then_some(())
         });
         vm
     }
@@ -1292,4 +1309,166 @@ fn io_weight_lever_moves_io_threads_into_a_real_blkio_group_and_kill_9_is_restor
         drop(d2);
         drop(vm);
     }
+}
+
+// ---- Event boosting (FEAS) ----
+
+const FEAS_CONFIG: &str = "[event]\nvms = \"no-agent\"\nn_limit = 1\ncycle_ms = 10\nslice_us = 2000\n";
+
+/// A VM with no agent whose vCPU spins on CPU 1 beside a hog (so it waits about half of the
+/// time), and whose `IO event0` thread a datagram socket wakes. Dropping it stops the hog.
+struct EventVm {
+    vm: FakeVm,
+    sock: PathBuf,
+    vcpu: i32,
+    hog: Child,
+}
+
+impl Drop for EventVm {
+    fn drop(&mut self) {
+        let _ = self.hog.kill();
+        let _ = self.hog.wait();
+    }
+}
+
+fn event_vm(w: &World, d: &Daemon) -> EventVm {
+    let sock = w.p("event0.sock");
+    let exe = w.fake_qemu("ev", "qemu-system-x86_64");
+    let args: Vec<String> =
+        ["--busy", "CPU 0/TCG", "--event-socket", sock.to_str().unwrap()].iter().map(|s| s.to_string()).collect();
+    let vm = w.vm_args(&exe, "ev", &args, &["CPU 0/TCG", "IO event0"], None);
+    d.wait_vm("ev");
+    let vcpu = vm.tid("CPU 0/TCG");
+    sched::set_affinity(vcpu, &[1]).unwrap();
+    let hog = Command::new("taskset").args(["-c", "1", "sh", "-c", "while :; do :; done"]).spawn().unwrap();
+    // This test's own threads (the sender, the sampler) stay off the contended CPU.
+    sched::set_affinity(0, &[0]).unwrap();
+    EventVm { vm, sock, vcpu, hog }
+}
+
+/// Sends a datagram to the VM's event socket every `every` for `for_`, from this process (for
+/// the VM, a device: another process writing to its socket), while sampling its vCPU's
+/// attributes every 50 µs. Returns the samples (time since start, attributes).
+fn drive_events(ev: &EventVm, every: Duration, for_: Duration) -> Vec<(Duration, SchedAttr)> {
+    let tx = std::os::unix::net::UnixDatagram::unbound().unwrap();
+    let sock = ev.sock.clone();
+    let sender = std::thread::spawn(move || {
+        let end = Instant::now() + for_;
+        while Instant::now() < end {
+            let _ = tx.send_to(b"packet", &sock);
+            std::thread::sleep(every);
+        }
+    });
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    while start.elapsed() < for_ + Duration::from_millis(50) {
+        if let Ok(a) = sched::get(ev.vcpu) {
+            samples.push((start.elapsed(), a));
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    sender.join().unwrap();
+    samples
+}
+
+/// Runs of samples at `SCHED_RR`: the times of the first and the last sample of each (the
+/// sampler itself may be delayed: a run's last sample bounds it from below, not above).
+fn rr_episodes(samples: &[(Duration, SchedAttr)]) -> Vec<(Duration, Duration)> {
+    let mut out = Vec::new();
+    let mut open: Option<(Duration, Duration)> = None;
+    for (t, a) in samples {
+        match (a.policy == SCHED_RR, open) {
+            (true, None) => open = Some((*t, *t)),
+            (true, Some((s, _))) => open = Some((s, *t)),
+            (false, Some(run)) => {
+                out.push(run);
+                open = None;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn a_device_event_boosts_the_waiting_vcpu_for_a_slice_at_most_n_limit_times_per_cycle() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let d = w.daemon(FEAS_CONFIG);
+    let ev = event_vm(&w, &d);
+    let boosts = |d: &Daemon| d.vm_status("ev").unwrap()["resources"]["event"]["counters"]["boosts"].as_u64().unwrap();
+    let before = boosts(&d);
+    let run = Duration::from_secs(2);
+    let samples = drive_events(&ev, Duration::from_millis(3), run);
+    let episodes = rr_episodes(&samples);
+    let vm = d.vm_status("ev").unwrap();
+    let st = d.status();
+    let counters = &vm["resources"]["event"]["counters"];
+    let n = boosts(&d) - before;
+    eprintln!(
+        "{} RR episodes seen, {n} boosts; longest {:?}; event counters {counters}; detection {}",
+        episodes.len(),
+        episodes.iter().map(|(s, e)| *e - *s).max(),
+        st["event"]["counters"]
+    );
+    assert!(st["event"]["counters"]["device_wakeups"].as_u64().unwrap() > 100, "{}", st["event"]);
+    // A datagram every 3 ms and one boost per 10 ms cycle at most: boosts, and postponements.
+    assert!(n >= 30, "{n} boosts in {run:?}: {counters}");
+    assert!(n <= run.as_millis() as u64 / 10 + 2, "{n} boosts in {run:?}: more than one per 10 ms cycle");
+    assert!(counters["postponed"].as_u64().unwrap() > 0, "{counters}");
+    assert!(episodes.len() >= 20, "the vCPU was seen at SCHED_RR {} times", episodes.len());
+    for (s, _) in &episodes {
+        let a = samples.iter().find(|(t, _)| t == s).unwrap().1;
+        assert_eq!((a.priority, a.flags & SCHED_FLAG_RESET_ON_FORK), (1, SCHED_FLAG_RESET_ON_FORK), "{a:?}");
+    }
+    // The slice is 2 ms; the daemon's timer (epoll) has a 1 ms resolution, and the daemon and
+    // the sampler share CPU 0 with the sender (and, under `cargo test`, with the other tests'
+    // daemons, all at SCHED_FIFO 99): most boosts end within the slice and a millisecond.
+    let mut lengths: Vec<Duration> = episodes.iter().map(|(s, e)| *e - *s).collect();
+    lengths.sort();
+    let within = lengths.iter().filter(|l| **l <= Duration::from_millis(3)).count();
+    assert!(within * 10 >= lengths.len() * 9, "boost lengths (slice 2 ms): {lengths:?}");
+    // Never two boosts in one 10 ms cycle (n_limit = 1): two may straddle a cycle's start, but
+    // three starts are in three cycles, so more than a whole cycle apart (less 1 ms for the
+    // sampler's own delays).
+    let crowded: Vec<_> =
+        episodes.windows(3).filter(|p| p[2].0 - p[0].0 < Duration::from_millis(9)).map(|p| (p[0].0, p[2].0)).collect();
+    assert!(crowded.is_empty(), "three boosts within 9 ms: {crowded:?}");
+    // The boosted time is paid back at nice 19, then the vCPU is put back.
+    assert!(counters["repaid_ns"].as_u64().unwrap() > 0, "{counters}");
+    wait_for("the vCPU put back", Duration::from_secs(2), || {
+        sched::get(ev.vcpu).unwrap().same_as(&SchedAttr::other(0, 0)).then_some(())
+    });
+    // Only the vCPU was ever changed.
+    let io = ev.vm.tid("IO event0");
+    assert!(!samples.is_empty() && sched::get(io).unwrap().same_as(&SchedAttr::other(0, 0)));
+}
+
+#[test]
+fn kill_9_mid_event_boost_is_restored() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    // Long slices and no pay-back: the boost is easy to catch.
+    let mut d = w.daemon("[event]\nslice_us = 10000\ncharge = false\n");
+    let ev = event_vm(&w, &d);
+    let tx = std::os::unix::net::UnixDatagram::unbound().unwrap();
+    wait_for("an event boost", Duration::from_secs(5), || {
+        let _ = tx.send_to(b"packet", &ev.sock);
+        std::thread::sleep(Duration::from_millis(1));
+        (sched::get(ev.vcpu).unwrap().policy == SCHED_RR).then_some(())
+    });
+    d.signal(libc::SIGKILL);
+    assert_eq!(sched::get(ev.vcpu).unwrap().policy, SCHED_RR, "kill -9 restores nothing by itself");
+    let out = Command::new(env!("CARGO_BIN_EXE_cosched"))
+        .args(["restore", "--state-dir"])
+        .arg(w.state_dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(sched::get(ev.vcpu).unwrap().same_as(&SchedAttr::other(0, 0)), "{:?}", sched::get(ev.vcpu));
+    assert!(state_files(&w).is_empty());
 }

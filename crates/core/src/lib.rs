@@ -24,6 +24,7 @@
 //! scan of every VM.
 
 pub mod cpu;
+pub mod feas;
 pub mod io;
 pub mod policy;
 pub mod resource;
@@ -36,6 +37,7 @@ use cosched_proto::{DenyReason, Frame, Kind, Resource};
 use serde::Serialize;
 
 pub use cpu::CpuPolicy;
+pub use feas::{EventPolicy, EventVms, Feas, FeasConfig, FeasHost};
 pub use io::IoPolicy;
 pub use policy::{check_priority, Limits, LimitsOverride, Policy, VM_PRIORITY};
 pub use resource::{Level, ResourcePolicy, VmFacts};
@@ -283,6 +285,28 @@ impl Coordinator {
             return Err(DenyReason::Unsupported);
         }
         self.request(id, r, value, now, None, out)
+    }
+
+    /// A host-originated change of level while boosted (event boosting's pay-back at
+    /// `Guarded`): the VM's threads go to `level`. Nothing happens unless the VM is boosted on
+    /// `r` and `level` is not `Normal` (ending a boost is a request for 0).
+    pub fn host_level(&mut self, id: VmId, r: Resource, level: Level, out: &mut Vec<Action>) {
+        let Some(vm) = self.vms.get_mut(&id) else { return };
+        let priority = vm.settings.priority;
+        let Some(slot) = vm.slots.get_mut(&r) else { return };
+        if !slot.level.is_boosted() || level == Level::Normal || slot.level == level {
+            return;
+        }
+        slot.level = level;
+        out.push(Action::Apply { vm: id, resource: r, level, value: slot.granted, priority });
+    }
+
+    /// Adds `n` to one of a resource's own counters of a VM (shown by `cosched status` and the
+    /// metrics beside the shared ones).
+    pub fn count(&mut self, id: VmId, r: Resource, name: &'static str, n: u64) {
+        if let Some(slot) = self.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(&r)) {
+            *slot.counters.events.entry(name).or_default() += n;
+        }
     }
 
     /// The path every request for a resource takes; `seq` is the guest frame's, if any (then

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use cosched_core::{check_priority, Policy, VmSettings};
+use cosched_core::{check_priority, FeasConfig, Policy, VmSettings};
 use cosched_proto::Resource;
 use serde::{Deserialize, Serialize};
 
@@ -96,6 +96,9 @@ pub struct HostConfig {
     pub boost: BoostClass,
     /// I/O coordination (Virtual-BFQ): how a VM whose guest BFQ weight-raises is raised here.
     pub io: IoBoost,
+    /// Event boosting (FEAS) for guests without an agent: which VMs, `n_limit` per cycle, the
+    /// slice, the charging.
+    pub event: FeasConfig,
     /// Where cgroup hierarchies are mounted (v1 controllers at `<dir>/<controller>`, or v2 at
     /// `<dir>`): the `weight` I/O lever makes and weights groups there.
     pub cgroup_root: PathBuf,
@@ -120,6 +123,7 @@ impl Default for HostConfig {
             policy: Policy::default(),
             boost: BoostClass::default(),
             io: IoBoost::default(),
+            event: FeasConfig::default(),
             cgroup_root: "/sys/fs/cgroup".into(),
             vm: BTreeMap::new(),
         }
@@ -157,6 +161,7 @@ impl HostConfig {
         self.policy.validate().map_err(anyhow::Error::msg).context("[policy]")?;
         self.boost.validate().map_err(anyhow::Error::msg).context("[boost]")?;
         self.io.validate().map_err(anyhow::Error::msg)?;
+        self.event.validate().map_err(anyhow::Error::msg)?;
         check_resource_names("[resources]", self.resources.keys())?;
         for (name, vm) in &self.vm {
             if let Some(p) = vm.priority {

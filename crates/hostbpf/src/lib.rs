@@ -9,11 +9,18 @@
 //! kernel refuses BPF (no root, no BTF, a locked-down or old kernel), [`ThreadWatch::open`] says
 //! why in an operator's words and the daemon falls back to periodic rescans; when the ring buffer
 //! was full, [`ThreadWatch::dropped`] grows and the daemon rescans its VMs once. This crate is
-//! also the home of the host's later BPF (FEAS event detection).
+//! also the home of the host's FEAS event detection, [`feas::FeasWatch`] (`src/bpf/feas.bpf.c`).
+
+pub mod feas;
 
 #[allow(clippy::all, clippy::undocumented_unsafe_blocks, non_camel_case_types, dead_code, unused_imports)]
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/threads.skel.rs"));
+}
+
+#[allow(clippy::all, clippy::undocumented_unsafe_blocks, non_camel_case_types, dead_code, unused_imports)]
+mod skel_feas {
+    include!(concat!(env!("OUT_DIR"), "/feas.skel.rs"));
 }
 
 use std::fmt;
@@ -80,7 +87,7 @@ impl ThreadEvent {
 ///
 /// # Safety
 /// Implement only for such types.
-unsafe trait Plain: Copy {}
+pub(crate) unsafe trait Plain: Copy {}
 
 // SAFETY: generated from intf.h: `#[repr(C)]` of a `#[repr(transparent)]` u32, two i32 and an
 // [i8; 16]; any bits are valid.
@@ -89,7 +96,7 @@ unsafe impl Plain for thread_event {}
 unsafe impl Plain for thread_stats {}
 
 /// Reads a `T` from the start of `data` (any alignment); `None` if `data` is too short.
-fn from_bytes<T: Plain>(data: &[u8]) -> Option<T> {
+pub(crate) fn from_bytes<T: Plain>(data: &[u8]) -> Option<T> {
     if data.len() < size_of::<T>() {
         return None;
     }
@@ -176,8 +183,8 @@ impl fmt::Display for Attempt {
 }
 
 /// The message of [`Error::Refused`]: one failure said once when every mechanism failed alike.
-fn refused_message(attempts: &[Attempt]) -> String {
-    let head = "BPF thread tracepoints refused by this kernel";
+fn refused_message(what: &str, attempts: &[Attempt]) -> String {
+    let head = format!("BPF {what} refused by this kernel");
     match attempts {
         [] => format!("{head}: no attach mechanism was tried"),
         [first, rest @ ..] if !rest.is_empty() && rest.iter().all(|a| a.failure() == first.failure()) => {
@@ -199,11 +206,18 @@ fn refused_message(attempts: &[Attempt]) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// No mechanism could be loaded and attached: the caller falls back to rescanning /proc.
-    #[error("{}", refused_message(.attempts))]
-    Refused { attempts: Vec<Attempt> },
+    #[error("{}", refused_message(.what, .attempts))]
+    Refused { what: &'static str, attempts: Vec<Attempt> },
     /// The ring buffer could not be set up.
-    #[error("setting up the BPF ring buffer of thread events: {0:#}")]
+    #[error("setting up the BPF ring buffer: {0:#}")]
     RingBuffer(#[source] libbpf_rs::Error),
+    /// A BPF map could not be updated (FEAS: a VM or thread to watch).
+    #[error("{what}: {source:#}")]
+    Map {
+        what: String,
+        #[source]
+        source: libbpf_rs::Error,
+    },
     /// A process could not be added to the watched set (e.g. E2BIG: 4096 processes watched).
     #[error("watching the threads of process {tgid}: {source:#}")]
     Watch {
@@ -214,7 +228,7 @@ pub enum Error {
 }
 
 /// The symbolic errno in a libbpf error's text ("... (os error 1)" -> "EPERM"), if known.
-fn errno_name(e: &libbpf_rs::Error) -> Option<&'static str> {
+pub(crate) fn errno_name(e: &libbpf_rs::Error) -> Option<&'static str> {
     let text = format!("{e:#}");
     let code: i32 = text.rsplit_once("(os error ")?.1.split(')').next()?.parse().ok()?;
     Some(match code {
@@ -248,12 +262,15 @@ pub struct Counters {
     pub forgotten: u64,
 }
 
+/// What [`ThreadWatch`] loads, for its errors.
+const THREADS_WHAT: &str = "thread tracepoints";
+
 /// The heap memory the skeleton's BPF object lives in, owned here (freed on drop) and lent to
 /// one skeleton at a time.
-struct ObjectStorage(*mut MaybeUninit<OpenObject>);
+pub(crate) struct ObjectStorage(*mut MaybeUninit<OpenObject>);
 
 impl ObjectStorage {
-    fn new() -> ObjectStorage {
+    pub(crate) fn new() -> ObjectStorage {
         ObjectStorage(Box::into_raw(Box::new(MaybeUninit::uninit())))
     }
 
@@ -262,7 +279,7 @@ impl ObjectStorage {
     /// # Safety
     /// At most one skeleton may hold the returned reference at a time, and it must be dropped
     /// before `self` (the reference is not really `'static`).
-    unsafe fn lend(&self) -> &'static mut MaybeUninit<OpenObject> {
+    pub(crate) unsafe fn lend(&self) -> &'static mut MaybeUninit<OpenObject> {
         // SAFETY: the pointer comes from Box::into_raw and stays valid until drop; exclusivity
         // and lifetime are the caller's contract.
         unsafe { &mut *self.0 }
@@ -311,15 +328,15 @@ impl fmt::Debug for ThreadWatch {
 }
 
 /// libbpf's warnings while [`ThreadWatch::open_with`] probes, instead of stderr.
-static LIBBPF_LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
+pub(crate) static LIBBPF_LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-fn capture_libbpf(_level: PrintLevel, msg: String) {
+pub(crate) fn capture_libbpf(_level: PrintLevel, msg: String) {
     LIBBPF_LOG.lock().unwrap_or_else(PoisonError::into_inner).push(msg);
 }
 
 /// The last two of libbpf's telling warning lines (not the verifier's log, not the generic
 /// "failed to load" ones), emptying the capture.
-fn take_libbpf_log() -> Vec<String> {
+pub(crate) fn take_libbpf_log() -> Vec<String> {
     let mut log = LIBBPF_LOG.lock().unwrap_or_else(PoisonError::into_inner);
     let lines: Vec<String> = log
         .drain(..)
@@ -375,7 +392,7 @@ impl ThreadWatch {
         take_libbpf_log();
         libbpf_rs::set_print(previous);
         let Some((skel, mechanism)) = loaded else {
-            return Err(Error::Refused { attempts });
+            return Err(Error::Refused { what: THREADS_WHAT, attempts });
         };
 
         let pending = Arc::new(Mutex::new(Vec::new()));
@@ -554,7 +571,7 @@ mod tests {
         let e = libbpf_rs::Error::from_raw_os_error(libc::EPERM);
         assert_eq!(errno_name(&e), Some("EPERM"));
         let a = Attempt { mechanism: Mechanism::RawTracepoint, step: "loading", error: e, detail: vec![] };
-        let text = Error::Refused { attempts: vec![a] }.to_string();
+        let text = Error::Refused { what: THREADS_WHAT, attempts: vec![a] }.to_string();
         assert_eq!(
             text,
             "BPF thread tracepoints refused by this kernel: raw_tracepoint (loading: EPERM, Operation not \
@@ -566,7 +583,7 @@ mod tests {
             error: libbpf_rs::Error::from_raw_os_error(libc::EPERM),
             detail: vec!["libbpf: why".into()],
         };
-        let text = Error::Refused { attempts: Mechanism::ALL.map(same).into() }.to_string();
+        let text = Error::Refused { what: THREADS_WHAT, attempts: Mechanism::ALL.map(same).into() }.to_string();
         assert_eq!(
             text,
             "BPF thread tracepoints refused by this kernel: loading: EPERM, Operation not permitted (os error 1) \
@@ -587,7 +604,7 @@ mod tests {
                 detail: vec![],
             },
         ];
-        let text = Error::Refused { attempts: differ }.to_string();
+        let text = Error::Refused { what: THREADS_WHAT, attempts: differ }.to_string();
         assert!(
             text.contains("tp_btf (loading: EINVAL, Invalid argument (os error 22)), tracepoint (attaching: ENOENT")
         );

@@ -6,6 +6,10 @@
 //! daemon's connection and its stdin/stdout, so a test plays the guest through the pipes.
 //! SIGUSR1 starts one more `worker` thread; the process exits when stdin closes. With
 //! `--listen-fd N` it uses an inherited listening socket, as QEMU does under libvirt.
+//! For event boosting: `--busy NAME` is a thread that spins without pause (a vCPU running a
+//! CPU hog in its guest), and `--event-socket PATH` an `IO event0` thread that blocks reading a
+//! unix datagram socket bound at PATH (a device: a test's datagram wakes it) and busy-works
+//! 50 µs per datagram, as QEMU's main loop hands a packet to its guest.
 //!
 //! With `--drive HZ` it is its own guest instead (for the daemon scale experiment): once the
 //! daemon connects it registers, then sends `CPU 1` and `CPU 0` alternately, HZ frames a second,
@@ -55,12 +59,46 @@ fn named_thread_idle(name: String, spin: bool, block: bool) {
     });
 }
 
+fn set_name(name: &str) {
+    let c = std::ffi::CString::new(name).unwrap();
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr()) };
+}
+
+/// A thread that never sleeps.
+fn busy_thread(name: String) {
+    std::thread::spawn(move || {
+        set_name(&name);
+        loop {
+            std::hint::spin_loop();
+        }
+    });
+}
+
+/// `IO event0`: blocks on a datagram socket at `path`; 50 µs of work per datagram.
+fn event_thread(path: String) {
+    let _ = std::fs::remove_file(&path);
+    let sock = std::os::unix::net::UnixDatagram::bind(&path).expect("--event-socket: bind");
+    std::thread::spawn(move || {
+        set_name("IO event0");
+        let mut buf = [0u8; 64];
+        while sock.recv(&mut buf).is_ok() {
+            let t = std::time::Instant::now();
+            while t.elapsed() < Duration::from_micros(50) {
+                std::hint::spin_loop();
+            }
+        }
+    });
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut socket = None;
     let mut listen_fd = None;
     let mut drive_hz: Option<u32> = None;
     let mut threads = Vec::new();
+    let mut busy = Vec::new();
+    let mut event_socket = None;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--socket" => socket = args.next(),
@@ -73,12 +111,20 @@ fn main() {
             "--thread" => threads.push((args.next().expect("--thread NAME"), false)),
             "--drive" => drive_hz = args.next().and_then(|n| n.parse().ok()),
             "--spin" => threads.push((args.next().expect("--spin NAME"), true)),
+            "--busy" => busy.push(args.next().expect("--busy NAME")),
+            "--event-socket" => event_socket = args.next(),
             other => panic!("unknown argument {other}"),
         }
     }
     let socket = socket.expect("--socket PATH");
     for (name, spin) in threads {
         named_thread_idle(name, spin, drive_hz.is_some());
+    }
+    for name in busy {
+        busy_thread(name);
+    }
+    if let Some(path) = event_socket {
+        event_thread(path);
     }
     if let Some(hz) = drive_hz {
         let listener = listen(&socket, listen_fd);

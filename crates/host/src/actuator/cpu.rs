@@ -1,5 +1,8 @@
-//! The CPU actuator: a boosted VM's threads get a real-time class (or what `[boost]` says)
-//! with `sched_setattr`, and their own attributes back at normal.
+//! The scheduling-class actuator: a boosted VM's threads get a real-time class (or what
+//! `[boost]` says) with `sched_setattr`, and their own attributes back at normal. Two resources
+//! use it: the CPU (guest-driven boosts, every thread of the VM) and events (FEAS: the vCPU
+//! threads only, `SCHED_RR` at the VM's priority while boosted, nice 19 while the VM pays its
+//! boost back at [`Level::Guarded`]).
 //!
 //! A thread that already runs at a real-time class is never touched (a boost never lowers).
 //! What a thread has is read when the actuator first sees it and again at most every
@@ -13,11 +16,43 @@ use cosched_procfs::{TaskId, ThreadRole};
 use cosched_proto::Resource;
 
 use super::{Actuator, BoostClass, Host, Outcome, Prepared, Threads};
-use crate::sched::{self, SchedAttr};
+use crate::sched::{self, SchedAttr, SCHED_FLAG_RESET_ON_FORK, SCHED_RR};
 use crate::store::{Entry, Setting};
 
 /// The layer the CPU boost records its changes under (the resource's name).
 pub const CPU_LAYER: &str = "cpu";
+/// The layer event boosting records its changes under.
+pub const EVENT_LAYER: &str = "event";
+
+/// The nice level a VM pays an event boost back at (weight 15 against nice 0's 1024: see
+/// `cosched_core::feas`).
+pub const EVENT_REPAY_NICE: i32 = 19;
+
+/// What each level sets on which threads.
+#[derive(Debug, Clone)]
+enum Targets {
+    /// CPU coordination: `[boost]`.
+    Cpu(BoostClass),
+    /// Event boosting: vCPU threads only.
+    Event,
+}
+
+impl Targets {
+    fn target(&self, level: Level, role: ThreadRole, vcpus_known: bool, priority: u8) -> Option<SchedAttr> {
+        match self {
+            Targets::Cpu(class) => class.target(level, role, vcpus_known, priority),
+            Targets::Event => {
+                let is_vcpu = role == ThreadRole::Vcpu || (!vcpus_known && role != ThreadRole::Main);
+                match level {
+                    _ if !is_vcpu => None,
+                    Level::Normal => None,
+                    Level::Boosted => Some(SchedAttr::rt(SCHED_RR, priority as u32, SCHED_FLAG_RESET_ON_FORK)),
+                    Level::Guarded => Some(SchedAttr::other(EVENT_REPAY_NICE, SCHED_FLAG_RESET_ON_FORK)),
+                }
+            }
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Tracked {
@@ -36,7 +71,8 @@ struct Tracked {
 
 #[derive(Debug)]
 pub struct CpuActuator {
-    class: BoostClass,
+    resource: Resource,
+    targets: Targets,
     threads: BTreeMap<i32, Tracked>,
     /// The [`Threads::generation`] last followed, and what it said of the vCPUs' names.
     generation: Option<u64>,
@@ -48,9 +84,20 @@ pub struct CpuActuator {
 }
 
 impl CpuActuator {
+    /// CPU coordination with `[boost]`'s class.
     pub fn new(class: BoostClass) -> CpuActuator {
+        CpuActuator::with(Resource::Cpu, Targets::Cpu(class))
+    }
+
+    /// Event boosting (FEAS).
+    pub fn event() -> CpuActuator {
+        CpuActuator::with(Resource::Event, Targets::Event)
+    }
+
+    fn with(resource: Resource, targets: Targets) -> CpuActuator {
         CpuActuator {
-            class,
+            resource,
+            targets,
             threads: BTreeMap::new(),
             generation: None,
             vcpus_known: false,
@@ -96,9 +143,12 @@ impl CpuActuator {
     /// own attributes gets its present ones as original (the operator may have made it
     /// real-time, which a boost must not lower); a thread that no longer has what we set keeps
     /// the other's change, and we let go of it. Returns whether an original moved.
-    fn verify(&mut self, env: &mut Host, out: &mut Outcome) -> bool {
+    fn verify(&mut self, env: &mut Host, threads: &Threads, out: &mut Outcome) -> bool {
         let mut changed = false;
         for (tid, t) in self.threads.iter_mut() {
+            if threads.sched_held_by(*tid).is_some_and(|r| r != self.resource) {
+                continue; // the other sched layer's value, not someone else's
+            }
             let Ok(cur) = env.sched.get(*tid) else { continue }; // gone: the change will say so
             match t.applied {
                 None if !cur.same_as(&t.original) => {
@@ -121,7 +171,7 @@ impl CpuActuator {
 
 impl Actuator for CpuActuator {
     fn resource(&self) -> Resource {
-        Resource::Cpu
+        self.resource
     }
 
     fn level(&self) -> Level {
@@ -139,7 +189,7 @@ impl Actuator for CpuActuator {
             let Some(t) = self.threads.get_mut(&e.task.id).filter(|t| t.task == e.task) else { continue };
             let current = t.original;
             // The restore's own decision: a value the record says we applied is still ours.
-            let layers = [(CPU_LAYER, original, applied.as_slice())];
+            let layers = [(self.resource.name(), original, applied.as_slice())];
             if crate::store::undo_value(&layers, &current, SchedAttr::same_as).is_some() {
                 t.applied = Some(current); // still ours: the next deboost puts it back
             }
@@ -160,13 +210,13 @@ impl Actuator for CpuActuator {
         self.level = level;
         self.priority = priority;
         if self.verified_at.is_none_or(|t| t.elapsed() >= env.verify) {
-            p.changed |= self.verify(env, out);
+            p.changed |= self.verify(env, threads, out);
         }
         for t in self.threads.values_mut() {
             t.want = if t.original.is_realtime() {
                 None // never lower a thread that is already real-time
             } else {
-                self.class.target(level, t.role, self.vcpus_known, priority)
+                self.targets.target(level, t.role, self.vcpus_known, priority)
             };
             if let Some(attr) = t.want {
                 p.sets = true;
@@ -209,7 +259,7 @@ impl Actuator for CpuActuator {
     fn entries(&self, out: &mut Vec<Entry>) {
         out.extend(self.threads.values().filter(|t| !t.may_apply.is_empty()).map(|t| Entry {
             task: t.task,
-            layer: CPU_LAYER.into(),
+            layer: self.resource.name().into(),
             setting: Setting::Sched { original: t.original, applied: t.may_apply.clone() },
         }));
     }

@@ -32,7 +32,7 @@ use serde::Serialize;
 
 pub use block::{weight_hierarchy, IoActuator, IoBoost, IoLever, WeightHierarchy, IO_LAYER};
 pub use class::{BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
-pub use cpu::{CpuActuator, CPU_LAYER};
+pub use cpu::{CpuActuator, CPU_LAYER, EVENT_LAYER, EVENT_REPAY_NICE};
 
 use crate::sched::{self, SchedAttr};
 use crate::store::{Entry, RestoreReport, StateDir, ThreadOps, VmRecord};
@@ -133,6 +133,9 @@ pub struct Threads {
     smp: u32,
     /// When the task directory was last listed (membership of every thread verified).
     listed_at: Option<Instant>,
+    /// Threads whose scheduling attributes one of our sched layers (CPU, event) holds now:
+    /// the other layer must not take that value for a change by someone else.
+    sched_held: BTreeMap<i32, Resource>,
 }
 
 impl Threads {
@@ -143,6 +146,7 @@ impl Threads {
             generation: 0,
             smp: procfs.cmdline(process.id).map(|a| cosched_procfs::qemu_smp(&a)).unwrap_or(1),
             listed_at: None,
+            sched_held: BTreeMap::new(),
         };
         t.rescan(procfs)?;
         Ok(t)
@@ -150,6 +154,11 @@ impl Threads {
 
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// The resource whose sched layer holds thread `tid`'s scheduling attributes now, if any.
+    pub fn sched_held_by(&self, tid: i32) -> Option<Resource> {
+        self.sched_held.get(&tid).copied()
     }
 
     pub fn get(&self, tid: i32) -> Option<&ThreadInfo> {
@@ -470,6 +479,20 @@ impl VmThreads {
         self.actuators[i].apply(env, out, &mut gone);
         out.gone += gone.len() as u32;
         self.threads.forget(&gone);
+        let r = self.actuators[i].resource();
+        for t in self.threads.list.keys() {
+            match self.actuators[i].show(*t) {
+                Some(("sched", _, true)) => {
+                    self.threads.sched_held.insert(*t, r);
+                }
+                _ if self.threads.sched_held.get(t) == Some(&r) => {
+                    self.threads.sched_held.remove(t);
+                }
+                _ => {}
+            }
+        }
+        let list = &self.threads.list;
+        self.threads.sched_held.retain(|t, _| list.contains_key(t));
     }
 
     /// Brings every actuator's threads to its level again (after the list moved), without
@@ -516,6 +539,7 @@ impl VmThreads {
             for a in self.actuators.iter_mut() {
                 a.restored();
             }
+            self.threads.sched_held.clear();
             self.persisted = false;
         }
         report

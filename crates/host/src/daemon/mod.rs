@@ -12,6 +12,7 @@
 mod channels;
 mod clients;
 mod discovery;
+mod events;
 mod os;
 mod status;
 mod vms;
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use cosched_core::{Action, Coordinator, Level, VmId, NS_PER_MS};
+use cosched_hostbpf::feas::FeasMsg;
 use cosched_hostbpf::ThreadEvent;
 use cosched_procfs::{ProcFs, TaskId};
 use cosched_proto::{Event, Resource};
@@ -36,6 +38,7 @@ pub use os::lock_state_dir;
 use self::channels::{Channels, Opened, Read};
 use self::clients::{Answer, Ask, Clients, FIRST_CLIENT};
 use self::discovery::Discovery;
+use self::events::EventBoost;
 use self::vms::{VmEntry, Vms};
 use crate::actuator::{
     weight_hierarchy, Actuator, CpuActuator, Host, IoActuator, IoLever, Outcome, RealSched, WeightHierarchy,
@@ -52,6 +55,7 @@ const SIGNALS: Token = Token(1);
 const CONTROL: Token = Token(2);
 const METRICS: Token = Token(3);
 const THREADS: Token = Token(4);
+const FEAS: Token = Token(5);
 /// Reads of 4 KiB from one VM per wake-up: a guest that floods its channel cannot keep the
 /// loop from enforcing budgets, the guard, other VMs and signals; the rest is read next round.
 const READS_PER_WAKEUP: usize = 8;
@@ -105,6 +109,8 @@ pub struct Daemon {
     /// Whether I/O coordination can act here: with the `weight` lever, on which cgroup
     /// hierarchy; or why not.
     io: Result<Option<WeightHierarchy>, String>,
+    /// Event boosting (FEAS), or why it does not run here.
+    events: Result<EventBoost, String>,
     _lock: fs::File,
 }
 
@@ -126,7 +132,10 @@ impl Daemon {
         let clients = Clients::bind(&cfg.control_socket, cfg.metrics_listen.as_deref(), &poll, CONTROL, METRICS)?;
         set_own_priority(cfg.daemon_priority)?;
         let io = io_support(&cfg, sched.cgroups());
-        let coord = coordinator(&cfg, io.is_ok());
+        // The daemon's time zero, in the clock of the BPF side's timestamps too.
+        let (zero, start) = (cosched_hostbpf::feas::monotonic_ns(), Instant::now());
+        let events = event_support(&cfg, &poll, zero);
+        let coord = coordinator(&cfg, io.is_ok(), events.is_ok());
         info!(
             "watching {} for VM sockets; control socket {}; coordination {}",
             cfg.socket_dir.display(),
@@ -151,7 +160,7 @@ impl Daemon {
             host,
             coord,
             poll,
-            start: Instant::now(),
+            start,
             vms,
             channels,
             discovery,
@@ -168,6 +177,7 @@ impl Daemon {
             next_rescan_ns: 0,
             next_refresh_ns: 0,
             io,
+            events,
             _lock: lock,
         })
     }
@@ -182,6 +192,9 @@ impl Daemon {
         if let Ok(hierarchy) = self.io {
             acts.push(Box::new(IoActuator::new(&self.cfg.io, hierarchy)));
         }
+        if self.events.is_ok() {
+            acts.push(Box::new(CpuActuator::event()));
+        }
         acts
     }
 
@@ -195,6 +208,9 @@ impl Daemon {
             next = next.min(retry);
         }
         if let Some(d) = self.coord.next_deadline() {
+            next = next.min(d);
+        }
+        if let Some(d) = self.events.as_ref().ok().and_then(|e| e.feas.next_deadline()) {
             next = next.min(d);
         }
         next
@@ -226,6 +242,7 @@ impl Daemon {
             for ev in events.iter() {
                 match ev.token() {
                     THREADS => {}
+                    FEAS => self.on_feas(),
                     INOTIFY => {
                         let opened = self.channels.on_inotify(now, &self.host.procfs);
                         self.open(opened);
@@ -248,7 +265,14 @@ impl Daemon {
                 self.read_vm(token);
             }
             let mut actions = std::mem::take(&mut self.scratch_actions);
-            self.coord.tick(self.now(), &mut actions);
+            let now = self.now();
+            self.coord.tick(now, &mut actions);
+            if let Ok(ev) = self.events.as_mut() {
+                if ev.feas.next_deadline().is_some_and(|d| d <= now) {
+                    let (feas, mut probe) = ev.parts(&self.vms);
+                    feas.tick(now, &mut self.coord, &mut probe, &mut actions);
+                }
+            }
             self.execute(&mut actions, None);
             self.scratch_actions = actions;
             self.housekeeping();
@@ -368,6 +392,7 @@ impl Daemon {
         let vm = self.vms.get(token).expect("just added");
         self.coord.vm_found(vm.id, name, settings, now);
         self.coord.set_vm_vcpus(vm.id, vm.threads.vcpu_count());
+        self.sync_events(token);
         Ok(token)
     }
 
@@ -441,6 +466,8 @@ impl Daemon {
         }
         self.scratch_events = events;
         self.scratch_actions = actions;
+        // A registration or a CPU boost may have changed whether event boosting applies.
+        self.sync_events(token);
         // One write per VM per wake-up, however many frames it sent.
         let t = Instant::now();
         self.channels.flush(token, &self.poll);
@@ -483,6 +510,10 @@ impl Daemon {
     }
 
     fn apply(&mut self, token: usize, resource: Resource, level: Level, priority: u8, rx_ns: Option<u64>) {
+        if resource == Resource::Cpu && level.is_boosted() {
+            // An agent's CPU boost takes over the vCPUs: event boosting lets go of them first.
+            self.events_off(token);
+        }
         let now = self.now();
         let Some(vm) = self.vms.get_mut(token) else { return };
         let was = vm.threads.level(resource);
@@ -538,6 +569,7 @@ impl Daemon {
                 let out = vm.threads.reapply(&mut self.host);
                 note_new_threads(vm, &out, now);
             }
+            self.sync_events(token);
         }
         if lost {
             self.refresh_threads(true);
@@ -571,6 +603,9 @@ impl Daemon {
         }
         self.channels.close(token, &self.poll);
         self.discovery.unwatch(vm.pid());
+        if let Ok(ev) = self.events.as_mut() {
+            ev.forget(vm.id, vm.pid());
+        }
         self.backlog.retain(|t| *t != token);
         self.dirty.retain(|t| *t != token);
         info!("{}: {why}; {} setting(s) restored", vm.name(), out.restored);
@@ -630,6 +665,9 @@ impl Daemon {
             Request::Priority { vm, priority } => self.set_priority(&vm, priority, &mut actions),
         };
         self.execute(&mut actions, None);
+        for token in self.vms.tokens() {
+            self.sync_events(token);
+        }
         match done {
             Ok(()) => Reply::ok(None),
             Err(e) => Reply::err(e.to_string()),
@@ -693,7 +731,60 @@ impl Daemon {
             cost: &self.cost,
             latency: &self.latency,
             io: &self.io,
+            events: &self.events,
         })
+    }
+
+    /// Tells the event detection what changed of VM `token` (its threads, whether event
+    /// boosting applies to it) and lets go of its vCPUs if it no longer does.
+    fn sync_events(&mut self, token: usize) {
+        let Ok(ev) = self.events.as_mut() else { return };
+        let Some(vm) = self.vms.get(token) else { return };
+        if !ev.sync(vm, &self.coord) {
+            self.events_off(token);
+        }
+    }
+
+    /// Ends what event boosting holds on VM `token`.
+    fn events_off(&mut self, token: usize) {
+        let now = self.now();
+        let Ok(ev) = self.events.as_mut() else { return };
+        let id = VmId(token as u64);
+        if !self.coord.vm(id).is_some_and(|v| v.level(Resource::Event).is_boosted()) {
+            return;
+        }
+        let mut actions = Vec::new();
+        ev.off(id, now, &mut self.coord, &mut actions);
+        for a in actions {
+            if let Action::Apply { vm, resource, level, priority, .. } = a {
+                self.apply(vm.0 as usize, resource, level, priority, None);
+            }
+        }
+    }
+
+    /// Messages of the event detection: events for VMs, boosted vCPUs that blocked.
+    fn on_feas(&mut self) {
+        let Ok(ev) = self.events.as_mut() else { return };
+        let msgs = ev.drain();
+        let mut actions = std::mem::take(&mut self.scratch_actions);
+        for m in &msgs {
+            let (tgid, ts, blocked) = match *m {
+                FeasMsg::Boost { tgid, ts } | FeasMsg::Postponed { tgid, ts } => (tgid, ts, false),
+                FeasMsg::Blocked { tgid, ts } => (tgid, ts, true),
+            };
+            let Some(token) = self.vms.by_pid(tgid) else { continue };
+            let id = VmId(token as u64);
+            let now = ev.time_of(ts);
+            let (feas, mut probe) = ev.parts(&self.vms);
+            if blocked {
+                feas.blocked(id, now, &mut self.coord, &mut probe, &mut actions);
+            } else {
+                feas.event(id, now, &mut self.coord, &mut probe, &mut actions);
+            }
+        }
+        ev.recycle(msgs);
+        self.execute(&mut actions, None);
+        self.scratch_actions = actions;
     }
 }
 
@@ -766,7 +857,18 @@ fn io_support(cfg: &HostConfig, cgroups: &crate::cgroup::CgroupFs) -> Result<Opt
     found
 }
 
-fn coordinator(cfg: &HostConfig, io: bool) -> Coordinator {
+/// Event boosting (FEAS) if `[event]` asks for it and the kernel allows its BPF; logged either way.
+fn event_support(cfg: &HostConfig, poll: &Poll, zero: u64) -> Result<EventBoost, String> {
+    if cfg.event.vms == cosched_core::EventVms::None {
+        return Err("off: [event] vms = \"none\"".into());
+    }
+    EventBoost::open(&cfg.event, poll, FEAS, zero).map_err(|e| {
+        warn!("event boosting (FEAS) is unsupported here: {e}");
+        e
+    })
+}
+
+fn coordinator(cfg: &HostConfig, io: bool, events: bool) -> Coordinator {
     let host_cpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
     let mut policy = cfg.policy.clone();
     if cfg.boost.policy == crate::actuator::BoostPolicy::Deadline {
@@ -790,6 +892,9 @@ fn coordinator(cfg: &HostConfig, io: bool) -> Coordinator {
     let mut resources: Vec<Box<dyn cosched_core::ResourcePolicy>> = vec![Box::new(cpu)];
     if io {
         resources.push(Box::new(cosched_core::IoPolicy));
+    }
+    if events {
+        resources.push(Box::new(cosched_core::EventPolicy));
     }
     let mut coord = Coordinator::new(policy, resources);
     let mut sink = Vec::new();

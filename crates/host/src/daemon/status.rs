@@ -22,6 +22,7 @@ pub struct View<'a> {
     pub cost: &'a Cost,
     pub latency: &'a Latency,
     pub io: &'a Result<Option<crate::actuator::WeightHierarchy>, String>,
+    pub events: &'a Result<super::events::EventBoost, String>,
 }
 
 pub fn snapshot(v: &View) -> Value {
@@ -70,6 +71,7 @@ pub fn snapshot(v: &View) -> Value {
                 "latency_histogram": e.latency.histogram(),
                 "threads": e.threads.threads(),
                 "disks": e.disks,
+                "event_balance_ns": v.events.as_ref().ok().map(|ev| ev.feas.balance_ns(e.id)),
             })
         })
         .collect();
@@ -101,10 +103,28 @@ pub fn snapshot(v: &View) -> Value {
         "policy": policy,
         "boost": v.cfg.boost,
         "io": io_status(v),
+        "event": event_status(v),
         "latency": v.latency.summary(),
         "vms": vms,
         "unconnected_sockets": pending,
     })
+}
+
+/// `[event]` as configured, and how events are detected here (or why they are not), with the
+/// detection's counters.
+fn event_status(v: &View) -> Value {
+    let mut out = json!(v.cfg.event);
+    match v.events {
+        Ok(ev) => {
+            out["detection"] = json!(ev.mechanism());
+            out["kvm_tracepoints"] = json!(ev.kvm_attached());
+            let counters: serde_json::Map<String, Value> =
+                ev.counters().fields().iter().map(|(k, n)| (k.to_string(), json!(n))).collect();
+            out["counters"] = Value::Object(counters);
+        }
+        Err(why) => out["unsupported"] = json!(why),
+    }
+    out
 }
 
 /// `[io]` as configured, and what it acts through here (or why it cannot).

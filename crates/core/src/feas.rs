@@ -1,0 +1,442 @@
+//! Event-aware boosting for guests without an agent (FEAS, seed 001 §3.2), on Linux.
+//!
+//! The host BPF reports an *event* for a VM (its main-loop or I/O thread woken by a device, or a
+//! KVM interrupt injection) while one of its vCPU threads is runnable but waiting for a CPU.
+//! [`Feas`] decides what to do, and drives the coordinator's `event` resource, which brings the
+//! VM's vCPU threads to `SCHED_RR` at the VM's priority ([`Level::Boosted`]), to a low-weight
+//! fair class while the VM pays its boost back ([`Level::Guarded`]), or back to what they had
+//! ([`Level::Normal`]). The operator switches, per-VM settings, budgets and counters are the
+//! coordinator's, as for every resource.
+//!
+//! The rules, from the seed, and what a Linux host changes:
+//! - **At most `n_limit` boosts per counting cycle** (seed: 1 per 10 ms). The count is per VM:
+//!   a boost raises all the VM's vCPU threads at once (the host does not know which vCPU the
+//!   guest routes the interrupt to). Cycles are `now / cycle_ns`.
+//! - **An event beyond the limit is postponed, not dropped:** the VM is boosted at the start of
+//!   the next cycle if a vCPU is still waiting then (the seed's postponed queue, swapped in at
+//!   the cycle's tick). Several events in one cycle make one postponed boost.
+//! - **A boosted vCPU runs until it blocks or its slice ends** (`slice_ns`). The seed's boosted
+//!   vCPU cannot be pre-empted (`is_immediate`); here the RR class does that.
+//! - **Guaranteed-slice accounting.** Xen's credit scheduler debits the time a boosted vCPU ran,
+//!   so boosting reorders but does not give more. Linux's fair class does not: time a thread
+//!   runs at `SCHED_RR` is not added to its virtual runtime, so every boost would be a gift of
+//!   CPU time. With `charge` on, the CPU time the VM's vCPUs ran while boosted becomes a debt,
+//!   paid back at [`Level::Guarded`], where the vCPUs run at weight `repay_weight` (nice 19:
+//!   15 against nice 0's 1024): each ns they run there advances their virtual runtime by
+//!   1024 / 15 ns, so it pays (1024 - 15) / 15 ns of debt. The fair class runs a thread a
+//!   whole slice once picked, so a pay-back overshoots: what was paid beyond the debt is kept
+//!   as credit, which the next boosts use first. A VM in debt is not boosted: its events are
+//!   postponed until the debt is paid (the seed's "overdraft limited to one rotation"). So
+//!   over a window no VM gets more CPU than the fair class would give it, nor less.
+//!
+//! Pure: time is passed in; what the VM's vCPUs ran and whether one is waiting come from a
+//! [`FeasHost`] (the daemon reads them from `/proc` and the BPF maps; the tests fake them).
+
+use std::collections::BTreeMap;
+
+use cosched_proto::{DenyReason, Resource};
+use serde::{Deserialize, Serialize};
+
+use crate::resource::{Level, ResourcePolicy};
+use crate::{Action, Coordinator, VmId, NS_PER_MS};
+
+/// The `event` resource's own policy in the coordinator: none beyond the shared switches and
+/// budgets (FEAS's rules are in [`Feas`], which drives it).
+#[derive(Debug, Default)]
+pub struct EventPolicy;
+
+impl ResourcePolicy for EventPolicy {
+    fn resource(&self) -> Resource {
+        Resource::Event
+    }
+}
+
+/// The most a VM may have paid in advance, in cycles: an overshoot is bounded by one slice of
+/// the fair class, so this only guards against a clock that jumps.
+const MAX_CREDIT_CYCLES: u64 = 10;
+
+/// The weight of nice 0 in the kernel's table (`sched_prio_to_weight`).
+pub const NICE_0_WEIGHT: u64 = 1024;
+/// The weight of nice 19, the class a VM pays its boosts back at.
+pub const NICE_19_WEIGHT: u64 = 15;
+
+/// Which VMs get event boosting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventVms {
+    /// VMs whose guest runs no registered agent (an agent's VM keeps guest-driven CPU
+    /// coordination).
+    #[default]
+    NoAgent,
+    /// Every VM (not while an agent's CPU boost holds it).
+    All,
+    /// None.
+    None,
+}
+
+impl EventVms {
+    pub fn name(self) -> &'static str {
+        match self {
+            EventVms::NoAgent => "no-agent",
+            EventVms::All => "all",
+            EventVms::None => "none",
+        }
+    }
+}
+
+/// `[event]` in the host config: FEAS's knobs, seed 001's defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FeasConfig {
+    pub vms: EventVms,
+    /// Boosts per VM per counting cycle (seed: 1).
+    pub n_limit: u32,
+    /// The counting cycle (seed: the 10 ms tick).
+    pub cycle_ms: u64,
+    /// The longest boost: a boosted vCPU runs at `SCHED_RR` until it blocks or this ends.
+    pub slice_us: u64,
+    /// Guaranteed-slice accounting: the CPU time run while boosted is paid back at nice 19
+    /// before the next boost, so boosting does not change CPU shares.
+    pub charge: bool,
+}
+
+impl Default for FeasConfig {
+    fn default() -> Self {
+        FeasConfig { vms: EventVms::NoAgent, n_limit: 1, cycle_ms: 10, slice_us: 1000, charge: true }
+    }
+}
+
+impl FeasConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.n_limit == 0 {
+            return Err("[event] n_limit must be > 0 (use vms = \"none\" to turn event boosting off)".into());
+        }
+        if self.cycle_ms == 0 {
+            return Err("[event] cycle_ms must be > 0".into());
+        }
+        if self.slice_us < 100 || self.slice_us > self.cycle_ms * 1000 {
+            return Err(format!(
+                "[event] slice_us = {}: must be 100..={} (at least 100 µs, at most one cycle)",
+                self.slice_us,
+                self.cycle_ms * 1000
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn cycle_ns(&self) -> u64 {
+        self.cycle_ms * NS_PER_MS
+    }
+
+    pub fn slice_ns(&self) -> u64 {
+        self.slice_us * 1000
+    }
+}
+
+/// What [`Feas`] needs to know of a VM's vCPU threads at the moment it decides.
+pub trait FeasHost {
+    /// CPU time the VM's vCPU threads have run, in total (ns; a monotonic counter).
+    fn cpu_ns(&mut self, vm: VmId) -> u64;
+    /// Whether one of the VM's vCPU threads is runnable but not running.
+    fn waiting(&mut self, vm: VmId) -> bool;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    /// Boosted until `until`; its vCPUs had run `cpu0` ns when it started.
+    Boosted {
+        until: u64,
+        cpu0: u64,
+    },
+    /// Paying back; its vCPUs had run `cpu` ns at the last check, `next` is the next check.
+    Repaying {
+        cpu: u64,
+        next: u64,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct VmState {
+    cycle: u64,
+    count: u32,
+    /// An event is waiting for the next cycle (or for the debt to be paid).
+    postponed: bool,
+    phase: Phase,
+    /// ns of CPU time owed (> 0) or paid in advance (< 0: a pay-back overshoots, as the fair
+    /// class runs a thread a whole slice at a time; the next boost uses it up first).
+    balance: i64,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Feas {
+    cfg: FeasConfig,
+    vms: BTreeMap<VmId, VmState>,
+}
+
+/// Why an event did not boost its VM at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Boosted,
+    /// The VM is boosted already: the event rides on that boost.
+    AlreadyBoosted,
+    /// Over `n_limit` this cycle, or paying back: boosted later.
+    Postponed,
+    /// No vCPU of the VM is waiting (all running or asleep: the fair class wakes them).
+    NotWaiting,
+    /// Event boosting is off for this VM.
+    Off,
+    /// The coordinator refused (disabled, budget, rate limit).
+    Refused(DenyReason),
+}
+
+impl Feas {
+    pub fn new(cfg: FeasConfig) -> Feas {
+        Feas { cfg, vms: BTreeMap::new() }
+    }
+
+    pub fn config(&self) -> &FeasConfig {
+        &self.cfg
+    }
+
+    /// Whether `vm` gets event boosting now: the mode, the operator's switches, and no agent
+    /// CPU boost in force.
+    pub fn eligible(&self, coord: &Coordinator, vm: VmId) -> bool {
+        let Some(v) = coord.vm(vm) else { return false };
+        let mode = match self.cfg.vms {
+            EventVms::None => false,
+            EventVms::All => true,
+            EventVms::NoAgent => v.registered.is_none(),
+        };
+        mode && coord.enabled(Resource::Event)
+            && v.settings.enabled(Resource::Event)
+            && !v.level(Resource::Cpu).is_boosted()
+    }
+
+    fn state(&mut self, vm: VmId) -> &mut VmState {
+        self.vms.entry(vm).or_insert(VmState { cycle: 0, count: 0, postponed: false, phase: Phase::Idle, balance: 0 })
+    }
+
+    /// Takes in what the coordinator did on its own (an operator switch, a budget, the VM
+    /// gone): a VM it put back to normal is idle here too, and its debt forgiven.
+    fn sync(&mut self, coord: &Coordinator, vm: VmId) {
+        let level = coord.vm(vm).map_or(Level::Normal, |v| v.level(Resource::Event));
+        let s = self.state(vm);
+        if level == Level::Normal && s.phase != Phase::Idle {
+            s.phase = Phase::Idle;
+            s.balance = s.balance.min(0);
+        }
+    }
+
+    fn roll(&mut self, vm: VmId, now: u64) {
+        let cycle = now / self.cfg.cycle_ns();
+        let s = self.state(vm);
+        if s.cycle != cycle {
+            s.cycle = cycle;
+            s.count = 0;
+        }
+    }
+
+    /// An event for `vm` at `now`.
+    pub fn event(
+        &mut self,
+        vm: VmId,
+        now: u64,
+        coord: &mut Coordinator,
+        host: &mut dyn FeasHost,
+        out: &mut Vec<Action>,
+    ) -> Outcome {
+        coord.count(vm, Resource::Event, "events", 1);
+        if !self.eligible(coord, vm) {
+            coord.count(vm, Resource::Event, "ignored", 1);
+            return Outcome::Off;
+        }
+        self.sync(coord, vm);
+        self.roll(vm, now);
+        let n_limit = self.cfg.n_limit;
+        let s = self.state(vm);
+        match s.phase {
+            Phase::Boosted { .. } => Outcome::AlreadyBoosted,
+            Phase::Repaying { .. } => self.postpone(vm, coord),
+            Phase::Idle if s.count >= n_limit => self.postpone(vm, coord),
+            Phase::Idle if !host.waiting(vm) => {
+                coord.count(vm, Resource::Event, "not_waiting", 1);
+                Outcome::NotWaiting
+            }
+            Phase::Idle => self.start(vm, now, coord, host, out),
+        }
+    }
+
+    fn postpone(&mut self, vm: VmId, coord: &mut Coordinator) -> Outcome {
+        let s = self.state(vm);
+        if !s.postponed {
+            s.postponed = true;
+            coord.count(vm, Resource::Event, "postponed", 1);
+        }
+        Outcome::Postponed
+    }
+
+    fn start(
+        &mut self,
+        vm: VmId,
+        now: u64,
+        coord: &mut Coordinator,
+        host: &mut dyn FeasHost,
+        out: &mut Vec<Action>,
+    ) -> Outcome {
+        let slice = self.cfg.slice_ns();
+        let cpu0 = host.cpu_ns(vm);
+        let s = self.state(vm);
+        s.count += 1;
+        s.postponed = false;
+        match coord.host_request(vm, Resource::Event, 1, now, out) {
+            Ok(_) => {
+                self.state(vm).phase = Phase::Boosted { until: now + slice, cpu0 };
+                Outcome::Boosted
+            }
+            Err(reason) => Outcome::Refused(reason),
+        }
+    }
+
+    /// A boosted vCPU of `vm` blocked: the boost ends.
+    pub fn blocked(
+        &mut self,
+        vm: VmId,
+        now: u64,
+        coord: &mut Coordinator,
+        host: &mut dyn FeasHost,
+        out: &mut Vec<Action>,
+    ) {
+        self.sync(coord, vm);
+        if matches!(self.state(vm).phase, Phase::Boosted { .. }) {
+            coord.count(vm, Resource::Event, "blocked", 1);
+            self.end_boost(vm, now, coord, host, out);
+        }
+    }
+
+    /// Ends a boost: the CPU time it gave becomes a debt, paid back at `Guarded`.
+    fn end_boost(
+        &mut self,
+        vm: VmId,
+        now: u64,
+        coord: &mut Coordinator,
+        host: &mut dyn FeasHost,
+        out: &mut Vec<Action>,
+    ) {
+        let Phase::Boosted { cpu0, .. } = self.state(vm).phase else { return };
+        let cpu = host.cpu_ns(vm);
+        let ran = cpu.saturating_sub(cpu0);
+        coord.count(vm, Resource::Event, "boosted_cpu_ns", ran);
+        let charge = self.cfg.charge;
+        let next = now + self.cfg.cycle_ns();
+        let s = self.state(vm);
+        if charge {
+            s.balance += ran as i64;
+        }
+        if s.balance > 0 {
+            s.phase = Phase::Repaying { cpu, next };
+            coord.host_level(vm, Resource::Event, Level::Guarded, out);
+        } else {
+            s.phase = Phase::Idle;
+            let _ = coord.host_request(vm, Resource::Event, 0, now, out);
+        }
+    }
+
+    /// Ends slices, takes in paid-back debts, and boosts postponed VMs whose time has come.
+    pub fn tick(&mut self, now: u64, coord: &mut Coordinator, host: &mut dyn FeasHost, out: &mut Vec<Action>) {
+        let due: Vec<VmId> =
+            self.vms.iter().filter(|(_, s)| self.deadline(s).is_some_and(|d| d <= now)).map(|(id, _)| *id).collect();
+        for vm in due {
+            if coord.vm(vm).is_none() {
+                self.vms.remove(&vm);
+                continue;
+            }
+            self.sync(coord, vm);
+            match self.state(vm).phase {
+                Phase::Boosted { until, .. } if until <= now => {
+                    coord.count(vm, Resource::Event, "slices", 1);
+                    self.end_boost(vm, now, coord, host, out);
+                }
+                Phase::Repaying { cpu: last, next } if next <= now => self.repay(vm, now, last, coord, host, out),
+                _ => {}
+            }
+            self.roll(vm, now);
+            let n_limit = self.cfg.n_limit;
+            let s = self.state(vm);
+            if s.phase == Phase::Idle && s.postponed && s.count < n_limit {
+                s.postponed = false;
+                if self.eligible(coord, vm) && host.waiting(vm) {
+                    coord.count(vm, Resource::Event, "postponed_boosts", 1);
+                    self.start(vm, now, coord, host, out);
+                }
+            }
+        }
+    }
+
+    fn repay(
+        &mut self,
+        vm: VmId,
+        now: u64,
+        last: u64,
+        coord: &mut Coordinator,
+        host: &mut dyn FeasHost,
+        out: &mut Vec<Action>,
+    ) {
+        let cpu = host.cpu_ns(vm);
+        let ran = cpu.saturating_sub(last);
+        let paid = ran * (NICE_0_WEIGHT - NICE_19_WEIGHT) / NICE_19_WEIGHT;
+        let next = now + self.cfg.cycle_ns();
+        let max_credit = (MAX_CREDIT_CYCLES * self.cfg.cycle_ns()) as i64;
+        let s = self.state(vm);
+        s.balance = (s.balance - paid as i64).max(-max_credit);
+        coord.count(vm, Resource::Event, "repaid_ns", paid);
+        if s.balance <= 0 {
+            s.phase = Phase::Idle;
+            let _ = coord.host_request(vm, Resource::Event, 0, now, out);
+        } else {
+            s.phase = Phase::Repaying { cpu, next };
+        }
+    }
+
+    fn deadline(&self, s: &VmState) -> Option<u64> {
+        match s.phase {
+            Phase::Boosted { until, .. } => Some(until),
+            Phase::Repaying { next, .. } => Some(next),
+            Phase::Idle if s.postponed => Some((s.cycle + 1) * self.cfg.cycle_ns()),
+            Phase::Idle => None,
+        }
+    }
+
+    /// The earliest time [`Feas::tick`] has something to do.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.vms.values().filter_map(|s| self.deadline(s)).min()
+    }
+
+    /// The VM's balance: ns of CPU time still to pay back (> 0) or paid in advance (< 0), for
+    /// `cosched status`.
+    pub fn balance_ns(&self, vm: VmId) -> i64 {
+        self.vms.get(&vm).map_or(0, |s| s.balance)
+    }
+
+    /// Event boosting no longer applies to `vm` (its agent registered, the operator turned it
+    /// off): whatever it holds is put back and its debt forgiven.
+    pub fn off(&mut self, vm: VmId, now: u64, coord: &mut Coordinator, out: &mut Vec<Action>) {
+        if let Some(s) = self.vms.get_mut(&vm) {
+            s.postponed = false;
+            s.balance = s.balance.min(0);
+            if s.phase != Phase::Idle {
+                s.phase = Phase::Idle;
+                let _ = coord.host_request(vm, Resource::Event, 0, now, out);
+            }
+        }
+    }
+
+    /// The VM is gone.
+    pub fn vm_gone(&mut self, vm: VmId) {
+        self.vms.remove(&vm);
+    }
+}
+
+#[cfg(test)]
+mod tests;

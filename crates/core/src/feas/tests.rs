@@ -1,0 +1,314 @@
+//! FEAS with a fake clock: the per-cycle limit, postponement, slices, the pay-back, the
+//! switches, and fairness over a long random run on a simulated CPU.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::{CpuPolicy, Policy};
+use cosched_proto::{caps, Frame};
+
+const MS: u64 = NS_PER_MS;
+const US: u64 = 1_000;
+const VM: VmId = VmId(1);
+const EVENT: Resource = Resource::Event;
+
+#[derive(Default)]
+struct FakeHost {
+    cpu: BTreeMap<VmId, u64>,
+    not_waiting: bool,
+}
+
+impl FeasHost for FakeHost {
+    fn cpu_ns(&mut self, vm: VmId) -> u64 {
+        self.cpu.get(&vm).copied().unwrap_or(0)
+    }
+    fn waiting(&mut self, _vm: VmId) -> bool {
+        !self.not_waiting
+    }
+}
+
+fn coordinator(vms: &[VmId]) -> Coordinator {
+    let policy = Policy { rt_guard_max_share_permille: 0, ..Policy::default() };
+    let cpu = CpuPolicy::new(&policy, 8);
+    let mut c = Coordinator::new(policy, vec![Box::new(cpu), Box::new(EventPolicy)]);
+    for &vm in vms {
+        let s = c.default_settings();
+        c.vm_found(vm, &format!("vm{}", vm.0), s, 0);
+    }
+    c
+}
+
+fn levels(out: &[Action]) -> Vec<Level> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::Apply { resource: EVENT, level, .. } => Some(*level),
+            _ => None,
+        })
+        .collect()
+}
+
+fn counter(c: &Coordinator, vm: VmId, name: &str) -> u64 {
+    c.vm(vm).unwrap().slot(EVENT).unwrap().counters.events.get(name).copied().unwrap_or(0)
+}
+
+struct Rig {
+    feas: Feas,
+    coord: Coordinator,
+    host: FakeHost,
+    out: Vec<Action>,
+}
+
+impl Rig {
+    fn new(cfg: FeasConfig) -> Rig {
+        Rig { feas: Feas::new(cfg), coord: coordinator(&[VM]), host: FakeHost::default(), out: Vec::new() }
+    }
+    fn event(&mut self, now: u64) -> Outcome {
+        self.feas.event(VM, now, &mut self.coord, &mut self.host, &mut self.out)
+    }
+    fn blocked(&mut self, now: u64) {
+        self.feas.blocked(VM, now, &mut self.coord, &mut self.host, &mut self.out);
+    }
+    fn tick(&mut self, now: u64) {
+        self.feas.tick(now, &mut self.coord, &mut self.host, &mut self.out);
+    }
+    fn run(&mut self, ns: u64) {
+        *self.host.cpu.entry(VM).or_default() += ns;
+    }
+    fn take(&mut self) -> Vec<Level> {
+        levels(&std::mem::take(&mut self.out))
+    }
+}
+
+fn no_charge() -> FeasConfig {
+    FeasConfig { charge: false, ..FeasConfig::default() }
+}
+
+#[test]
+fn defaults_are_the_seeds() {
+    let c = FeasConfig::default();
+    assert_eq!((c.n_limit, c.cycle_ms, c.vms), (1, 10, EventVms::NoAgent));
+    c.validate().unwrap();
+    let bad = FeasConfig { slice_us: 20_000, ..FeasConfig::default() };
+    assert!(bad.validate().unwrap_err().contains("at most one cycle"));
+    assert!(FeasConfig { n_limit: 0, ..FeasConfig::default() }.validate().is_err());
+}
+
+#[test]
+fn at_most_n_limit_boosts_per_cycle_and_the_rest_postponed_to_the_next() {
+    let mut r = Rig::new(no_charge());
+    assert_eq!(r.event(MS), Outcome::Boosted);
+    assert_eq!(r.take(), vec![Level::Boosted]);
+    assert_eq!(r.event(MS + 100 * US), Outcome::AlreadyBoosted, "an event during a boost rides on it");
+    r.blocked(MS + 200 * US);
+    assert_eq!(r.take(), vec![Level::Normal]);
+    // The same cycle: over the limit of 1; three events make one postponed boost.
+    for t in [2, 3, 9] {
+        assert_eq!(r.event(t * MS), Outcome::Postponed);
+    }
+    assert!(r.take().is_empty());
+    assert_eq!(counter(&r.coord, VM, "postponed"), 1);
+    assert_eq!(r.feas.next_deadline(), Some(10 * MS), "the next cycle starts at 10 ms");
+    r.tick(10 * MS - 1);
+    assert!(r.take().is_empty());
+    r.tick(10 * MS);
+    assert_eq!(r.take(), vec![Level::Boosted], "postponed, not dropped");
+    assert_eq!(counter(&r.coord, VM, "postponed_boosts"), 1);
+    // That boost used the new cycle's one.
+    r.blocked(10 * MS + 500 * US);
+    r.take();
+    assert_eq!(r.event(11 * MS), Outcome::Postponed);
+    r.tick(20 * MS);
+    assert_eq!(r.take(), vec![Level::Boosted]);
+    assert_eq!(r.coord.vm(VM).unwrap().slot(EVENT).unwrap().counters.boosts, 3);
+}
+
+#[test]
+fn n_limit_two_allows_two_per_cycle() {
+    let mut r = Rig::new(FeasConfig { n_limit: 2, ..no_charge() });
+    for t in [0, 2] {
+        assert_eq!(r.event(t * MS), Outcome::Boosted);
+        r.blocked(t * MS + 100 * US);
+    }
+    assert_eq!(r.event(4 * MS), Outcome::Postponed);
+}
+
+#[test]
+fn a_boost_ends_with_its_slice() {
+    let mut r = Rig::new(no_charge());
+    r.event(0);
+    r.take();
+    assert_eq!(r.feas.next_deadline(), Some(MS), "slice_us = 1000");
+    r.tick(MS - 1);
+    assert!(r.take().is_empty());
+    r.tick(MS);
+    assert_eq!(r.take(), vec![Level::Normal]);
+    assert_eq!(counter(&r.coord, VM, "slices"), 1);
+    assert_eq!(r.feas.next_deadline(), None);
+}
+
+#[test]
+fn a_postponed_boost_waits_for_a_waiting_vcpu() {
+    let mut r = Rig::new(no_charge());
+    r.event(0);
+    r.blocked(100 * US);
+    r.event(200 * US);
+    r.take();
+    r.host.not_waiting = true;
+    r.tick(10 * MS);
+    assert!(r.take().is_empty(), "no vCPU waits at the cycle's start: nothing to boost");
+    assert_eq!(r.feas.next_deadline(), None);
+    assert_eq!(r.event(11 * MS), Outcome::NotWaiting);
+}
+
+#[test]
+fn boosted_cpu_time_is_paid_back_at_guarded_before_the_next_boost() {
+    let mut r = Rig::new(FeasConfig::default());
+    r.event(0);
+    assert_eq!(r.take(), vec![Level::Boosted]);
+    r.run(900 * US); // ran 0.9 ms while boosted
+    r.tick(MS);
+    assert_eq!(r.take(), vec![Level::Guarded], "the boost's CPU time is owed");
+    assert_eq!(r.feas.balance_ns(VM), 900_000);
+    assert_eq!(counter(&r.coord, VM, "boosted_cpu_ns"), 900 * US);
+    // In debt: events wait, even in a new cycle.
+    assert_eq!(r.event(10 * MS + 1), Outcome::Postponed);
+    // At nice 19 each ns run pays 1009/15 ns: 10 µs pays 672 µs, not all of it.
+    r.run(10 * US);
+    r.tick(11 * MS);
+    assert!(r.take().is_empty());
+    assert_eq!(r.feas.balance_ns(VM), 900_000 - 10_000 * 1009 / 15);
+    r.run(5 * US);
+    r.tick(21 * MS);
+    // Paid, 108 µs beyond: back to normal, and the postponed event boosts at once (a new cycle).
+    assert_eq!(r.take(), vec![Level::Normal, Level::Boosted]);
+    let repaid = 10_000 * 1009 / 15 + 5_000 * 1009 / 15;
+    assert_eq!(r.feas.balance_ns(VM), 900_000 - repaid as i64);
+    assert_eq!(counter(&r.coord, VM, "repaid_ns"), repaid);
+    // The credit pays for the next boost's first 108 µs: 100 µs run leave nothing owed.
+    r.run(100 * US);
+    r.tick(22 * MS);
+    assert_eq!(r.take(), vec![Level::Normal]);
+    assert!(r.feas.balance_ns(VM) < 0);
+}
+
+#[test]
+fn a_boost_the_vcpu_did_not_use_costs_nothing() {
+    let mut r = Rig::new(FeasConfig::default());
+    r.event(0);
+    r.blocked(50 * US); // blocked before it ran (cpu unchanged)
+    assert_eq!(r.take(), vec![Level::Boosted, Level::Normal]);
+    assert_eq!(counter(&r.coord, VM, "blocked"), 1);
+}
+
+#[test]
+fn an_agents_vm_keeps_its_own_coordination_unless_all_vms_are_chosen() {
+    for (mode, boosts) in [(EventVms::NoAgent, false), (EventVms::All, true), (EventVms::None, false)] {
+        let mut r = Rig::new(FeasConfig { vms: mode, ..no_charge() });
+        assert_eq!(r.event(0) == Outcome::Boosted, mode != EventVms::None, "{mode:?} without an agent");
+        r.blocked(10);
+        let mut out = Vec::new();
+        r.coord.frame(VM, Frame::register(1, caps::CPU), 20 * MS, &mut out);
+        assert_eq!(r.event(20 * MS) == Outcome::Boosted, boosts, "{mode:?} with an agent");
+        if boosts {
+            r.blocked(20 * MS + 10);
+            // Not while the agent's CPU boost holds the VM.
+            r.coord.frame(VM, Frame::cpu(2, true), 30 * MS, &mut out);
+            assert_eq!(r.event(30 * MS), Outcome::Off);
+        }
+    }
+}
+
+#[test]
+fn the_operator_turning_events_off_puts_the_vm_back_and_forgives_its_debt() {
+    let mut r = Rig::new(FeasConfig::default());
+    r.event(0);
+    r.run(500 * US);
+    r.tick(MS);
+    assert_eq!(r.take(), vec![Level::Boosted, Level::Guarded]);
+    r.coord.set_vm_enabled(VM, Some(EVENT), false, 2 * MS, &mut r.out);
+    assert_eq!(r.take(), vec![Level::Normal]);
+    assert_eq!(r.event(20 * MS), Outcome::Off);
+    r.coord.set_vm_enabled(VM, Some(EVENT), true, 21 * MS, &mut r.out);
+    assert_eq!(r.event(30 * MS), Outcome::Boosted, "no debt left from before");
+    // And `off` (the agent registered) ends a boost in force.
+    r.take();
+    r.feas.off(VM, 30 * MS + 1, &mut r.coord, &mut r.out);
+    assert_eq!(r.take(), vec![Level::Normal]);
+}
+
+/// One CPU shared by four VMs whose vCPUs never block, as the fair class shares it: the
+/// runnable thread with the least virtual runtime runs for a slice (0.75 ms, the kernel's
+/// `base_slice`), and advances by time x 1024 / weight; a thread at `SCHED_RR` pre-empts it,
+/// runs before any of them and advances nothing. VM 0 receives
+/// events at random (about `rate` per second). Returns each VM's share of the CPU and VM 0's
+/// boosts.
+fn simulate(cfg: FeasConfig, rate: u64, seconds: u64) -> (Vec<f64>, u64) {
+    const STEP: u64 = 50 * US;
+    let ids: Vec<VmId> = (0..4).map(VmId).collect();
+    let mut coord = coordinator(&ids);
+    let mut feas = Feas::new(cfg);
+    let mut host = FakeHost::default();
+    let mut vruntime = [0u64; 4];
+    let mut out = Vec::new();
+    let mut running: Option<usize> = None;
+    let (mut current, mut slice_left) = (0, 0);
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next_event = 0;
+    for step in 0..seconds * 1_000_000_000 / STEP {
+        let now = step * STEP;
+        // Events for VM 0 at exponential-ish random gaps (mean 1 / rate).
+        while next_event <= now {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let u = ((seed >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+            next_event += (-u.ln() * 1e9 / rate as f64) as u64;
+            host.not_waiting = running == Some(0);
+            feas.event(ids[0], now, &mut coord, &mut host, &mut out);
+        }
+        if feas.next_deadline().is_some_and(|d| d <= now) {
+            feas.tick(now, &mut coord, &mut host, &mut out);
+        }
+        out.clear();
+        let level = |i: usize| coord.vm(ids[i]).unwrap().level(EVENT);
+        let pick = match (0..4).find(|&i| level(i) == Level::Boosted) {
+            Some(rr) => rr,
+            None => {
+                if slice_left == 0 || running.is_some_and(|r| level(r) == Level::Boosted) {
+                    current = (0..4).min_by_key(|&i| (vruntime[i], i)).expect("four VMs");
+                    slice_left = 750 * US;
+                }
+                slice_left = slice_left.saturating_sub(STEP);
+                current
+            }
+        };
+        if level(pick) != Level::Boosted {
+            let weight = if level(pick) == Level::Guarded { NICE_19_WEIGHT } else { NICE_0_WEIGHT };
+            vruntime[pick] += STEP * NICE_0_WEIGHT / weight;
+        }
+        *host.cpu.entry(ids[pick]).or_default() += STEP;
+        running = Some(pick);
+    }
+    let total = (seconds * 1_000_000_000) as f64;
+    let shares = ids.iter().map(|id| host.cpu.get(id).copied().unwrap_or(0) as f64 / total).collect();
+    let boosts = coord.vm(ids[0]).unwrap().slot(EVENT).unwrap().counters.boosts;
+    (shares, boosts)
+}
+
+#[test]
+fn with_charging_every_vm_keeps_its_equal_share_over_a_long_random_run() {
+    for rate in [50, 300, 2000] {
+        let (shares, boosts) = simulate(FeasConfig::default(), rate, 20);
+        // At most one per 10 ms cycle, and fewer while paying back.
+        assert!(boosts > rate.min(100) * 20 / 4, "rate {rate}: VM 0 was boosted {boosts} times");
+        eprintln!("rate {rate}/s: {boosts} boosts, shares {shares:.3?}");
+        for (i, s) in shares.iter().enumerate() {
+            assert!((s / 0.25 - 1.0).abs() <= 0.05, "rate {rate}: VM {i} got {:.1}% of the CPU", s * 100.0);
+        }
+    }
+}
+
+#[test]
+fn without_charging_the_boosted_vm_takes_more_than_its_share() {
+    // The same run as above with the accounting off: what the test above would catch.
+    let (shares, _) = simulate(no_charge(), 300, 20);
+    assert!(shares[0] > 0.25 * 1.05, "VM 0 got {:.1}%", shares[0] * 100.0);
+}

@@ -1,0 +1,185 @@
+//! Event boosting (FEAS, seed 001) in the daemon: the host BPF's messages ([`FeasWatch`]), the
+//! policy ([`Feas`], in the pure core, which drives the coordinator's `event` resource), and
+//! what the BPF side must know of each VM (which of its threads are vCPUs, main-loop and I/O
+//! threads or workers; whether event boosting applies to it now).
+
+use std::collections::BTreeMap;
+
+use cosched_core::{Action, Coordinator, Feas, FeasConfig, FeasHost, VmId};
+use cosched_hostbpf::feas::{monotonic_ns, FeasCounters, FeasMsg, FeasParams, FeasWatch, Role};
+use cosched_procfs::ThreadRole;
+use mio::unix::SourceFd;
+use mio::{Interest, Poll, Token};
+
+use super::vms::{VmEntry, Vms};
+
+/// What the BPF side was told of one VM.
+#[derive(Debug, Default)]
+struct Told {
+    on: bool,
+    vcpus: Vec<i32>,
+    /// tid -> role, as written in its thread map.
+    threads: BTreeMap<i32, Role>,
+}
+
+pub struct EventBoost {
+    watch: FeasWatch,
+    pub feas: Feas,
+    /// `CLOCK_MONOTONIC` ns of the daemon's time zero.
+    epoch_ns: u64,
+    told: BTreeMap<VmId, Told>,
+    msgs: Vec<FeasMsg>,
+}
+
+fn role(r: ThreadRole) -> Option<Role> {
+    match r {
+        ThreadRole::Vcpu => Some(Role::Vcpu),
+        ThreadRole::Main | ThreadRole::Io => Some(Role::Event),
+        ThreadRole::Worker => Some(Role::Worker),
+        _ => None,
+    }
+}
+
+impl EventBoost {
+    /// Loads the event detection (registered with `poll` under `token`); `Err` says why it
+    /// cannot run here. `zero`: the daemon's time zero, as `CLOCK_MONOTONIC` ns.
+    pub fn open(cfg: &FeasConfig, poll: &Poll, token: Token, zero: u64) -> Result<EventBoost, String> {
+        let params =
+            FeasParams { epoch_ns: zero, cycle_ns: cfg.cycle_ns(), slice_ns: cfg.slice_ns(), n_limit: cfg.n_limit };
+        let watch = FeasWatch::open(params).map_err(|e| e.to_string())?;
+        poll.registry()
+            .register(&mut SourceFd(&watch.fd()), token, Interest::READABLE)
+            .map_err(|e| format!("registering the FEAS ring buffer: {e}"))?;
+        info!(
+            "event boosting (FEAS) for {} VMs: {} boost(s) per {} ms cycle, slices of {} µs, charging {}; \
+             detection on {}{}",
+            cfg.vms.name(),
+            cfg.n_limit,
+            cfg.cycle_ms,
+            cfg.slice_us,
+            if cfg.charge { "on" } else { "off" },
+            watch.mechanism(),
+            if watch.kvm_attached() {
+                " and the KVM injection tracepoints"
+            } else {
+                " (no KVM injection tracepoints here)"
+            }
+        );
+        Ok(EventBoost { watch, feas: Feas::new(cfg.clone()), epoch_ns: zero, told: BTreeMap::new(), msgs: Vec::new() })
+    }
+
+    /// The daemon's time of a BPF timestamp.
+    pub fn time_of(&self, ts: u64) -> u64 {
+        ts.saturating_sub(self.epoch_ns)
+    }
+
+    pub fn mechanism(&self) -> &'static str {
+        self.watch.mechanism()
+    }
+
+    pub fn kvm_attached(&self) -> bool {
+        self.watch.kvm_attached()
+    }
+
+    pub fn counters(&self) -> FeasCounters {
+        self.watch.counters()
+    }
+
+    /// Takes the waiting messages.
+    pub fn drain(&mut self) -> Vec<FeasMsg> {
+        let mut out = std::mem::take(&mut self.msgs);
+        self.watch.drain(&mut out);
+        out
+    }
+
+    /// Gives back the message buffer for reuse.
+    pub fn recycle(&mut self, mut msgs: Vec<FeasMsg>) {
+        msgs.clear();
+        self.msgs = msgs;
+    }
+
+    /// Tells the BPF side what changed of `vm`: its threads' roles and whether event boosting
+    /// applies to it. Returns whether it applies.
+    pub fn sync(&mut self, vm: &VmEntry, coord: &Coordinator) -> bool {
+        let on = self.feas.eligible(coord, vm.id);
+        let pid = vm.pid();
+        let told = self.told.entry(vm.id).or_default();
+        let now: BTreeMap<i32, Role> =
+            vm.threads.threads.iter().filter_map(|t| role(t.role).map(|r| (t.task.id, r))).collect();
+        for (tid, r) in &now {
+            if told.threads.get(tid) != Some(r) {
+                if let Err(e) = self.watch.set_thread(*tid, pid, *r) {
+                    warn!("{}: {e}", vm.name());
+                    continue;
+                }
+                told.threads.insert(*tid, *r);
+            }
+        }
+        told.threads.retain(|tid, _| {
+            let keep = now.contains_key(tid);
+            if !keep {
+                self.watch.remove_thread(*tid);
+            }
+            keep
+        });
+        let vcpus: Vec<i32> = now.iter().filter(|(_, r)| **r == Role::Vcpu).map(|(t, _)| *t).collect();
+        if told.on != on || told.vcpus != vcpus {
+            match self.watch.set_vm(pid, on, &vcpus) {
+                Ok(()) => {
+                    told.on = on;
+                    told.vcpus = vcpus;
+                }
+                Err(e) => warn!("{}: {e}", vm.name()),
+            }
+        }
+        on
+    }
+
+    /// Forgets a VM that is gone.
+    pub fn forget(&mut self, id: VmId, pid: i32) {
+        if let Some(told) = self.told.remove(&id) {
+            for tid in told.threads.keys() {
+                self.watch.remove_thread(*tid);
+            }
+        }
+        self.watch.remove_vm(pid);
+        self.feas.vm_gone(id);
+    }
+
+    /// Splits `self` into the policy and a probe of the VMs.
+    pub fn parts<'a>(&'a mut self, vms: &'a Vms) -> (&'a mut Feas, Probe<'a>) {
+        (&mut self.feas, Probe { watch: &self.watch, vms })
+    }
+
+    /// Ends what event boosting holds on `vm` (it no longer applies).
+    pub fn off(&mut self, vm: VmId, now: u64, coord: &mut Coordinator, out: &mut Vec<Action>) {
+        self.feas.off(vm, now, coord, out);
+    }
+}
+
+/// The VMs' vCPU threads as the policy sees them: run time and waiting from the BPF side's
+/// view of the scheduler.
+pub struct Probe<'a> {
+    watch: &'a FeasWatch,
+    vms: &'a Vms,
+}
+
+impl Probe<'_> {
+    fn vcpus(&self, vm: VmId) -> impl Iterator<Item = i32> + '_ {
+        let entry = self.vms.get(vm.0 as usize);
+        entry
+            .into_iter()
+            .flat_map(|e| e.threads.threads.iter().filter(|t| t.role == ThreadRole::Vcpu).map(|t| t.task.id))
+    }
+}
+
+impl FeasHost for Probe<'_> {
+    fn cpu_ns(&mut self, vm: VmId) -> u64 {
+        let now = monotonic_ns();
+        self.vcpus(vm).map(|tid| self.watch.run_ns(tid, now)).sum()
+    }
+
+    fn waiting(&mut self, vm: VmId) -> bool {
+        self.vcpus(vm).any(|tid| self.watch.waiting(tid))
+    }
+}

@@ -1,0 +1,465 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * cosched FEAS event detection (seed 001): an event for a VM is one of its main-loop or I/O
+ * threads woken by a device, or (on KVM) an interrupt injected by one of its non-vCPU threads.
+ * When a vCPU thread of that VM is runnable but waiting for a CPU, and the VM is within n_limit
+ * boosts this counting cycle, the daemon is woken to boost it (FEAS_BOOST); beyond the limit it
+ * is told once per cycle (FEAS_POSTPONED). Nothing else leaves the kernel.
+ *
+ * Device or timer? sched_waking fires in the waker's context, so the context tells:
+ *   - inside a timer callback (between hrtimer_expire_entry/exit or timer_expire_entry/exit on
+ *     this CPU): a timer the VM set for itself (ppoll's timeout, a timerfd, KVM's emulated
+ *     LAPIC timer) -- not an event;
+ *   - inside a hard or soft interrupt handler (irq_handler_entry/exit, softirq_entry/exit): a
+ *     packet (NET_RX), a disk completion (BLOCK, or the aio/io_uring eventfd signalled from the
+ *     completion interrupt) -- an event, whoever's task was interrupted;
+ *   - in a task: another process (the host's network stack on behalf of a sender writing to a
+ *     tap or socket, a vhost worker) -- an event; a thread of the same VM -- not an event (a
+ *     vCPU kicking its main loop, the main loop waking a worker), unless it is one of its
+ *     "worker" threads finishing a read or write (aio=threads): that is a disk completion.
+ * The woken thread first has to run to hand the event to the guest (QEMU reads the packet and
+ * raises the virtual interrupt), so the event fires when that thread goes back to sleep.
+ *
+ * vCPU states come from sched_waking (runnable) and sched_switch (running, preempted: waiting,
+ * or asleep), and so does their run time, exact at any moment (the daemon charges boosts by it). A boosted vCPU (asked for in the last slice and at a real-time class) going to
+ * sleep sends FEAS_BLOCKED: the boost ends.
+ *
+ * Two sets of the same programs, one per attach mechanism (tp_btf, else raw_tp); the crate loads
+ * one. The KVM injection tracepoints are raw_tp only and optional (no KVM: not attached).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "feas_intf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define SCHED_FIFO 1
+#define SCHED_RR 2
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, s32);	/* tid */
+	__type(value, struct feas_thread);
+} feas_threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, s32);	/* tgid */
+	__type(value, struct feas_vm);
+} feas_vms SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct feas_conf);
+} feas_conf SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} feas_msgs SEC(".maps");
+
+/* Per CPU: how deep in timer callbacks and in interrupt handlers this CPU is. */
+struct cpu_ctx {
+	u32 timer;
+	u32 irq;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct cpu_ctx);
+} cpu_ctx SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct feas_stats);
+} feas_stats SEC(".maps");
+
+/* Puts the shared types in the object's BTF, so the skeleton generates them. */
+const struct feas_msg *feas_msg_type __attribute__((unused));
+const struct feas_thread *feas_thread_type __attribute__((unused));
+const struct feas_vm *feas_vm_type __attribute__((unused));
+const struct feas_conf *feas_conf_type __attribute__((unused));
+
+static __always_inline struct feas_stats *stats(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&feas_stats, &zero);
+}
+
+static __always_inline struct cpu_ctx *ctx_here(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&cpu_ctx, &zero);
+}
+
+static __always_inline void enter(bool timer)
+{
+	struct cpu_ctx *c = ctx_here();
+
+	if (!c)
+		return;
+	if (timer)
+		c->timer++;
+	else
+		c->irq++;
+}
+
+static __always_inline void leave(bool timer)
+{
+	struct cpu_ctx *c = ctx_here();
+
+	if (!c)
+		return;
+	if (timer && c->timer)
+		c->timer--;
+	else if (!timer && c->irq)
+		c->irq--;
+}
+
+static __always_inline void send(enum feas_msg_kind kind, s32 tgid, u64 now)
+{
+	struct feas_stats *st = stats();
+	struct feas_msg *m = bpf_ringbuf_reserve(&feas_msgs, sizeof(*m), 0);
+
+	if (!m) {
+		if (st)
+			st->dropped++;
+		return;
+	}
+	m->kind = kind;
+	m->tgid = tgid;
+	m->ts = now;
+	bpf_ringbuf_submit(m, 0);
+}
+
+/* An event for VM `tgid`: boost, postpone, or nothing. */
+static __always_inline void fire(s32 tgid)
+{
+	struct feas_stats *st = stats();
+	struct feas_vm *vm = bpf_map_lookup_elem(&feas_vms, &tgid);
+	struct feas_conf *conf;
+	u32 zero = 0, i, n;
+	bool waiting = false;
+	u64 now, cycle;
+
+	if (!vm || !vm->on || !st)
+		return;
+	n = vm->nr_vcpus;
+	for (i = 0; i < FEAS_MAX_VCPUS; i++) {
+		struct feas_thread *t;
+		s32 tid;
+
+		if (i >= n)
+			break;
+		tid = vm->vcpus[i];
+		t = bpf_map_lookup_elem(&feas_threads, &tid);
+		if (t && t->state == FEAS_WAITING) {
+			waiting = true;
+			break;
+		}
+	}
+	if (!waiting) {
+		st->not_waiting++;
+		return;
+	}
+	conf = bpf_map_lookup_elem(&feas_conf, &zero);
+	if (!conf || !conf->cycle_ns)
+		return;
+	now = bpf_ktime_get_ns();
+	cycle = (now - conf->epoch_ns) / conf->cycle_ns;
+	if (vm->cycle != cycle) {
+		vm->cycle = cycle;
+		vm->count = 0;
+		vm->postponed = 0;
+	}
+	if (vm->count < conf->n_limit) {
+		vm->count++;
+		vm->boost_until = now + conf->slice_ns;
+		st->boost++;
+		send(FEAS_BOOST, tgid, now);
+	} else if (!vm->postponed) {
+		vm->postponed = 1;
+		st->postponed++;
+		send(FEAS_POSTPONED, tgid, now);
+	} else {
+		st->limited++;
+	}
+}
+
+static __always_inline void on_waking(struct task_struct *p)
+{
+	s32 tid = BPF_CORE_READ(p, pid), tgid;
+	struct feas_thread *t = bpf_map_lookup_elem(&feas_threads, &tid);
+	struct feas_stats *st;
+	struct cpu_ctx *c;
+	u64 cur;
+
+	if (!t)
+		return;
+	tgid = BPF_CORE_READ(p, tgid);
+	if (t->tgid != tgid)
+		return; /* a recycled id: not the thread the daemon meant */
+	if (t->role == FEAS_VCPU) {
+		t->state = FEAS_WAITING;
+		return;
+	}
+	if (t->role != FEAS_EVENT && t->role != FEAS_WORKER)
+		return;
+	st = stats();
+	c = ctx_here();
+	if (!st || !c)
+		return;
+	if (c->timer) {
+		st->timer++;
+		return;
+	}
+	if (!c->irq) {
+		cur = bpf_get_current_pid_tgid();
+		if ((s32)(cur >> 32) == tgid) {
+			s32 waker = (u32)cur;
+			struct feas_thread *w = bpf_map_lookup_elem(&feas_threads, &waker);
+
+			if (!w || w->role != FEAS_WORKER) {
+				st->internal++;
+				return;
+			}
+		}
+	}
+	st->device++;
+	t->pending = 1;
+}
+
+static __always_inline void on_switch(bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	s32 tid = BPF_CORE_READ(prev, pid), tgid;
+	struct feas_thread *t = bpf_map_lookup_elem(&feas_threads, &tid);
+
+	if (t) {
+		tgid = BPF_CORE_READ(prev, tgid);
+		if (t->tgid == tgid) {
+			bool asleep = !preempt && BPF_CORE_READ(prev, __state) != 0;
+
+			if (t->role == FEAS_VCPU) {
+				u64 now = bpf_ktime_get_ns();
+
+				if (t->state == FEAS_RUNNING && t->since && now > t->since)
+					t->run_ns += now - t->since;
+				t->since = now;
+				t->state = asleep ? FEAS_SLEEPING : FEAS_WAITING;
+				if (asleep) {
+					struct feas_vm *vm = bpf_map_lookup_elem(&feas_vms, &tgid);
+					u32 policy = BPF_CORE_READ(prev, policy);
+
+					if (vm && vm->boost_until > now && (policy == SCHED_RR || policy == SCHED_FIFO)) {
+						struct feas_stats *st = stats();
+
+						vm->boost_until = 0;
+						if (st)
+							st->blocked++;
+						send(FEAS_BLOCKED, tgid, now);
+					}
+				}
+			} else if (t->pending && asleep) {
+				t->pending = 0;
+				fire(tgid);
+			}
+		}
+	}
+	tid = BPF_CORE_READ(next, pid);
+	t = bpf_map_lookup_elem(&feas_threads, &tid);
+	if (t && t->role == FEAS_VCPU && t->tgid == BPF_CORE_READ(next, tgid)) {
+		t->state = FEAS_RUNNING;
+		t->since = bpf_ktime_get_ns();
+	}
+}
+
+/* A KVM interrupt injection: an event when a thread of a VM, other than its vCPUs, injects. */
+static __always_inline void on_kvm_irq(void)
+{
+	u64 cur = bpf_get_current_pid_tgid();
+	s32 tgid = cur >> 32, tid = (u32)cur;
+	struct feas_thread *t;
+	struct feas_stats *st;
+
+	if (!bpf_map_lookup_elem(&feas_vms, &tgid))
+		return;
+	t = bpf_map_lookup_elem(&feas_threads, &tid);
+	if (t && t->role == FEAS_VCPU)
+		return; /* the vCPU itself runs: nothing to boost */
+	st = stats();
+	if (st)
+		st->kvm_irq++;
+	fire(tgid);
+}
+
+/* ---- tp_btf ---- */
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(btf_waking, struct task_struct *p)
+{
+	on_waking(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(btf_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	on_switch(preempt, prev, next);
+	return 0;
+}
+
+SEC("tp_btf/hrtimer_expire_entry")
+int BPF_PROG(btf_hrtimer_entry)
+{
+	enter(true);
+	return 0;
+}
+
+SEC("tp_btf/hrtimer_expire_exit")
+int BPF_PROG(btf_hrtimer_exit)
+{
+	leave(true);
+	return 0;
+}
+
+SEC("tp_btf/timer_expire_entry")
+int BPF_PROG(btf_timer_entry)
+{
+	enter(true);
+	return 0;
+}
+
+SEC("tp_btf/timer_expire_exit")
+int BPF_PROG(btf_timer_exit)
+{
+	leave(true);
+	return 0;
+}
+
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(btf_softirq_entry)
+{
+	enter(false);
+	return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(btf_softirq_exit)
+{
+	leave(false);
+	return 0;
+}
+
+SEC("tp_btf/irq_handler_entry")
+int BPF_PROG(btf_irq_entry)
+{
+	enter(false);
+	return 0;
+}
+
+SEC("tp_btf/irq_handler_exit")
+int BPF_PROG(btf_irq_exit)
+{
+	leave(false);
+	return 0;
+}
+
+/* ---- raw_tp ---- */
+
+SEC("raw_tp/sched_waking")
+int BPF_PROG(raw_waking, struct task_struct *p)
+{
+	on_waking(p);
+	return 0;
+}
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(raw_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	on_switch(preempt, prev, next);
+	return 0;
+}
+
+SEC("raw_tp/hrtimer_expire_entry")
+int BPF_PROG(raw_hrtimer_entry)
+{
+	enter(true);
+	return 0;
+}
+
+SEC("raw_tp/hrtimer_expire_exit")
+int BPF_PROG(raw_hrtimer_exit)
+{
+	leave(true);
+	return 0;
+}
+
+SEC("raw_tp/timer_expire_entry")
+int BPF_PROG(raw_timer_entry)
+{
+	enter(true);
+	return 0;
+}
+
+SEC("raw_tp/timer_expire_exit")
+int BPF_PROG(raw_timer_exit)
+{
+	leave(true);
+	return 0;
+}
+
+SEC("raw_tp/softirq_entry")
+int BPF_PROG(raw_softirq_entry)
+{
+	enter(false);
+	return 0;
+}
+
+SEC("raw_tp/softirq_exit")
+int BPF_PROG(raw_softirq_exit)
+{
+	leave(false);
+	return 0;
+}
+
+SEC("raw_tp/irq_handler_entry")
+int BPF_PROG(raw_irq_entry)
+{
+	enter(false);
+	return 0;
+}
+
+SEC("raw_tp/irq_handler_exit")
+int BPF_PROG(raw_irq_exit)
+{
+	leave(false);
+	return 0;
+}
+
+/* ---- KVM (optional) ---- */
+
+SEC("raw_tp/kvm_set_irq")
+int BPF_PROG(raw_kvm_set_irq)
+{
+	on_kvm_irq();
+	return 0;
+}
+
+SEC("raw_tp/kvm_msi_set_irq")
+int BPF_PROG(raw_kvm_msi_set_irq)
+{
+	on_kvm_irq();
+	return 0;
+}

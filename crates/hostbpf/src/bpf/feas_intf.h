@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Types shared by the FEAS event detection (feas.bpf.c) and the crate (src/feas.rs): the single
+ * source of truth for their layout.
+ */
+#ifndef COSCHED_FEAS_INTF_H
+#define COSCHED_FEAS_INTF_H
+
+/* vCPU threads of one VM the kernel side looks at (more are never reported waiting). */
+#define FEAS_MAX_VCPUS 32
+
+/* What a watched thread is to its VM (feas_thread.role). */
+enum feas_role {
+	FEAS_VCPU = 1,		/* "CPU n/KVM", "CPU n/TCG": boosted */
+	FEAS_EVENT = 2,		/* main loop, "IO ..." threads: woken by the VM's devices */
+	FEAS_WORKER = 3,	/* "worker" (aio=threads): its wake-ups of the others are disk completions */
+};
+
+/* What a vCPU thread is doing (feas_thread.state), from sched_waking and sched_switch. */
+enum feas_state {
+	FEAS_UNKNOWN = 0,	/* not seen switching yet */
+	FEAS_SLEEPING = 1,
+	FEAS_WAITING = 2,	/* runnable, not running */
+	FEAS_RUNNING = 3,
+};
+
+/* Map feas_threads: tid -> this. Written by the daemon (tgid, role), updated by the programs. */
+struct feas_thread {
+	int tgid;
+	unsigned int role;
+	unsigned int state;
+	unsigned int pending;	/* FEAS_EVENT: woken by a device; the VM's event fires when it sleeps */
+	/* FEAS_VCPU: CPU time run up to `since` (ktime ns), and since when it runs (if RUNNING).
+	 * /proc's schedstat lags a running thread by up to a tick; this does not. */
+	unsigned long long run_ns;
+	unsigned long long since;
+};
+
+/* Map feas_vms: QEMU pid -> this. Written by the daemon (on, vcpus); the rest by the programs. */
+struct feas_vm {
+	unsigned int on;	/* event boosting applies to this VM now */
+	unsigned int nr_vcpus;
+	int vcpus[FEAS_MAX_VCPUS];
+	unsigned long long cycle;	/* the counting cycle of `count` */
+	unsigned int count;	/* boosts asked for in `cycle` */
+	unsigned int postponed;	/* a postponement was sent in `cycle` */
+	unsigned long long boost_until;	/* a boost asked for may last until then (ktime ns) */
+};
+
+/* Map feas_conf[0]: the policy's knobs the kernel side applies. */
+struct feas_conf {
+	unsigned long long epoch_ns;	/* ktime (CLOCK_MONOTONIC) of cycle 0 */
+	unsigned long long cycle_ns;
+	unsigned long long slice_ns;
+	unsigned int n_limit;
+	unsigned int pad;
+};
+
+/* What wakes the daemon (ring buffer feas_msgs). */
+enum feas_msg_kind {
+	FEAS_BOOST = 1,		/* an event for a VM with a waiting vCPU, within n_limit */
+	FEAS_POSTPONED = 2,	/* the same beyond n_limit: boost at the next cycle (once per cycle) */
+	FEAS_BLOCKED = 3,	/* a boosted (real-time) vCPU of the VM went to sleep */
+};
+
+struct feas_msg {
+	enum feas_msg_kind kind;
+	int tgid;
+	unsigned long long ts;	/* ktime ns */
+};
+
+/* Counters, per CPU (summed by the crate). */
+struct feas_stats {
+	unsigned long long device;	/* event-thread wake-ups by a device (interrupt, another process, a worker) */
+	unsigned long long timer;	/* ... by a timer: not events */
+	unsigned long long internal;	/* ... by another thread of the same VM: not events */
+	unsigned long long kvm_irq;	/* interrupt injections by a non-vCPU thread of the VM (KVM) */
+	unsigned long long boost;	/* FEAS_BOOST sent */
+	unsigned long long postponed;	/* FEAS_POSTPONED sent */
+	unsigned long long limited;	/* events over n_limit after the postponement was sent */
+	unsigned long long not_waiting;	/* events while no vCPU of the VM was waiting */
+	unsigned long long blocked;	/* FEAS_BLOCKED sent */
+	unsigned long long dropped;	/* messages lost: the ring buffer was full */
+};
+
+#endif

@@ -1,0 +1,444 @@
+//! FEAS event detection on the host (seed 001; `src/bpf/feas.bpf.c`): [`FeasWatch`] tells the
+//! daemon when a VM it watches received an event (its main-loop or I/O thread woken by a device,
+//! or a KVM interrupt injection) while one of its vCPU threads was runnable but waiting for a
+//! CPU, within `n_limit` per counting cycle ([`FeasMsg::Boost`]), beyond it once per cycle
+//! ([`FeasMsg::Postponed`]), and when a boosted vCPU went to sleep ([`FeasMsg::Blocked`]).
+//! Everything else (timer wake-ups, a VM's own threads waking each other, events while no vCPU
+//! waits) is decided and counted in the kernel ([`FeasCounters`]) and never wakes the daemon.
+//!
+//! The daemon says which threads are which ([`FeasWatch::set_thread`]) and which VMs get event
+//! boosting ([`FeasWatch::set_vm`]); thread ids are checked against the task's process in the
+//! kernel, so a recycled id is never taken for a VM's thread.
+
+use std::fmt;
+use std::mem::size_of;
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PrintLevel, RingBuffer, RingBufferBuilder};
+
+use crate::skel_feas::types::{feas_conf, feas_msg, feas_msg_kind, feas_stats, feas_thread, feas_vm};
+use crate::skel_feas::{FeasSkel, FeasSkelBuilder};
+use crate::{capture_libbpf, from_bytes, take_libbpf_log, Attempt, Error, Mechanism, ObjectStorage, Plain};
+
+/// vCPU threads of one VM the kernel side looks at.
+pub const MAX_VCPUS: usize = 32;
+
+/// What the kernel side needs of the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeasParams {
+    /// `CLOCK_MONOTONIC` ns at which counting cycle 0 starts (the daemon's clock's zero).
+    pub epoch_ns: u64,
+    pub cycle_ns: u64,
+    /// How long after a [`FeasMsg::Boost`] a vCPU going to sleep sends [`FeasMsg::Blocked`].
+    pub slice_ns: u64,
+    pub n_limit: u32,
+}
+
+/// What a thread is to its VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A vCPU thread: boosted.
+    Vcpu,
+    /// The main loop or an I/O thread: a device waking it is an event.
+    Event,
+    /// A thread-pool worker (aio=threads): its wake-ups of the VM's other threads are disk
+    /// completions.
+    Worker,
+}
+
+/// A message from the kernel side; `ts` is `CLOCK_MONOTONIC` ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeasMsg {
+    Boost { tgid: i32, ts: u64 },
+    Postponed { tgid: i32, ts: u64 },
+    Blocked { tgid: i32, ts: u64 },
+}
+
+impl FeasMsg {
+    fn decode(data: &[u8]) -> Option<FeasMsg> {
+        let m: feas_msg = from_bytes(data)?;
+        let (tgid, ts) = (m.tgid, m.ts);
+        Some(match m.kind {
+            feas_msg_kind::FEAS_BOOST => FeasMsg::Boost { tgid, ts },
+            feas_msg_kind::FEAS_POSTPONED => FeasMsg::Postponed { tgid, ts },
+            feas_msg_kind::FEAS_BLOCKED => FeasMsg::Blocked { tgid, ts },
+            _ => return None,
+        })
+    }
+}
+
+// SAFETY: generated from feas_intf.h: `#[repr(C)]` structs of integers and arrays of them, with
+// no padding between fields (checked by `record_layouts_match_feas_intf_h`); any bits are valid.
+unsafe impl Plain for feas_msg {}
+// SAFETY: as above.
+unsafe impl Plain for feas_thread {}
+// SAFETY: as above.
+unsafe impl Plain for feas_vm {}
+// SAFETY: as above.
+unsafe impl Plain for feas_conf {}
+// SAFETY: as above: ten u64.
+unsafe impl Plain for feas_stats {}
+
+/// The bytes of a plain value, to write into a map.
+fn bytes_of<T: Plain>(v: &T) -> &[u8] {
+    // SAFETY: T: Plain has no padding and no pointers; the slice borrows `v`.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
+/// The kernel side's counters, summed over CPUs (see `struct feas_stats` in feas_intf.h).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FeasCounters {
+    pub device: u64,
+    pub timer: u64,
+    pub internal: u64,
+    pub kvm_irq: u64,
+    pub boost: u64,
+    pub postponed: u64,
+    pub limited: u64,
+    pub not_waiting: u64,
+    pub blocked: u64,
+    pub dropped: u64,
+}
+
+impl FeasCounters {
+    /// (name, value) of every counter, for status and metrics.
+    pub fn fields(&self) -> [(&'static str, u64); 10] {
+        [
+            ("device_wakeups", self.device),
+            ("timer_wakeups", self.timer),
+            ("internal_wakeups", self.internal),
+            ("kvm_injections", self.kvm_irq),
+            ("boosts_asked", self.boost),
+            ("postponements", self.postponed),
+            ("over_limit", self.limited),
+            ("not_waiting", self.not_waiting),
+            ("blocked", self.blocked),
+            ("dropped", self.dropped),
+        ]
+    }
+}
+
+/// The loaded and attached FEAS programs and their ring buffer. Register [`FeasWatch::fd`]
+/// with mio and [`FeasWatch::drain`] on readiness.
+pub struct FeasWatch {
+    /// Declared first so it drops first: it reads the `feas_msgs` map of `skel`.
+    ring: RingBuffer<'static>,
+    /// Dropped before `skel`: detaches the programs.
+    links: Vec<Link>,
+    skel: FeasSkel<'static>,
+    /// Declared after `skel`, which lives in it. Held only to be dropped.
+    #[allow(dead_code)]
+    storage: ObjectStorage,
+    pending: Arc<Mutex<Vec<FeasMsg>>>,
+    mechanism: Mechanism,
+    kvm: bool,
+}
+
+impl fmt::Debug for FeasWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FeasWatch").field("mechanism", &self.mechanism).field("kvm", &self.kvm).finish_non_exhaustive()
+    }
+}
+
+const WHAT: &str = "FEAS event tracepoints (sched_waking, sched_switch, timer and interrupt entry/exit)";
+
+impl FeasWatch {
+    /// Loads and attaches the programs with the best mechanism this kernel allows (tp_btf, then
+    /// raw_tracepoint); the KVM injection tracepoints are attached if the kernel has them.
+    pub fn open(params: FeasParams) -> Result<FeasWatch, Error> {
+        FeasWatch::open_with(params, &[Mechanism::TpBtf, Mechanism::RawTracepoint])
+    }
+
+    /// Like [`FeasWatch::open`], trying only `mechanisms` (tp_btf, raw_tracepoint), in order.
+    pub fn open_with(params: FeasParams, mechanisms: &[Mechanism]) -> Result<FeasWatch, Error> {
+        let storage = ObjectStorage::new();
+        let mut attempts = Vec::new();
+        let previous = libbpf_rs::set_print(Some((PrintLevel::Warn, capture_libbpf)));
+        let mut loaded = None;
+        for &m in mechanisms.iter().filter(|m| **m != Mechanism::Tracepoint) {
+            take_libbpf_log();
+            // SAFETY: one skeleton at a time: a failed attempt's skeleton is dropped inside
+            // `load` before the next; the one that succeeds is stored next to `storage` in a
+            // FeasWatch, which drops it first.
+            match load(unsafe { storage.lend() }, m) {
+                Ok(found) => {
+                    loaded = Some((found, m));
+                    break;
+                }
+                Err((step, error)) => attempts.push(Attempt { mechanism: m, step, error, detail: take_libbpf_log() }),
+            }
+        }
+        take_libbpf_log();
+        libbpf_rs::set_print(previous);
+        let Some(((skel, links, kvm), mechanism)) = loaded else {
+            return Err(Error::Refused { what: WHAT, attempts });
+        };
+        let conf = feas_conf {
+            epoch_ns: params.epoch_ns,
+            cycle_ns: params.cycle_ns.max(1),
+            slice_ns: params.slice_ns,
+            n_limit: params.n_limit,
+            ..Default::default()
+        };
+        skel.maps
+            .feas_conf
+            .update(&0u32.to_ne_bytes(), bytes_of(&conf), MapFlags::ANY)
+            .map_err(|source| Error::Map { what: "setting the FEAS parameters".into(), source })?;
+        let pending = Arc::new(Mutex::new(Vec::new()));
+        let sink = pending.clone();
+        let mut builder = RingBufferBuilder::new();
+        builder
+            .add(&skel.maps.feas_msgs, move |data: &[u8]| {
+                if let Some(m) = FeasMsg::decode(data) {
+                    sink.lock().unwrap_or_else(PoisonError::into_inner).push(m);
+                }
+                0
+            })
+            .map_err(Error::RingBuffer)?;
+        let ring = builder.build().map_err(Error::RingBuffer)?;
+        Ok(FeasWatch { ring, links, skel, storage, pending, mechanism, kvm })
+    }
+
+    /// VM `tgid` (QEMU's pid) gets event boosting (`on`) or not, with these vCPU threads (at
+    /// most [`MAX_VCPUS`] are looked at). Its counting cycle's state is kept.
+    pub fn set_vm(&mut self, tgid: i32, on: bool, vcpus: &[i32]) -> Result<(), Error> {
+        let key = tgid.to_ne_bytes();
+        let mut v = self
+            .skel
+            .maps
+            .feas_vms
+            .lookup(&key, MapFlags::ANY)
+            .ok()
+            .flatten()
+            .and_then(|b| from_bytes::<feas_vm>(&b))
+            .unwrap_or_default();
+        v.on = on as u32;
+        v.nr_vcpus = vcpus.len().min(MAX_VCPUS) as u32;
+        v.vcpus = [0; MAX_VCPUS];
+        for (d, s) in v.vcpus.iter_mut().zip(vcpus) {
+            *d = *s;
+        }
+        self.skel
+            .maps
+            .feas_vms
+            .update(&key, bytes_of(&v), MapFlags::ANY)
+            .map_err(|source| Error::Map { what: format!("watching VM process {tgid} for events"), source })
+    }
+
+    /// Forgets VM `tgid`.
+    pub fn remove_vm(&mut self, tgid: i32) {
+        let _ = self.skel.maps.feas_vms.delete(&tgid.to_ne_bytes());
+    }
+
+    /// Thread `tid` of VM `tgid` has `role`. A thread already known with the same process and
+    /// role keeps the state the kernel side saw.
+    pub fn set_thread(&mut self, tid: i32, tgid: i32, role: Role) -> Result<(), Error> {
+        let role = match role {
+            Role::Vcpu => 1,
+            Role::Event => 2,
+            Role::Worker => 3,
+        };
+        let key = tid.to_ne_bytes();
+        let known = self.thread(tid);
+        if known.is_some_and(|t| t.tgid == tgid && t.role == role) {
+            return Ok(());
+        }
+        let t = feas_thread { tgid, role, ..Default::default() };
+        self.skel.maps.feas_threads.update(&key, bytes_of(&t), MapFlags::ANY).map_err(|source| Error::Map {
+            what: format!("watching thread {tid} of process {tgid} for events"),
+            source,
+        })
+    }
+
+    /// Forgets thread `tid`.
+    pub fn remove_thread(&mut self, tid: i32) {
+        let _ = self.skel.maps.feas_threads.delete(&tid.to_ne_bytes());
+    }
+
+    fn thread(&self, tid: i32) -> Option<feas_thread> {
+        let b = self.skel.maps.feas_threads.lookup(&tid.to_ne_bytes(), MapFlags::ANY).ok()??;
+        from_bytes(&b)
+    }
+
+    /// Whether vCPU thread `tid` is runnable but not running, as the kernel side last saw it.
+    pub fn waiting(&self, tid: i32) -> bool {
+        self.thread(tid).is_some_and(|t| t.state == 2)
+    }
+
+    /// CPU time vCPU thread `tid` has run since the kernel side first saw it switch, in ns,
+    /// up to `now` (`CLOCK_MONOTONIC` ns): exact for a thread that is running right now, which
+    /// `/proc/<pid>/task/<tid>/schedstat` is not (it lags by up to a tick).
+    pub fn run_ns(&self, tid: i32, now: u64) -> u64 {
+        self.thread(tid).map_or(0, |t| {
+            let running = if t.state == 3 && t.since > 0 { now.saturating_sub(t.since) } else { 0 };
+            t.run_ns + running
+        })
+    }
+
+    /// An fd that becomes readable when messages wait (the ring buffer's epoll fd).
+    pub fn fd(&self) -> RawFd {
+        self.ring.epoll_fd()
+    }
+
+    /// Appends every waiting message, in order, without blocking.
+    pub fn drain(&mut self, out: &mut Vec<FeasMsg>) {
+        let _ = self.ring.consume();
+        out.append(&mut self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
+    /// The kernel side's counters.
+    pub fn counters(&self) -> FeasCounters {
+        let mut c = FeasCounters::default();
+        if let Ok(Some(per_cpu)) = self.skel.maps.feas_stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
+            for s in per_cpu.iter().filter_map(|v| from_bytes::<feas_stats>(v)) {
+                c.device += s.device;
+                c.timer += s.timer;
+                c.internal += s.internal;
+                c.kvm_irq += s.kvm_irq;
+                c.boost += s.boost;
+                c.postponed += s.postponed;
+                c.limited += s.limited;
+                c.not_waiting += s.not_waiting;
+                c.blocked += s.blocked;
+                c.dropped += s.dropped;
+            }
+        }
+        c
+    }
+
+    /// How the programs are attached ("tp_btf" or "raw_tracepoint").
+    pub fn mechanism(&self) -> &'static str {
+        self.mechanism.name()
+    }
+
+    /// Whether the KVM interrupt-injection tracepoints are attached.
+    pub fn kvm_attached(&self) -> bool {
+        self.kvm
+    }
+
+    /// Attached programs (for tests).
+    pub fn attached(&self) -> usize {
+        self.links.len()
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in ns: the clock of [`FeasMsg`] timestamps and [`FeasParams::epoch_ns`].
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+type Loaded = (FeasSkel<'static>, Vec<Link>, bool);
+
+/// Opens, loads and attaches the programs of `mechanism` (and the optional KVM ones).
+fn load(
+    storage: &'static mut std::mem::MaybeUninit<OpenObject>,
+    mechanism: Mechanism,
+) -> Result<Loaded, (&'static str, libbpf_rs::Error)> {
+    let mut open = FeasSkelBuilder::default().open(storage).map_err(|e| ("opening", e))?;
+    let btf = mechanism == Mechanism::TpBtf;
+    {
+        let p = &mut open.progs;
+        for prog in [
+            &mut p.btf_waking,
+            &mut p.btf_switch,
+            &mut p.btf_hrtimer_entry,
+            &mut p.btf_hrtimer_exit,
+            &mut p.btf_timer_entry,
+            &mut p.btf_timer_exit,
+            &mut p.btf_softirq_entry,
+            &mut p.btf_softirq_exit,
+            &mut p.btf_irq_entry,
+            &mut p.btf_irq_exit,
+        ] {
+            prog.set_autoload(btf);
+        }
+        for prog in [
+            &mut p.raw_waking,
+            &mut p.raw_switch,
+            &mut p.raw_hrtimer_entry,
+            &mut p.raw_hrtimer_exit,
+            &mut p.raw_timer_entry,
+            &mut p.raw_timer_exit,
+            &mut p.raw_softirq_entry,
+            &mut p.raw_softirq_exit,
+            &mut p.raw_irq_entry,
+            &mut p.raw_irq_exit,
+        ] {
+            prog.set_autoload(!btf);
+        }
+    }
+    let skel = open.load().map_err(|e| ("loading", e))?;
+    let mut links = Vec::new();
+    {
+        let p = &skel.progs;
+        // The context programs first: no event is classified before they follow the CPU's state.
+        let main = if btf {
+            [
+                &p.btf_hrtimer_entry,
+                &p.btf_hrtimer_exit,
+                &p.btf_timer_entry,
+                &p.btf_timer_exit,
+                &p.btf_softirq_entry,
+                &p.btf_softirq_exit,
+                &p.btf_irq_entry,
+                &p.btf_irq_exit,
+                &p.btf_switch,
+                &p.btf_waking,
+            ]
+        } else {
+            [
+                &p.raw_hrtimer_entry,
+                &p.raw_hrtimer_exit,
+                &p.raw_timer_entry,
+                &p.raw_timer_exit,
+                &p.raw_softirq_entry,
+                &p.raw_softirq_exit,
+                &p.raw_irq_entry,
+                &p.raw_irq_exit,
+                &p.raw_switch,
+                &p.raw_waking,
+            ]
+        };
+        for prog in main {
+            links.push(prog.attach().map_err(|e| ("attaching", e))?);
+        }
+    }
+    let mut kvm = true;
+    for prog in [&skel.progs.raw_kvm_set_irq, &skel.progs.raw_kvm_msi_set_irq] {
+        match prog.attach() {
+            Ok(l) => links.push(l),
+            Err(_) => kvm = false,
+        }
+    }
+    Ok((skel, links, kvm))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_layouts_match_feas_intf_h() {
+        assert_eq!(size_of::<feas_msg>(), 16);
+        assert_eq!(size_of::<feas_thread>(), 32);
+        assert_eq!(size_of::<feas_vm>(), 4 + 4 + 4 * MAX_VCPUS + 8 + 4 + 4 + 8);
+        assert_eq!(size_of::<feas_conf>(), 32);
+        assert_eq!(size_of::<feas_stats>(), 80);
+    }
+
+    #[test]
+    fn decodes_messages() {
+        let m = feas_msg { kind: feas_msg_kind::FEAS_BLOCKED, tgid: 42, ts: 7 };
+        assert_eq!(FeasMsg::decode(bytes_of(&m)), Some(FeasMsg::Blocked { tgid: 42, ts: 7 }));
+        let m = feas_msg { kind: feas_msg_kind::FEAS_BOOST, tgid: 1, ts: 2 };
+        assert_eq!(FeasMsg::decode(bytes_of(&m)), Some(FeasMsg::Boost { tgid: 1, ts: 2 }));
+        let m = feas_msg { kind: feas_msg_kind(9), tgid: 1, ts: 2 };
+        assert_eq!(FeasMsg::decode(bytes_of(&m)), None);
+        assert_eq!(FeasMsg::decode(&bytes_of(&m)[..15]), None);
+    }
+}

@@ -132,6 +132,18 @@ def counter_delta(before, after, name):
     return {k: v - b.get(k, 0) for k, v in a.items()}
 
 
+def ev_fields(ev, mode):
+    """The daemon's event counters a row shows ("" in mode none): events seen, boosts,
+    postponements, the CPU time the vCPUs ran boosted and the time they paid back at nice 19."""
+    if mode == "none":
+        return dict(events="", boosts="", postponed="", boosted_cpu_ms="", repaid_ms="")
+    return dict(events=ev.get("events", 0), boosts=ev.get("boosts", 0), postponed=ev.get("postponed", 0),
+                boosted_cpu_ms=ev.get("boosted_cpu_ns", 0) / 1e6, repaid_ms=ev.get("repaid_ns", 0) / 1e6)
+
+
+EV_COLUMNS = ["events", "boosts", "postponed", "boosted_cpu_ms", "repaid_ms"]
+
+
 class Testbed:
     """The 4 VMs on their tap network, the client, and the daemon of mode feas."""
 
@@ -314,7 +326,7 @@ PAPER_NOTE = ("Seed 001 ran Xen 4.0.1's credit scheduler against FEAS on a Core 
 class Fairness:
     NAME = "feas-fairness"
     COLUMNS = ["request", "mode", "vm", "cpu_s", "share_pct", "dev_pct", "cpu1_util_pct", "requests",
-               "boosts", "boosted_ms", "events", "postponed"]
+               *EV_COLUMNS]
 
     @staticmethod
     def plan(quick):
@@ -352,9 +364,7 @@ class Fairness:
             rows.append(dict(request=request, mode=mode, vm=i, cpu_s=d / 1e9, share_pct=100.0 * d / total,
                              dev_pct=100.0 * (d / total * len(tb.vms) - 1),
                              cpu1_util_pct=100.0 * total / 1e9 / (t1 - t0),
-                             requests=requests if i == TARGET else "", boosts=ev.get("boosts", ""),
-                             boosted_ms=ev["boosted_ns"] / 1e6 if "boosted_ns" in ev else "",
-                             events=ev.get("events", ""), postponed=ev.get("postponed", "")))
+                             requests=requests if i == TARGET else "", **ev_fields(ev, mode)))
         return rows
 
     @classmethod
@@ -411,11 +421,9 @@ class Fairness:
                 checks.append(f"- {req}, {MODE_LABEL[mode]}: largest deviation from an equal share "
                               f"{worst['dev_pct']:+.1f}% (VM {worst['vm']})"
                               + (f": {'within' if ok else 'OUTSIDE'} the ±5% target" if mode == "feas" else ""))
-        shown = [{**r, "boosted_ms": r["boosted_ms"] if r["boosted_ms"] != "" else "-"} for r in rows]
-        table = md_table(shown, ["request", "mode", "vm", "cpu_s", "share_pct", "dev_pct", "requests", "boosts",
-                                 "boosted_ms", "postponed"],
-                         ["request", "mode", "VM", "CPU s", "share %", "vs equal %", "requests served", "boosts",
-                          "boosted ms", "postponed"])
+        table = md_table(rows, ["request", "mode", "vm", "cpu_s", "share_pct", "dev_pct", "requests", *EV_COLUMNS],
+                         ["request", "mode", "VM", "CPU s", "share %", "vs equal %", "requests served", "events",
+                          "boosts", "postponed", "boosted CPU ms", "repaid ms"])
         return f"""All 4 VMs run a CPU hog; VM {TARGET} also answers the client (pings every
 {int(PING_INTERVAL_S * 1000)} ms, or a loop downloading 1 MiB files). Each VM's CPU time is its vCPU
 thread's (`/proc/<pid>/task/<tid>/schedstat`) over {seconds} s; "vs equal" is its share relative to
@@ -438,7 +446,7 @@ constantly receives ping or download requests (the guaranteed-slice module, sec.
 
 class Latency:
     NAME = "feas-latency"
-    COLUMNS = ["setup", "mode", "pings", "lost", "avg_us", "p50_us", "p99_us", "max_us", "boosts", "postponed"]
+    COLUMNS = ["setup", "mode", "pings", "lost", "avg_us", "p50_us", "p99_us", "max_us", *EV_COLUMNS]
 
     @staticmethod
     def plan(quick):
@@ -482,7 +490,7 @@ class Latency:
                     c = cell[mode]
                     rtts[(setup, mode)] = c["rtts"]
                     rows.append(dict(setup=setup, mode=mode, pings=len(c["rtts"]) + c["lost"], lost=c["lost"],
-                                     boosts=c["ev"].get("boosts", ""), postponed=c["ev"].get("postponed", ""),
+                                     **ev_fields(c["ev"], mode),
                                      **latency_stats(c["rtts"])))
                     log(f"{setup} {mode}: avg {rows[-1]['avg_us']:.0f} p50 {rows[-1]['p50_us']:.0f} "
                         f"p99 {rows[-1]['p99_us']:.0f} µs, lost {c['lost']}, boosts {rows[-1]['boosts']}")
@@ -541,10 +549,10 @@ class Latency:
                      "target); "
                      f"the best possible uncoordinated/FEAS ratio is uncoordinated / limit = "
                      f"{get('all busy', 'none')['avg_us'] / lim['avg_us']:.2f}")
-        table = md_table(rows, ["setup", "mode", "pings", "lost", "avg_us", "p50_us", "p99_us", "max_us", "boosts",
-                                "postponed"],
-                         ["set-up", "mode", "pings", "lost", "avg µs", "p50 µs", "p99 µs", "max µs", "boosts",
-                          "postponed"])
+        table = md_table(rows, ["setup", "mode", "pings", "lost", "avg_us", "p50_us", "p99_us", "max_us", "events",
+                                "boosts", "postponed"],
+                         ["set-up", "mode", "pings", "lost", "avg µs", "p50 µs", "p99 µs", "max µs", "events",
+                          "boosts", "postponed"])
         return f"""{pings} ICMP echoes per cell ({int(PING_INTERVAL_S * 1000)} ms apart, busybox ping on the client
 CPU, over VM {TARGET}'s tap device), in {rounds} round(s) that alternate the modes. The guest kernel answers
 a ping itself (softirq), so the round trip measures how soon the host runs VM {TARGET}'s vCPU after
@@ -570,7 +578,7 @@ respond to ping requests immediately" (one boost per 10 ms, pings 1 s apart). {P
 
 class Throughput:
     NAME = "feas-throughput"
-    COLUMNS = ["part", "setup", "mode", "size_kb", "vms", "downloads", "seconds_s", "kb_per_s", "boosts"]
+    COLUMNS = ["part", "setup", "mode", "size_kb", "vms", "downloads", "seconds_s", "kb_per_s", *EV_COLUMNS]
 
     @staticmethod
     def plan(quick):
@@ -603,7 +611,7 @@ class Throughput:
                                 ev = counter_delta(c0, counters(), TARGET)
                             return dict(part="single", setup=setup, mode=mode, size_kb=size, vms=1, downloads=reps,
                                         seconds_s=statistics.mean(ts), kb_per_s=size * reps / sum(ts),
-                                        boosts=ev.get("boosts", ""))
+                                        **ev_fields(ev, mode))
                         rows.append(o.point(f"single/{setup}/{size}/{mode}", measure))
                         log(f"{setup} {size} KiB {mode}: {rows[-1]['kb_per_s']:.0f} KiB/s")
             # seed 001 Fig. 8: n VMs (all busy) serve the file at the same time.
@@ -616,10 +624,13 @@ class Throughput:
                             c0 = counters()
                             runs = [cls.s_n(tb.downloads_at_once(idx, big), big) for _ in range(reps)]
                             c1 = counters()
-                        boosts = sum(counter_delta(c0, c1, i).get("boosts", 0) for i in idx) if c1 else ""
+                        ev = {}
+                        for i in idx:
+                            for k, v in counter_delta(c0, c1, i).items():
+                                ev[k] = ev.get(k, 0) + v
                         return dict(part="concurrent", setup="all busy", mode=mode, size_kb=big, vms=n,
                                     downloads=n * reps, seconds_s=statistics.mean(s for _, s in runs),
-                                    kb_per_s=statistics.mean(x for x, _ in runs), boosts=boosts)
+                                    kb_per_s=statistics.mean(x for x, _ in runs), **ev_fields(ev, mode))
                     rows.append(o.point(f"concurrent/{n}/{mode}", measure))
                     log(f"{n} VMs at once {mode}: s_n = {rows[-1]['kb_per_s']:.0f} KiB/s")
         o.csv(rows, cls.COLUMNS)
@@ -677,8 +688,9 @@ class Throughput:
                 lines.append(f"- {n} VM(s) at once: s_n {a['kb_per_s']:.0f} -> {b['kb_per_s']:.0f} KiB/s "
                              f"({b['kb_per_s'] / a['kb_per_s']:.2f}x)")
         table = md_table(rows, ["part", "setup", "mode", "size_kb", "vms", "downloads", "seconds_s", "kb_per_s",
-                                "boosts"],
-                         ["part", "set-up", "mode", "KiB", "VMs", "downloads", "s each", "KiB/s", "boosts"])
+                                "events", "boosts", "postponed"],
+                         ["part", "set-up", "mode", "KiB", "VMs", "downloads", "s each", "KiB/s", "events", "boosts",
+                          "postponed"])
         return f"""The client (curl, on the client CPU) downloads a file from busybox httpd in VM {TARGET} over
 its tap device, {reps} times per cell; KiB/s = bytes / time (curl's own). Then n VMs (all busy) are
 downloaded from at once ({big} KiB each), {reps} times, and s_n = n * size / (last finish - first

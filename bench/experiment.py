@@ -19,10 +19,11 @@ Experiments (full-run time on the 2-core development machine, TCG guest):
   scale            daemon CPU and hint-to-applied latency, 1-256 synthetic VMs       3.5 min
   boost-classes    SCHED_RR / FIFO / DEADLINE / nice -20 as the boost                3.5 min
   io-startup       seed 003 Fig. 1-3/10-11: guest app start-up, guest/host readers  40 min
-  feas-fairness    seed 001 Fig. 5: CPU shares of 4 busy VMs without an agent, one served
-  feas-latency     seed 001 Fig. 6: ping a busy VM that shares its CPU with 3 VMs
-  feas-throughput  seed 001 Fig. 7/8: download speed from busy VMs
-  feas-overhead    seed 001 Table 2: prime search with event boosting on and off
+  feas-fairness    seed 001 Fig. 5: CPU shares of 4 busy agentless VMs, one served   ~5 min
+  feas-latency     seed 001 Fig. 6: ping a busy VM sharing its CPU with 3 VMs         ~3 min
+  feas-throughput  seed 001 Fig. 7/8: download speed from busy VMs                    ~5 min
+  feas-overhead    seed 001 Table 2: prime search with event boosting on and off     ~5 min
+  (feas-*: estimated from the quick runs, 25-40 s each)
 """
 
 import argparse

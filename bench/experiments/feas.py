@@ -714,7 +714,7 @@ stays above the credit scheduler. {PAPER_NOTE}
 
 class Overhead:
     NAME = "feas-overhead"
-    COLUMNS = ["setup", "round", "mode", "primes", "job_s"]
+    COLUMNS = ["setup", "round", "mode", "primes", "job_s", *EV_COLUMNS]
     PAPER = {"others busy": (32.43754, 32.5931), "all idle": (8.78261, 8.80411), "host": (8.123744, 8.146923)}
 
     @staticmethod
@@ -750,10 +750,14 @@ class Overhead:
                 for r, order in enumerate(alternating(rounds)):
                     for mode in order:
                         def measure():
-                            with tb.mode(mode):
+                            with tb.mode(mode) as counters:
                                 time.sleep(0.5)
+                                c0 = counters()
                                 n, secs = cls.job(tb, setup, limit)
-                            return dict(setup=setup, round=r + 1, mode=mode, primes=n, job_s=secs)
+                                ev = counter_delta(c0, counters(), TARGET)
+                            # The events VM 4 had while the job ran (its control request among them).
+                            return dict(setup=setup, round=r + 1, mode=mode, primes=n, job_s=secs,
+                                        **ev_fields(ev, mode))
                         rows.append(o.point(f"{setup}/{r}/{mode}", measure))
                         log(f"{setup} round {r + 1} {mode}: {rows[-1]['job_s']:.3f} s")
         o.csv(rows, cls.COLUMNS)
@@ -774,8 +778,9 @@ class Overhead:
 
     @classmethod
     def plot(cls, rows, setups):
-        fig, axes = plt.subplots(1, len(setups), figsize=(4.6 * len(setups), 4), squeeze=False)
+        fig, axes = plt.subplots(1, len(setups), figsize=(4.8 * len(setups), 4), squeeze=False, layout="constrained")
         for ax, setup in zip(axes[0], setups):
+            ax.set_xticks(sorted({r["round"] for r in rows}))
             for mode in MODES:
                 rs = [r for r in rows if r["setup"] == setup and r["mode"] == mode]
                 ax.plot([r["round"] for r in rs], [r["job_s"] for r in rs], marker="o", color=MODE_COLOR[mode],
@@ -825,7 +830,8 @@ class Overhead:
 runs in VM {TARGET} (through its control CGI; its own clock times it) while the other VMs are busy
 or all are idle, and on the host's client CPU ("host", seed 001's Domain 0 column) with the VMs
 idle. Each round runs it once per mode, in alternating order; the daemon is started for the
-FEAS run and stopped after it.
+FEAS run and stopped after it. data.csv has VM {TARGET}'s event counters over each FEAS job (the
+control request that starts the job is one event).
 
 {chr(10).join(lines)}
 

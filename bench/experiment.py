@@ -19,6 +19,11 @@ Experiments (full-run time on the 2-core development machine, TCG guest):
   scale            daemon CPU and hint-to-applied latency, 1-256 synthetic VMs       3.5 min
   boost-classes    SCHED_RR / FIFO / DEADLINE / nice -20 as the boost                3.5 min
   io-startup       seed 003 Fig. 1-3/10-11: guest app start-up, guest/host readers  40 min
+  feas-fairness    seed 001 Fig. 5: CPU shares of 4 busy agentless VMs, one served   ~5 min
+  feas-latency     seed 001 Fig. 6: ping a busy VM sharing its CPU with 3 VMs         ~3 min
+  feas-throughput  seed 001 Fig. 7/8: download speed from busy VMs                    ~5 min
+  feas-overhead    seed 001 Table 2: prime search with event boosting on and off     ~5 min
+  (feas-*: estimated from the quick runs, 25-40 s each)
 """
 
 import argparse
@@ -40,7 +45,19 @@ EXPERIMENTS = {
     "scale": "scale",
     "boost-classes": "boost_classes",
     "io-startup": "io_startup",
+    # Several experiments of one module: "module:NAME" (the module's EXPERIMENTS[NAME]).
+    "feas-fairness": "feas:feas-fairness",
+    "feas-latency": "feas:feas-latency",
+    "feas-throughput": "feas:feas-throughput",
+    "feas-overhead": "feas:feas-overhead",
 }
+
+
+def load(name):
+    """The experiment `name`: an object with main(quick, out, verbose, fresh) and COLUMNS."""
+    module, _, attr = EXPERIMENTS[name].partition(":")
+    mod = importlib.import_module(f"experiments.{module}")
+    return mod.EXPERIMENTS[attr] if attr else mod
 
 
 def interrupted(signum, frame):
@@ -64,7 +81,7 @@ def main():
     signal.signal(signal.SIGTERM, interrupted)
     names = list(EXPERIMENTS) if a.name == "all" else [a.name]
     for name in names:
-        mod = importlib.import_module(f"experiments.{EXPERIMENTS[name]}")
+        mod = load(name)
         t0 = time.time()
         out = Path(a.out) / name if (a.out and len(names) > 1) else a.out
         d = mod.main(a.quick, out=out, verbose=a.verbose, fresh=a.fresh)

@@ -261,6 +261,29 @@ def shield_cpus():
     return set(range(NCPUS - 1)) or {0}, {NCPUS - 1}
 
 
+def guest_cmd(workload_file, pidfile, timeout=900, sock=None, layers=(), adds=(), disks=(), append="",
+              name=None, nets=()):
+    """guest/run.sh's command line for one boot (the agent binary is always added as /bin/cosched).
+    nets: NICs as run.sh --net takes them ("tap=IFNAME,ip=ADDR/PREFIX", "user,...")."""
+    cmd = [str(RUN_SH), "--workload", str(workload_file), "--add", f"{COSCHED}:/bin/cosched",
+           "--pidfile", str(pidfile), "--timeout", str(timeout)]
+    if name:
+        cmd += ["--name", name]
+    for layer in layers:
+        cmd += ["--layer", str(layer)]
+    for a in adds:
+        cmd += ["--add", a]
+    if sock:
+        cmd += ["--sock", str(sock)]
+    for d in disks:
+        cmd += ["--disk", str(d)]
+    for n in nets:
+        cmd += ["--net", n]
+    if append:
+        cmd += ["--append", append]
+    return cmd
+
+
 def boot_guest(workload, sock=None, on_line=None, timeout=900, layers=(), adds=(), disks=(), append=""):
     """Boots the test guest with `workload`; returns (console output, QEMU pid).
     on_line(line, pid) is called for every console line as it arrives.
@@ -271,18 +294,8 @@ def boot_guest(workload, sock=None, on_line=None, timeout=900, layers=(), adds=(
         wl = Path(tmp) / "workload.sh"
         wl.write_text(workload)
         pidfile = Path(tmp) / "qemu.pid"
-        cmd = [str(RUN_SH), "--workload", str(wl), "--add", f"{COSCHED}:/bin/cosched",
-               "--pidfile", str(pidfile), "--timeout", str(timeout)]
-        for layer in layers:
-            cmd += ["--layer", str(layer)]
-        for a in adds:
-            cmd += ["--add", a]
-        if sock:
-            cmd += ["--sock", str(sock)]
-        for d in disks:
-            cmd += ["--disk", str(d)]
-        if append:
-            cmd += ["--append", append]
+        cmd = guest_cmd(wl, pidfile, timeout=timeout, sock=sock, layers=layers, adds=adds, disks=disks,
+                        append=append)
         out = []
         pid = None
         errfile = Path(tmp) / "run.err"
@@ -313,6 +326,261 @@ def boot_guest(workload, sock=None, on_line=None, timeout=900, layers=(), adds=(
         if proc.returncode != 0 or "COSCHED-GUEST: workload exit 0" not in console:
             raise RuntimeError(f"guest run failed (exit {proc.returncode}):\n{err}\n" + "\n".join(out[-40:]))
         return console, pid
+
+
+# ---------------------------------------------------------------------------------------------
+# Several guests at once, on a private network (the FEAS experiments)
+
+NETNS_PREFIX = "cosfeas-"
+
+
+def _netns_owner_alive(name):
+    try:
+        pid = int(name[len(NETNS_PREFIX):])
+    except ValueError:
+        return True  # not ours by name: leave it
+    return Path(f"/proc/{pid}").exists()
+
+
+def _ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+class TapNet:
+    """A private network namespace (cosfeas-<our pid>) holding tap devices cosfeas1..cosfeasN,
+    tap i with the host address 10.77.i.1/24 (guest i is 10.77.i.2), and lo up. The guests' QEMU
+    and the clients run inside it (`prefix` before their command: QEMU opens its tap there), so
+    that no test traffic goes to a private address of the host's own network. Removed on exit,
+    also on SIGINT, SIGTERM (made an exception while it exists, if nobody handles it) and
+    exceptions; a namespace a SIGKILLed run left (its owner pid gone) is removed by the next one.
+    Deleting the namespace deletes its taps."""
+
+    def __init__(self, n):
+        self.n = n
+        self.name = f"{NETNS_PREFIX}{os.getpid()}"
+        self.prefix = ["nsenter", f"--net=/run/netns/{self.name}"]
+        self._old_term = None
+
+    @staticmethod
+    def tap(i):
+        return f"cosfeas{i}"
+
+    @staticmethod
+    def guest_ip(i):
+        return f"10.77.{i}.2"
+
+    def net_arg(self, i):
+        """run.sh --net for guest i."""
+        return f"tap={self.tap(i)},ip={self.guest_ip(i)}/24"
+
+    @staticmethod
+    def remove_stale():
+        """Namespaces of earlier runs whose process is gone (SIGKILL)."""
+        out = _ip("netns", "list", check=False).stdout
+        for line in out.splitlines():
+            name = line.split()[0] if line.split() else ""
+            if name.startswith(NETNS_PREFIX) and not _netns_owner_alive(name):
+                _ip("netns", "del", name, check=False)
+
+    def __enter__(self):
+        self.remove_stale()
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            def term(signum, frame):
+                raise KeyboardInterrupt
+            self._old_term = signal.signal(signal.SIGTERM, term)
+        try:
+            _ip("netns", "add", self.name)
+            _ip("-n", self.name, "link", "set", "lo", "up")
+            for i in range(1, self.n + 1):
+                _ip("-n", self.name, "tuntap", "add", "dev", self.tap(i), "mode", "tap")
+                _ip("-n", self.name, "addr", "add", f"10.77.{i}.1/24", "dev", self.tap(i))
+                _ip("-n", self.name, "link", "set", self.tap(i), "up")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self):
+        for i in range(1, self.n + 1):
+            _ip("-n", self.name, "link", "del", self.tap(i), check=False)
+        _ip("netns", "del", self.name, check=False)
+        if self._old_term is not None:
+            signal.signal(signal.SIGTERM, self._old_term)
+            self._old_term = None
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def client(self, cmd, cpus=None, **kw):
+        """subprocess.run of `cmd` inside the namespace (on `cpus` if given), output captured."""
+        return subprocess.run(self.prefix + list(cmd), capture_output=True, text=True,
+                              preexec_fn=_client_preexec(cpus), **kw)
+
+    def client_popen(self, cmd, cpus=None, **kw):
+        """subprocess.Popen of `cmd` inside the namespace (on `cpus` if given)."""
+        return subprocess.Popen(self.prefix + list(cmd), preexec_fn=_client_preexec(cpus), **kw)
+
+
+def _client_preexec(cpus):
+    def pre():
+        dies_with_us(signal.SIGKILL)()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+    return pre
+
+
+def foreign_qemus(ours):
+    """Pids of QEMU processes on this host that are not in `ours`."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) in ours:
+            continue
+        try:
+            comm = Path(f"/proc/{d}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm.startswith("qemu-system"):
+            out.append(int(d))
+    return out
+
+
+class GuestVM:
+    """One test guest booted in the background (guest/run.sh), its console read by a thread.
+    wait_for() waits for a console line; stop() stops it (SIGTERM to run.sh, which stops QEMU).
+    `prefix` goes before run.sh's command (TapNet.prefix: QEMU in that network namespace)."""
+
+    def __init__(self, workload, name, nets=(), adds=(), layers=(), append="", timeout=3600, prefix=(),
+                 verbose=False):
+        import threading
+        self.name = name
+        self.verbose = verbose
+        self._tmp = tempfile.TemporaryDirectory(prefix="cosched-vm-")
+        tmp = Path(self._tmp.name)
+        (tmp / "workload.sh").write_text(workload)
+        self.pidfile = tmp / "qemu.pid"
+        self.errfile = tmp / "run.err"
+        cmd = list(prefix) + guest_cmd(tmp / "workload.sh", self.pidfile, timeout=timeout, layers=layers,
+                                       adds=adds, append=append, name=name, nets=nets)
+        self.lines = []
+        self._cond = threading.Condition()
+        self._pid = None
+        with open(self.errfile, "w") as errf:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, errors="replace",
+                                         preexec_fn=dies_with_us(signal.SIGTERM))
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            line = line.rstrip("\r\n")
+            if self.verbose:
+                print(f"   {self.name} | {line}", flush=True)
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def pid(self):
+        """QEMU's pid (once it has written its pidfile), else None."""
+        if self._pid is None:
+            try:
+                self._pid = int(self.pidfile.read_text().strip())
+            except (OSError, ValueError):
+                pass
+        return self._pid
+
+    def console(self):
+        with self._cond:
+            return "\n".join(self.lines)
+
+    def wait_for(self, prefix, timeout=120):
+        """The first console line starting with `prefix`; RuntimeError if the guest exits or
+        `timeout` seconds pass first."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for line in self.lines:
+                    if line.startswith(prefix):
+                        return line
+                left = deadline - time.monotonic()
+                if self.proc.poll() is not None and not self._reader.is_alive():
+                    why = f"exited {self.proc.returncode}"
+                    break
+                if left <= 0:
+                    why = f"no {prefix!r} within {timeout} s"
+                    break
+                self._cond.wait(min(left, 0.5))
+        raise RuntimeError(f"guest {self.name}: {why}:\n{self.errfile.read_text()}\n" + "\n".join(self.lines[-30:]))
+
+    def threads(self):
+        """(tid, comm) of QEMU's threads ([] before QEMU is up)."""
+        try:
+            return qemu_threads(self.pid) if self.pid else []
+        except OSError:
+            return []
+
+    def vcpu_tids(self):
+        return [tid for tid, comm in self.threads() if is_vcpu(comm)]
+
+    def pin(self, vcpu_cpus, other_cpus):
+        """vCPU threads to `vcpu_cpus`, every other QEMU thread to `other_cpus` (threads QEMU
+        creates later inherit their creator's: the main loop's)."""
+        n = 0
+        for tid, comm in self.threads():
+            try:
+                os.sched_setaffinity(tid, vcpu_cpus if is_vcpu(comm) else other_cpus)
+                n += is_vcpu(comm)
+            except ProcessLookupError:
+                pass
+        if n == 0:
+            raise RuntimeError(f"guest {self.name}: no vCPU thread found in QEMU pid {self.pid}")
+
+    def stop(self):
+        """Stops the guest (idempotent): SIGTERM to run.sh, which stops QEMU; SIGKILL to both
+        after 20 s."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                if self.pid:
+                    try:
+                        os.kill(self.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(5)
+        self.proc.stdout.close()
+        self._tmp.cleanup()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+def schedstat_ns(tid):
+    """Time thread `tid` has spent on a CPU (ns; /proc/<tid>/schedstat), 0 once it is gone."""
+    try:
+        return int(Path(f"/proc/{tid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def parse_ping(out):
+    """Round-trip times in µs from ping's output ("... time=0.862 ms" lines; busybox or iputils)."""
+    rtts = []
+    for line in out.splitlines():
+        i = line.find("time=")
+        if i >= 0 and "bytes from" in line:
+            rtts.append(float(line[i + 5:].split()[0].rstrip("ms")) * 1000.0)
+    return rtts
 
 
 def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agent_args="",

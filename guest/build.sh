@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the cosched test guest: Debian's kernel (the one package linux-image-amd64
 # depends on) and a busybox initramfs with the virtio-serial modules, the modules of a
-# virtio-blk disk (virtio_blk, bfq, ext4) and cyclictest.
+# virtio-blk disk (virtio_blk, bfq, ext4), of a virtio-net NIC (virtio_net) and cyclictest.
 #
 # Output (default <repo>/build/guest, override with COSCHED_GUEST_DIR):
 #   vmlinuz          the guest kernel (bzImage, as packaged)
@@ -31,6 +31,9 @@ virtio_modules=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev v
 # (crc32c_generic: ext4 and jbd2 ask the crypto API for crc32c, a soft dependency, for
 # metadata_csum, which mkfs.ext4 turns on by default).
 disk_modules=(virtio_blk bfq crc16 mbcache crc32c_generic jbd2 ext4)
+# Modules for a virtio-net NIC (run.sh --net), in load order, loaded by init.sh only when the
+# guest has a virtio network device.
+net_modules=(failover net_failover virtio_net)
 # Shipped but not loaded.
 extra_modules=()
 
@@ -189,8 +192,9 @@ if stale "$out/base.cpio.gz" "${inputs[@]}"; then
     # modules (decompressed: busybox insmod takes plain .ko)
     : >"$root/lib/modules/load-order"
     : >"$root/lib/modules/load-order-disk"
+    : >"$root/lib/modules/load-order-net"
     have=()
-    add_module() { # NAME LIST(load-order|load-order-disk|-)
+    add_module() { # NAME LIST(load-order|load-order-disk|load-order-net|-)
         local name=$1 list=$2 src
         src=$(find_module "$name")
         if [ -z "$src" ]; then
@@ -213,11 +217,12 @@ if stale "$out/base.cpio.gz" "${inputs[@]}"; then
     }
     for m in "${virtio_modules[@]}"; do add_module "$m" load-order; done
     for m in "${disk_modules[@]}"; do add_module "$m" load-order-disk; done
+    for m in "${net_modules[@]}"; do add_module "$m" load-order-net; done
     for m in "${extra_modules[@]}"; do add_module "$m" -; done
 
     # Check that every module's dependencies (its .modinfo "depends=") are loaded
-    # before it (load-order-disk comes after load-order). The .deb ships no modules.dep
-    # (depmod makes it at install time).
+    # before it (load-order-disk and load-order-net come after load-order; neither needs the
+    # other's). The .deb ships no modules.dep (depmod makes it at install time).
     loaded=" "
     for m in "${have[@]}"; do
         deps=$(tr '\0' '\n' <"$root/lib/modules/$m.ko" | grep -a -m1 '^depends=' || true)

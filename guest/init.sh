@@ -1,8 +1,9 @@
 #!/bin/sh
 # /init of the cosched test guest (busybox sh, PID 1). Installed by guest/build.sh.
 # Mounts the pseudo file systems, loads the virtio-serial modules (and, with a virtio-blk
-# disk, virtio_blk, bfq and ext4), creates
-# /dev/virtio-ports/<name> links, runs /workload.sh if present, then powers off.
+# disk, virtio_blk, bfq and ext4; with a virtio-net NIC, virtio_net), creates
+# /dev/virtio-ports/<name> links, brings up lo and, with cosched.ip=ADDR/PREFIX on the kernel
+# command line, eth0, runs /workload.sh if present, then powers off.
 # Never exits: PID 1 exiting would panic the kernel.
 # (busybox sh does not support pipefail; this is the only script that runs inside the guest.)
 set -u
@@ -38,11 +39,15 @@ mount -t bpf bpf /sys/fs/bpf 2>/dev/null || echo "COSCHED-GUEST: bpffs mount fai
 
 stage "mounted"
 # cosched.skip_modules=a,b on the kernel command line: modules not to load (e.g. bfq, to see
-# a guest without BFQ).
+# a guest without BFQ). cosched.ip=ADDR/PREFIX: eth0's address (run.sh --net).
 skip=","
+ipaddr=
 read -r cmdline </proc/cmdline
 for arg in $cmdline; do
-    case $arg in cosched.skip_modules=*) skip=",${arg#cosched.skip_modules=}," ;; esac
+    case $arg in
+        cosched.skip_modules=*) skip=",${arg#cosched.skip_modules=}," ;;
+        cosched.ip=*) ipaddr=${arg#cosched.ip=} ;;
+    esac
 done
 # load_modules LIST: the modules of /lib/modules/LIST (written by build.sh; one name per
 # line, in load order, file /lib/modules/<name>.ko).
@@ -55,18 +60,22 @@ load_modules() {
     done <"/lib/modules/$1"
 }
 load_modules load-order
-# Virtio device ids: 2 block, 3 console (virtio-serial).
+# Virtio device ids: 1 network, 2 block, 3 console (virtio-serial).
+have_vnet=0
 have_vblk=0
 have_vserial=0
 for d in /sys/bus/virtio/devices/*; do
     [ -r "$d/device" ] || continue
     case $(cat "$d/device") in
+        0x0001) have_vnet=1 ;;
         0x0002) have_vblk=1 ;;
         0x0003) have_vserial=1 ;;
     esac
 done
-# The disk modules (virtio_blk, bfq, ext4...) only for a guest with a virtio-blk disk.
+# The disk modules (virtio_blk, bfq, ext4...) only for a guest with a virtio-blk disk, the
+# network ones (virtio_net and its failover helpers) only for one with a virtio-net NIC.
 [ "$have_vblk" = 1 ] && load_modules load-order-disk
+[ "$have_vnet" = 1 ] && load_modules load-order-net
 
 stage "modules loaded"
 # Port names arrive asynchronously from the host; wait (up to ~3 s) until every
@@ -100,6 +109,15 @@ for p in /sys/class/virtio-ports/*; do
 done
 
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up 2>/dev/null || true
+if [ -n "$ipaddr" ]; then
+    if [ -e /sys/class/net/eth0 ]; then
+        ip addr add "$ipaddr" dev eth0 && ip link set eth0 up \
+            || echo "COSCHED-GUEST: eth0: cannot set $ipaddr"
+        stage "eth0 $ipaddr"
+    else
+        echo "COSCHED-GUEST: cosched.ip=$ipaddr but no eth0 (boot with run.sh --net)"
+    fi
+fi
 hostname cosched-guest 2>/dev/null || true
 
 cd /

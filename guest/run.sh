@@ -36,6 +36,19 @@ Options:
                          its iothread) submits it. ",iothread" gives the disk its own QEMU
                          iothread ("IO iothreadN"). The guest's init loads virtio_blk, bfq
                          and ext4 when it has a disk
+  --net tap=IFNAME[,ip=ADDR/PREFIX]
+  --net user[,ip=ADDR/PREFIX][,hostfwd=RULE]...
+                         add a virtio-net NIC (repeatable; the guest sees eth0, eth1... in
+                         this order; its init loads virtio_net when it has one). tap: backed by
+                         the existing tap device IFNAME (ip tuntap add dev IFNAME mode tap;
+                         script=no, no vhost: QEMU's main loop moves the packets). user:
+                         QEMU's user-mode network (slirp; the guest is 10.0.2.15, the host
+                         10.0.2.2; hostfwd=tcp::8080-:80 reaches a guest port from the host's
+                         localhost; no ICMP from the host). The MAC is 52:54:00 and 3 bytes of
+                         the md5 of "NAME/index" (VMs with different --name differ).
+                         ip=ADDR/PREFIX configures that NIC in the guest (the first NIC only:
+                         cosched.ip=ADDR/PREFIX on the kernel command line, eth0; a user NIC
+                         without ip= gets 10.0.2.15/24)
   --accel auto|kvm|tcg   accelerator (default auto: KVM only if guest/kvm-usable.sh says it
                          really works, else TCG with one line on stderr saying why)
   --smp N                vCPUs (default 1)
@@ -61,6 +74,7 @@ die() { echo "run.sh: $*" >&2; exit 2; }
 workload=
 adds=()
 disks=()
+nets=()
 layers=()
 sock=
 accel=auto
@@ -81,6 +95,7 @@ while [ $# -gt 0 ]; do
         --layer) need "$@"; layers+=("$2"); shift ;;
         --sock) need "$@"; sock=$2; shift ;;
         --disk) need "$@"; disks+=("$2"); shift ;;
+        --net) need "$@"; nets+=("$2"); shift ;;
         --accel) need "$@"; accel=$2; shift ;;
         --smp) need "$@"; smp=$2; shift ;;
         --mem) need "$@"; mem=$2; shift ;;
@@ -120,6 +135,36 @@ disk_opts() {
 for spec in "${disks[@]}"; do
     disk_opts "$spec"
     [ -f "$dfile" ] || [ -b "$dfile" ] || die "--disk $dfile: not found"
+done
+# net_opts SPEC: sets nkind (tap|user), nif (tap name), nip (guest address or empty) and
+# nextra (user: the hostfwd options, each with its leading comma) from --net SPEC.
+net_opts() {
+    local opt kind rest
+    IFS=, read -r kind rest <<<"$1"
+    nif=; nip=; nextra=
+    case $kind in
+        tap=*) nkind=tap; nif=${kind#tap=}; [ -n "$nif" ] || die "--net $1: tap needs a device name" ;;
+        user) nkind=user ;;
+        *) die "--net $1: tap=IFNAME or user" ;;
+    esac
+    IFS=, read -ra opts <<<"$rest"
+    for opt in "${opts[@]}"; do
+        case $opt in
+            ip=*/*) nip=${opt#ip=} ;;
+            hostfwd=*) [ "$nkind" = user ] || die "--net $1: hostfwd= is for user networks"
+                       nextra="$nextra,$opt" ;;
+            *) die "--net $1: unknown option '$opt' (ip=ADDR/PREFIX, hostfwd=RULE)" ;;
+        esac
+    done
+    if [ "$nkind" = user ] && [ -z "$nip" ]; then nip=10.0.2.15/24; fi
+}
+for spec in "${nets[@]}"; do
+    net_opts "$spec"
+    # ip asks the kernel about this network namespace (/sys/class/net shows the one sysfs was
+    # mounted in).
+    if [ "$nkind" = tap ] && [ "$dry" = 0 ] && ! ip link show dev "$nif" >/dev/null 2>&1; then
+        die "--net $spec: no network device $nif here (ip tuntap add dev $nif mode tap)"
+    fi
 done
 
 # build.sh takes ~40 ms when everything is up to date (it rebuilds base.cpio.gz after an
@@ -217,6 +262,10 @@ fi
 
 # ---- QEMU command line ---------------------------------------------------------------
 cmdline="console=ttyS0 quiet loglevel=1 panic=-1"
+if [ ${#nets[@]} -gt 0 ]; then
+    net_opts "${nets[0]}"
+    [ -z "$nip" ] || cmdline="$cmdline cosched.ip=$nip"
+fi
 [ -z "$append" ] || cmdline="$cmdline $append"
 
 args=(
@@ -251,6 +300,19 @@ for spec in "${disks[@]}"; do
         dev=$dev,iothread=iothread$n
     fi
     args+=(-drive "file=$dfile,if=none,id=disk$n,format=raw,cache=none,aio=$daio" -device "$dev")
+    n=$((n + 1))
+done
+
+n=0
+for spec in "${nets[@]}"; do
+    net_opts "$spec"
+    mac=$(printf '%s/%s' "$name" "$n" | md5sum | sed -E 's/^(..)(..)(..).*/52:54:00:\1:\2:\3/')
+    if [ "$nkind" = tap ]; then
+        args+=(-netdev "tap,id=n$n,ifname=$nif,script=no,downscript=no")
+    else
+        args+=(-netdev "user,id=n$n$nextra")
+    fi
+    args+=(-device "virtio-net-pci,netdev=n$n,mac=$mac")
     n=$((n + 1))
 done
 

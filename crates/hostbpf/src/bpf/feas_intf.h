@@ -34,6 +34,9 @@ struct feas_thread {
 	 * /proc's schedstat lags a running thread by up to a tick; this does not. */
 	unsigned long long run_ns;
 	unsigned long long since;
+	/* FEAS_VCPU: time spent asleep up to `since` (from its switch-out asleep to its wake-up):
+	 * a vCPU that sleeps wants less than its share, and its boosts are not charged. */
+	unsigned long long sleep_ns;
 };
 
 /* Map feas_vms: QEMU pid -> this. Written by the daemon (on, vcpus); the rest by the programs. */

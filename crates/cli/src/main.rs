@@ -190,6 +190,23 @@ fn print_status(s: &Value) {
                 io["acts_through"].as_str().unwrap_or("?")
             );
         }
+        if r == "event" {
+            let e = &s["event"];
+            let c = &e["counters"];
+            print!(
+                "; FEAS for {} VMs, {} per {} ms, slices {} µs, charging {}, detection {}: {} device / {} timer / {} \
+                 internal wake-ups",
+                e["vms"].as_str().unwrap_or("?"),
+                e["n_limit"],
+                e["cycle_ms"],
+                e["slice_us"],
+                if e["charge"].as_bool() == Some(true) { "on" } else { "off" },
+                e["detection"].as_str().unwrap_or("?"),
+                c["device_wakeups"],
+                c["timer_wakeups"],
+                c["internal_wakeups"]
+            );
+        }
         if r == "cpu" {
             print!(
                 "; real-time guard {}‰ of {} ms; host reserve: {} of at most {} vCPU(s) boosted",
@@ -203,6 +220,9 @@ fn print_status(s: &Value) {
     }
     if let Some(why) = s["io"]["unsupported"].as_str() {
         println!("io: unsupported here: {why}");
+    }
+    if let Some(why) = s["event"]["unsupported"].as_str() {
+        println!("event: unsupported here: {why}");
     }
     let l = &s["latency"];
     println!(

@@ -401,12 +401,26 @@ impl Feas {
             s.phase = Phase::Repaying { cpu, at: now, next };
             coord.host_level(vm, Resource::Event, Level::Guarded, out);
         } else {
-            s.phase = Phase::Idle;
-            if charge {
-                s.idle_from = Some((now, cpu));
-            }
-            let _ = coord.host_request(vm, Resource::Event, 0, now, out);
+            self.back_to_normal(vm, now, charge.then_some(cpu), coord, out);
         }
+    }
+
+    /// Puts `vm` back at its normal level. `sample_from`: its vCPUs' run time now, to measure
+    /// its share of the CPU from here.
+    fn back_to_normal(
+        &mut self,
+        vm: VmId,
+        now: u64,
+        sample_from: Option<u64>,
+        coord: &mut Coordinator,
+        out: &mut Vec<Action>,
+    ) {
+        let s = self.state(vm);
+        s.phase = Phase::Idle;
+        if let Some(cpu) = sample_from {
+            s.idle_from = Some((now, cpu));
+        }
+        let _ = coord.host_request(vm, Resource::Event, 0, now, out);
     }
 
     /// Ends slices, takes in paid-back debts, and boosts postponed VMs whose time has come.
@@ -466,17 +480,14 @@ impl Feas {
         let s = self.state(vm);
         // Without a measured share yet (the first boost), the whole time held counts.
         let share = s.share_ppm.unwrap_or(1_000_000) as u128;
-        let owed_run = (now.saturating_sub(last.0) as u128 * share / 1_000_000) as u64;
+        let paid = (now.saturating_sub(last.0) as u128 * share / 1_000_000) as u64;
         s.hold_ran += ran;
-        let paid = owed_run;
         s.balance = (s.balance - paid as i64).max(-max_credit);
         coord.count(vm, Resource::Event, "repaid_ns", paid);
         if s.balance <= 0 {
-            s.phase = Phase::Idle;
-            // The next cycle samples the share; what the vCPUs ran while held is taken back
+            // The next stretch samples the share; what the vCPUs ran while held is taken back
             // from them then (the fair class keeps a thread's lag across a change of weight).
-            s.idle_from = Some((now, cpu));
-            let _ = coord.host_request(vm, Resource::Event, 0, now, out);
+            self.back_to_normal(vm, now, Some(cpu), coord, out);
         } else {
             s.phase = Phase::Repaying { cpu, at: now, next };
         }
@@ -510,13 +521,11 @@ impl Feas {
     /// Event boosting no longer applies to `vm` (its agent registered, the operator turned it
     /// off): whatever it holds is put back and its debt forgiven.
     pub fn off(&mut self, vm: VmId, now: u64, coord: &mut Coordinator, out: &mut Vec<Action>) {
-        if let Some(s) = self.vms.get_mut(&vm) {
-            s.postponed = false;
-            s.balance = s.balance.min(0);
-            if s.phase != Phase::Idle {
-                s.phase = Phase::Idle;
-                let _ = coord.host_request(vm, Resource::Event, 0, now, out);
-            }
+        let Some(s) = self.vms.get_mut(&vm) else { return };
+        s.postponed = false;
+        s.balance = s.balance.min(0);
+        if s.phase != Phase::Idle {
+            self.back_to_normal(vm, now, None, coord, out);
         }
     }
 

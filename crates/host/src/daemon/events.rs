@@ -20,6 +20,8 @@ struct Told {
     vcpus: Vec<i32>,
     /// tid -> role, as written in its thread map.
     threads: BTreeMap<i32, Role>,
+    /// The generation of the VM's thread list `threads` follows (`None`: not all written).
+    generation: Option<u64>,
 }
 
 pub struct EventBoost {
@@ -104,26 +106,35 @@ impl EventBoost {
         let on = self.feas.eligible(coord, vm.id);
         let pid = vm.pid();
         let told = self.told.entry(vm.id).or_default();
-        let now: BTreeMap<i32, Role> =
-            vm.threads.threads.iter().filter_map(|t| role(t.role).map(|r| (t.task.id, r))).collect();
-        for (tid, r) in &now {
-            if told.threads.get(tid) != Some(r) {
-                if let Err(e) = self.watch.set_thread(*tid, pid, *r) {
-                    warn!("{}: {e}", vm.name());
-                    continue;
+        // Called after every read from the VM's channel: the thread maps are rewritten only
+        // when the thread list moved.
+        let generation = vm.threads.threads.generation();
+        if told.generation != Some(generation) {
+            let now: BTreeMap<i32, Role> =
+                vm.threads.threads.iter().filter_map(|t| role(t.role).map(|r| (t.task.id, r))).collect();
+            let mut complete = true;
+            for (tid, r) in &now {
+                if told.threads.get(tid) != Some(r) {
+                    if let Err(e) = self.watch.set_thread(*tid, pid, *r) {
+                        warn!("{}: {e}", vm.name());
+                        complete = false;
+                        continue;
+                    }
+                    told.threads.insert(*tid, *r);
                 }
-                told.threads.insert(*tid, *r);
             }
+            told.threads.retain(|tid, _| {
+                let keep = now.contains_key(tid);
+                if !keep {
+                    self.watch.remove_thread(*tid);
+                }
+                keep
+            });
+            told.generation = complete.then_some(generation);
         }
-        told.threads.retain(|tid, _| {
-            let keep = now.contains_key(tid);
-            if !keep {
-                self.watch.remove_thread(*tid);
-            }
-            keep
-        });
-        let vcpus: Vec<i32> = now.iter().filter(|(_, r)| **r == Role::Vcpu).map(|(t, _)| *t).collect();
-        if told.on != on || told.vcpus != vcpus {
+        let vcpus = || told.threads.iter().filter(|(_, r)| **r == Role::Vcpu).map(|(t, _)| *t);
+        if told.on != on || !told.vcpus.iter().copied().eq(vcpus()) {
+            let vcpus: Vec<i32> = vcpus().collect();
             match self.watch.set_vm(pid, on, &vcpus) {
                 Ok(()) => {
                     told.on = on;

@@ -755,11 +755,7 @@ impl Daemon {
         }
         let mut actions = Vec::new();
         ev.off(id, now, &mut self.coord, &mut actions);
-        for a in actions {
-            if let Action::Apply { vm, resource, level, priority, .. } = a {
-                self.apply(vm.0 as usize, resource, level, priority, None);
-            }
-        }
+        self.execute(&mut actions, None);
     }
 
     /// Messages of the event detection: events for VMs, boosted vCPUs that blocked.

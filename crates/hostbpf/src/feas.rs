@@ -13,14 +13,13 @@
 use std::fmt;
 use std::mem::size_of;
 use std::os::fd::RawFd;
-use std::sync::{Arc, Mutex, PoisonError};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use crate::skel_feas::types::{feas_conf, feas_msg, feas_msg_kind, feas_stats, feas_thread, feas_vm};
 use crate::skel_feas::{FeasSkel, FeasSkelBuilder};
-use crate::{from_bytes, probe, Error, Mechanism, ObjectStorage, Plain};
+use crate::{from_bytes, probe, Error, Mechanism, ObjectStorage, Plain, Ring};
 
 /// vCPU threads of one VM the kernel side looks at.
 pub const MAX_VCPUS: usize = 32;
@@ -124,14 +123,13 @@ impl FeasCounters {
 /// with mio and [`FeasWatch::drain`] on readiness.
 pub struct FeasWatch {
     /// Declared first so it drops first: it reads the `feas_msgs` map of `skel`.
-    ring: RingBuffer<'static>,
+    ring: Ring<FeasMsg>,
     /// Dropped before `skel`: detaches the programs.
     links: Vec<Link>,
     skel: FeasSkel<'static>,
     /// Declared after `skel`, which lives in it. Held only to be dropped.
     #[allow(dead_code)]
     storage: ObjectStorage,
-    pending: Arc<Mutex<Vec<FeasMsg>>>,
     mechanism: Mechanism,
     kvm: bool,
 }
@@ -167,19 +165,8 @@ impl FeasWatch {
             .feas_conf
             .update(&0u32.to_ne_bytes(), bytes_of(&conf), MapFlags::ANY)
             .map_err(|source| Error::Map { what: "setting the FEAS parameters".into(), source })?;
-        let pending = Arc::new(Mutex::new(Vec::new()));
-        let sink = pending.clone();
-        let mut builder = RingBufferBuilder::new();
-        builder
-            .add(&skel.maps.feas_msgs, move |data: &[u8]| {
-                if let Some(m) = FeasMsg::decode(data) {
-                    sink.lock().unwrap_or_else(PoisonError::into_inner).push(m);
-                }
-                0
-            })
-            .map_err(Error::RingBuffer)?;
-        let ring = builder.build().map_err(Error::RingBuffer)?;
-        Ok(FeasWatch { ring, links, skel, storage, pending, mechanism, kvm })
+        let ring = Ring::new(&skel.maps.feas_msgs, FeasMsg::decode)?;
+        Ok(FeasWatch { ring, links, skel, storage, mechanism, kvm })
     }
 
     /// VM `tgid` (QEMU's pid) gets event boosting (`on`) or not, with these vCPU threads (at
@@ -269,13 +256,12 @@ impl FeasWatch {
 
     /// An fd that becomes readable when messages wait (the ring buffer's epoll fd).
     pub fn fd(&self) -> RawFd {
-        self.ring.epoll_fd()
+        self.ring.fd()
     }
 
     /// Appends every waiting message, in order, without blocking.
     pub fn drain(&mut self, out: &mut Vec<FeasMsg>) {
-        let _ = self.ring.consume();
-        out.append(&mut self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+        self.ring.drain(out);
     }
 
     /// The kernel side's counters.

@@ -262,6 +262,44 @@ pub struct Counters {
     pub forgotten: u64,
 }
 
+/// A BPF ring buffer whose records are decoded into `T`s as they are consumed.
+pub(crate) struct Ring<T> {
+    ring: RingBuffer<'static>,
+    /// Records decoded by the ring buffer callback, waiting for [`Ring::drain`].
+    pending: Arc<Mutex<Vec<T>>>,
+}
+
+impl<T: Send + 'static> Ring<T> {
+    /// Reads the ring buffer `map`; records `decode` refuses are skipped.
+    pub(crate) fn new<M: MapCore>(map: &M, decode: fn(&[u8]) -> Option<T>) -> Result<Ring<T>, Error> {
+        let pending = Arc::new(Mutex::new(Vec::new()));
+        let sink = pending.clone();
+        let mut builder = RingBufferBuilder::new();
+        builder
+            .add(map, move |data: &[u8]| {
+                if let Some(e) = decode(data) {
+                    sink.lock().unwrap_or_else(PoisonError::into_inner).push(e);
+                }
+                0
+            })
+            .map_err(Error::RingBuffer)?;
+        let ring = builder.build().map_err(Error::RingBuffer)?;
+        Ok(Ring { ring, pending })
+    }
+
+    /// An fd that becomes readable when records wait (the ring buffer's epoll fd).
+    pub(crate) fn fd(&self) -> RawFd {
+        self.ring.epoll_fd()
+    }
+
+    /// Appends every waiting record, in order, without blocking.
+    pub(crate) fn drain(&mut self, out: &mut Vec<T>) {
+        // The callback never fails; an epoll error would only delay records to the next drain.
+        let _ = self.ring.consume();
+        out.append(&mut self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+}
+
 /// What [`ThreadWatch`] loads, for its errors.
 const THREADS_WHAT: &str = "thread tracepoints";
 
@@ -309,15 +347,13 @@ unsafe impl Send for ObjectStorage {}
 /// a multi-threaded process execs, it takes the process id as its thread id (QEMU does not exec).
 pub struct ThreadWatch {
     /// Declared first so it drops first: it reads the `events` map of `skel`.
-    ring: RingBuffer<'static>,
+    ring: Ring<ThreadEvent>,
     /// Borrows `storage` (hence the `'static` that is not: the borrow is this struct's own).
     skel: ThreadsSkel<'static>,
     /// Declared after `skel`: fields drop in declaration order, so the object storage outlives
     /// the skeleton that lives in it. Held only to be dropped.
     #[allow(dead_code)]
     storage: ObjectStorage,
-    /// Events decoded by the ring buffer callback, waiting for [`ThreadWatch::drain`].
-    pending: Arc<Mutex<Vec<ThreadEvent>>>,
     mechanism: Mechanism,
 }
 
@@ -406,19 +442,8 @@ impl ThreadWatch {
         let storage = ObjectStorage::new();
         let (skel, mechanism) = probe(&storage, mechanisms, THREADS_WHAT, load)?;
 
-        let pending = Arc::new(Mutex::new(Vec::new()));
-        let sink = pending.clone();
-        let mut builder = RingBufferBuilder::new();
-        builder
-            .add(&skel.maps.events, move |data: &[u8]| {
-                if let Some(e) = ThreadEvent::decode(data) {
-                    sink.lock().unwrap_or_else(PoisonError::into_inner).push(e);
-                }
-                0
-            })
-            .map_err(Error::RingBuffer)?;
-        let ring = builder.build().map_err(Error::RingBuffer)?;
-        Ok(ThreadWatch { ring, skel, storage, pending, mechanism })
+        let ring = Ring::new(&skel.maps.events, ThreadEvent::decode)?;
+        Ok(ThreadWatch { ring, skel, storage, mechanism })
     }
 
     /// Reports the threads of process `tgid` from now on (until [`ThreadWatch::unwatch`] or its
@@ -443,14 +468,12 @@ impl ThreadWatch {
     /// An fd that becomes readable when events are waiting (the ring buffer's epoll fd), to
     /// register with mio (`SourceFd`, readable).
     pub fn fd(&self) -> RawFd {
-        self.ring.epoll_fd()
+        self.ring.fd()
     }
 
     /// Appends every waiting event, in order, without blocking.
     pub fn drain(&mut self, out: &mut Vec<ThreadEvent>) {
-        // The callback never fails; an epoll error would only delay events to the next drain.
-        let _ = self.ring.consume();
-        out.append(&mut self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+        self.ring.drain(out);
     }
 
     /// Events lost because the ring buffer was full since open: when it grows, rescan.

@@ -277,4 +277,12 @@ impl Actuator for CpuActuator {
         let t = self.threads.get(&tid)?;
         Some(("sched", t.applied.unwrap_or(t.original).to_string(), t.applied.is_some()))
     }
+
+    fn sched_layer(&self) -> bool {
+        true
+    }
+
+    fn holds_sched(&self, tid: i32) -> bool {
+        self.threads.get(&tid).is_some_and(|t| t.applied.is_some())
+    }
 }

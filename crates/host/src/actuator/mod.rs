@@ -330,6 +330,14 @@ pub trait Actuator: std::fmt::Debug {
     fn restored(&mut self);
     /// What a thread has of this actuator's setting: (setting, value, set by us).
     fn show(&self, tid: i32) -> Option<(&'static str, String, bool)>;
+    /// Whether this actuator sets scheduling attributes (a sched layer: CPU, event).
+    fn sched_layer(&self) -> bool {
+        false
+    }
+    /// Whether thread `tid` has the scheduling attributes this actuator set.
+    fn holds_sched(&self, _tid: i32) -> bool {
+        false
+    }
 }
 
 /// The threads of one VM and the actuators acting on them.
@@ -479,20 +487,19 @@ impl VmThreads {
         self.actuators[i].apply(env, out, &mut gone);
         out.gone += gone.len() as u32;
         self.threads.forget(&gone);
-        let r = self.actuators[i].resource();
-        for t in self.threads.list.keys() {
-            match self.actuators[i].show(*t) {
-                Some(("sched", _, true)) => {
+        let a = &self.actuators[i];
+        if a.sched_layer() {
+            let r = a.resource();
+            for t in self.threads.list.keys() {
+                if a.holds_sched(*t) {
                     self.threads.sched_held.insert(*t, r);
-                }
-                _ if self.threads.sched_held.get(t) == Some(&r) => {
+                } else if self.threads.sched_held.get(t) == Some(&r) {
                     self.threads.sched_held.remove(t);
                 }
-                _ => {}
             }
+            let list = &self.threads.list;
+            self.threads.sched_held.retain(|t, _| list.contains_key(t));
         }
-        let list = &self.threads.list;
-        self.threads.sched_held.retain(|t, _| list.contains_key(t));
     }
 
     /// Brings every actuator's threads to its level again (after the list moved), without

@@ -119,7 +119,7 @@ impl BoostClass {
     /// when QEMU runs without `debug-threads=on`: then every thread but the main one is treated
     /// as a vCPU.
     pub fn target(&self, level: Level, role: ThreadRole, vcpus_known: bool, priority: u8) -> Option<SchedAttr> {
-        let is_vcpu = role == ThreadRole::Vcpu || (!vcpus_known && role != ThreadRole::Main);
+        let is_vcpu = is_vcpu(role, vcpus_known);
         let rt = |policy: u32, offset: u8| {
             let prio = (priority as u32 + offset as u32).min(*cosched_core::VM_PRIORITY.end() as u32);
             SchedAttr::rt(policy, prio, SCHED_FLAG_RESET_ON_FORK)
@@ -186,4 +186,10 @@ impl DeadlineLimits {
             },
         }
     }
+}
+
+/// Whether a thread of `role` runs guest code: a vCPU thread, or, when QEMU does not name its
+/// threads (`vcpus_known` false), any thread but the main one.
+pub fn is_vcpu(role: ThreadRole, vcpus_known: bool) -> bool {
+    role == ThreadRole::Vcpu || (!vcpus_known && role != ThreadRole::Main)
 }

@@ -19,11 +19,6 @@ use super::{Actuator, BoostClass, Host, Outcome, Prepared, Threads};
 use crate::sched::{self, SchedAttr, SCHED_FLAG_RESET_ON_FORK, SCHED_RR};
 use crate::store::{Entry, Setting};
 
-/// The layer the CPU boost records its changes under (the resource's name).
-pub const CPU_LAYER: &str = "cpu";
-/// The layer event boosting records its changes under.
-pub const EVENT_LAYER: &str = "event";
-
 /// The nice level a VM pays an event boost back at (weight 15 against nice 0's 1024: see
 /// `cosched_core::feas`).
 pub const EVENT_REPAY_NICE: i32 = 19;
@@ -41,15 +36,12 @@ impl Targets {
     fn target(&self, level: Level, role: ThreadRole, vcpus_known: bool, priority: u8) -> Option<SchedAttr> {
         match self {
             Targets::Cpu(class) => class.target(level, role, vcpus_known, priority),
-            Targets::Event => {
-                let is_vcpu = role == ThreadRole::Vcpu || (!vcpus_known && role != ThreadRole::Main);
-                match level {
-                    _ if !is_vcpu => None,
-                    Level::Normal => None,
-                    Level::Boosted => Some(SchedAttr::rt(SCHED_RR, priority as u32, SCHED_FLAG_RESET_ON_FORK)),
-                    Level::Guarded => Some(SchedAttr::other(EVENT_REPAY_NICE, SCHED_FLAG_RESET_ON_FORK)),
-                }
-            }
+            Targets::Event => match level {
+                _ if !super::class::is_vcpu(role, vcpus_known) => None,
+                Level::Normal => None,
+                Level::Boosted => Some(SchedAttr::rt(SCHED_RR, priority as u32, SCHED_FLAG_RESET_ON_FORK)),
+                Level::Guarded => Some(SchedAttr::other(EVENT_REPAY_NICE, SCHED_FLAG_RESET_ON_FORK)),
+            },
         }
     }
 }
@@ -84,7 +76,8 @@ pub struct CpuActuator {
 }
 
 impl CpuActuator {
-    /// CPU coordination with `[boost]`'s class.
+    /// CPU coordination with `[boost]`'s class. Each actuator records its changes under its
+    /// resource's name (the layer).
     pub fn new(class: BoostClass) -> CpuActuator {
         CpuActuator::with(Resource::Cpu, Targets::Cpu(class))
     }

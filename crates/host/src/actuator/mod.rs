@@ -32,7 +32,7 @@ use serde::Serialize;
 
 pub use block::{weight_hierarchy, IoActuator, IoBoost, IoLever, WeightHierarchy, IO_LAYER};
 pub use class::{BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
-pub use cpu::{CpuActuator, CPU_LAYER, EVENT_LAYER, EVENT_REPAY_NICE};
+pub use cpu::{CpuActuator, EVENT_REPAY_NICE};
 
 use crate::sched::{self, SchedAttr};
 use crate::store::{Entry, RestoreReport, StateDir, ThreadOps, VmRecord};

@@ -609,9 +609,11 @@ umount /mnt/d
         self.assertFalse([c for c in raised if c.startswith("CPU ")], "vCPU threads are not raised\n" + why)
         self.assertTrue(seen.get("lowered"), "the daemon did not lower it after the start\n" + why)
         self.assertEqual(seen["end"]["counters"]["denied"], {}, why)
-        # The guest's own view: exactly one episode, IO 1 at the start and IO 0 after it.
+        # The guest's own view: exactly one episode, IO 1 at the start and IO 0 after it (within
+        # 0.5 s of its end: the hold is 50 ms). What the workload does after that (stopping the
+        # readers, powering off) may start an episode of its own: seen once, 1.2 s after IO 0.
         (app_start,), (app_end,) = uptime_marks(console, "APP-START"), uptime_marks(console, "APP-END")
-        episode = [(t, w) for t, w in io_transitions(console) if t >= app_start - 0.05]
+        episode = [(t, w) for t, w in io_transitions(console) if app_start - 0.05 <= t <= app_end + 0.5]
         self.assertEqual([w for _, w in episode], [True, False], why)
         (t1, _), (t0, _) = episode
         print(f"\n  app start {app_end - app_start:.3f} s under 2 readers; IO 1 {1000 * (t1 - app_start):+.0f} ms "

@@ -134,6 +134,9 @@ pub enum Kind {
     Cpu = 3,
     Io = 4,
     Membw = 5,
+    /// The guest's next real-time wake-up is due in `value & 0xffff_ffff` µs (bits 32-39: the
+    /// RT priority of the task it wakes); `0` withdraws the prediction. See [`wake`].
+    Wake = 6,
     Ack = 0x80,
     Deny = 0x81,
     Disable = 0x82,
@@ -141,12 +144,13 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Register,
         Kind::Deregister,
         Kind::Cpu,
         Kind::Io,
         Kind::Membw,
+        Kind::Wake,
         Kind::Ack,
         Kind::Deny,
         Kind::Disable,
@@ -165,6 +169,7 @@ impl Kind {
             Kind::Cpu => "CPU",
             Kind::Io => "IO",
             Kind::Membw => "MEMBW",
+            Kind::Wake => "WAKE",
             Kind::Ack => "ACK",
             Kind::Deny => "DENY",
             Kind::Disable => "DISABLE",
@@ -294,6 +299,15 @@ impl Frame {
     pub fn cpu(seq: u32, boost: bool) -> Frame {
         Frame::new(Kind::Cpu, seq, boost as u64)
     }
+    /// `CPU 1` that names the guest's need (RT priority, interrupt handling): see [`cpu`].
+    pub fn cpu_rt(seq: u32, need: cpu::Need) -> Frame {
+        Frame::new(Kind::Cpu, seq, need.encode())
+    }
+    /// `WAKE`: the guest's next RT wake-up is due in `delay_us` µs (0: withdrawn), for a task at
+    /// `priority`. See [`wake`].
+    pub fn wake(seq: u32, delay_us: u32, priority: u8) -> Frame {
+        Frame::new(Kind::Wake, seq, wake::encode(delay_us, priority))
+    }
     pub fn ack(seq: u32, value: u64) -> Frame {
         Frame::new(Kind::Ack, seq, value)
     }
@@ -341,7 +355,9 @@ impl Frame {
         let value = u64::from_le_bytes(v);
         let kind = Kind::from_u8(b[3]).ok_or(DecodeError::UnknownType { kind: b[3], seq })?;
         let valid = match kind {
-            Kind::Cpu | Kind::Io => value <= 1,
+            Kind::Cpu => cpu::valid(value),
+            Kind::Io => value <= 1,
+            Kind::Wake => wake::valid(value),
             Kind::Membw => value <= 1000,
             Kind::Deregister => value == 0,
             Kind::Deny => {
@@ -375,6 +391,66 @@ impl fmt::Display for Frame {
             (Some(r), None) => write!(f, "DENY({r}) seq={}", self.seq),
             _ => write!(f, "{}({}) seq={}", self.kind.name(), self.value, self.seq),
         }
+    }
+}
+
+/// The value of a `CPU` frame.
+///
+/// | bits  | meaning                                                                      |
+/// |-------|------------------------------------------------------------------------------|
+/// | 0     | 1: boost, 0: deboost                                                         |
+/// | 8-15  | the RT priority (1..=99) of the highest-priority task the guest must run; 0: not given |
+/// | 16    | the guest is handling an interrupt                                           |
+///
+/// Every other bit is 0, and a deboost (`CPU 0`) is exactly 0. An agent that sends plain
+/// `CPU 1` (as protocol v1 first had it) gets what it always got: the VM's own priority.
+pub mod cpu {
+    /// The highest RT priority a guest can name (Linux: `MAX_RT_PRIO - 1`).
+    pub const MAX_GUEST_PRIORITY: u8 = 99;
+    const IRQ: u64 = 1 << 16;
+
+    /// What a guest's `CPU 1` says it needs.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct Need {
+        /// 0: not given; else the guest task's RT priority (1..=99).
+        pub priority: u8,
+        /// The guest is in an interrupt handler.
+        pub irq: bool,
+    }
+
+    impl Need {
+        pub fn encode(self) -> u64 {
+            1 | (self.priority.min(MAX_GUEST_PRIORITY) as u64) << 8 | if self.irq { IRQ } else { 0 }
+        }
+
+        /// The need a valid `CPU` value carries (`None` for `CPU 0`).
+        pub fn decode(value: u64) -> Option<Need> {
+            (value & 1 == 1).then_some(Need { priority: (value >> 8 & 0xff) as u8, irq: value & IRQ != 0 })
+        }
+    }
+
+    pub(crate) fn valid(value: u64) -> bool {
+        value == 0 || (value & !(0xff01 | IRQ) == 0 && value & 1 == 1 && (value >> 8 & 0xff) <= MAX_GUEST_PRIORITY as u64)
+    }
+}
+
+/// The value of a `WAKE` frame: bits 0-31 the delay in µs from when the guest sends the frame to
+/// its next real-time wake-up (0: the guest withdraws its prediction), bits 32-39 the RT
+/// priority (0..=99) of the task that wakes. The other bits are 0. Delays are relative, so the
+/// two sides' clocks need not agree; the host corrects for the frame's travel time (see the
+/// README). The host answers `ACK` with the delay it will boost after, or `DENY(cpu: ...)`.
+pub mod wake {
+    pub fn encode(delay_us: u32, priority: u8) -> u64 {
+        delay_us as u64 | (priority.min(super::cpu::MAX_GUEST_PRIORITY) as u64) << 32
+    }
+
+    /// (delay in µs, priority).
+    pub fn decode(value: u64) -> (u32, u8) {
+        (value as u32, (value >> 32 & 0xff) as u8)
+    }
+
+    pub(crate) fn valid(value: u64) -> bool {
+        value >> 40 == 0 && (value >> 32 & 0xff) <= super::cpu::MAX_GUEST_PRIORITY as u64
     }
 }
 

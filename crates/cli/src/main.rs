@@ -109,6 +109,19 @@ enum VmCmd {
     },
     /// Real-time priority of this VM's threads when boosted (1..=98; ranks VMs against each other)
     Priority { vm: String, priority: u8 },
+    /// Static real-time tunings for as long as the VM runs (seed 002), kept by VM name until
+    /// the daemon stops; undone exactly when turned off, when the VM exits or the daemon stops.
+    /// Config: [vm.NAME.static]
+    Static {
+        vm: String,
+        /// on: vCPU threads SCHED_FIFO at vcpu_priority (97), the others at other_priority (98)
+        #[arg(long, value_parser = ["on", "off"])]
+        fifo: Option<String>,
+        /// Dedicated host CPUs for the vCPU threads ("1", "2-3") or "off". The VM's other
+        /// threads, the IRQs and [shield] host_groups leave them
+        #[arg(long)]
+        shield: Option<String>,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -224,6 +237,28 @@ fn print_status(s: &Value) {
     if let Some(why) = s["event"]["unsupported"].as_str() {
         println!("event: unsupported here: {why}");
     }
+    let sh = &s["shield"];
+    if sh["shielded_cpus"].as_str().is_some_and(|c| !c.is_empty()) {
+        let list = |k: &str| {
+            sh[k]
+                .as_array()
+                .map(|a| a.iter().map(|v| v.to_string().trim_matches('"').to_string()).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default()
+        };
+        println!(
+            "shield: CPUs {} for shielded vCPUs, housekeeping {}; IRQs moved [{}], fixed [{}]; host groups moved [{}]; \
+             per-CPU kernel threads left [{}]",
+            sh["shielded_cpus"].as_str().unwrap_or("?"),
+            sh["housekeeping_cpus"].as_str().unwrap_or("?"),
+            list("irqs_moved"),
+            list("irqs_fixed"),
+            list("groups_moved"),
+            list("kthreads_left")
+        );
+    }
+    for e in s["shield"]["errors"].as_array().cloned().unwrap_or_default() {
+        println!("shield: {}", e.as_str().unwrap_or("?"));
+    }
     let l = &s["latency"];
     println!(
         "hint-to-applied latency: {} boosts/deboosts, p50 {} µs, p99 {} µs, max {} µs",
@@ -275,13 +310,21 @@ fn print_status(s: &Value) {
                 .iter()
                 .find_map(|k| t[*k].as_str().map(|v| format!("  {k} {v}")))
                 .unwrap_or_default();
+            let stat = t["static"].as_str().map(|v| format!("  static: {v}")).unwrap_or_default();
             println!(
-                "    {:>7} {:<7} {:<18} {}{io}",
+                "    {:>7} {:<7} {:<18} {}{io}{stat}",
                 t["tid"],
                 t["role"].as_str().unwrap_or("?"),
                 t["comm"].as_str().unwrap_or("?"),
                 t["sched"].as_str().unwrap_or("?")
             );
+        }
+        let st = &vm["static"];
+        if st["tuning"].as_str().is_some_and(|t| t != "none") {
+            println!("    static tuning: {}", st["tuning"].as_str().unwrap_or("?"));
+        }
+        for n in st["notes"].as_array().cloned().unwrap_or_default() {
+            println!("    static tuning: {}", n.as_str().unwrap_or("?"));
         }
         for d in vm["disks"].as_array().cloned().unwrap_or_default() {
             println!(
@@ -335,6 +378,12 @@ fn main() {
                 VmCmd::Enable { vm, resource } => Request::Enable { vm: Some(vm), resource },
                 VmCmd::Disable { vm, resource } => Request::Disable { vm: Some(vm), resource },
                 VmCmd::Priority { vm, priority } => Request::Priority { vm, priority },
+                VmCmd::Static { vm, fifo, shield } => {
+                    if fifo.is_none() && shield.is_none() {
+                        anyhow::bail!("say what to change: --fifo on|off and/or --shield CPUS|off");
+                    }
+                    Request::Static { vm, fifo: fifo.map(|f| f == "on"), shield }
+                }
             };
             request(&control(config, control_socket)?, &req).map(drop)
         }
@@ -346,8 +395,8 @@ fn main() {
         Cmd::Restore { state_dir } => {
             // The config names the cgroup hierarchy the weight lever's groups were made in.
             let cfg = HostConfig::load(config)?;
-            let state_dir = state_dir.unwrap_or(cfg.state_dir);
-            let r = cosched_host::daemon::restore_command(&state_dir, &cfg.cgroup_root)?;
+            let state_dir = state_dir.unwrap_or_else(|| cfg.state_dir.clone());
+            let r = cosched_host::daemon::restore_command(&state_dir, &cfg)?;
             println!(
                 "restored {} thread(s); {} gone; {} left as they were (changed by someone else or never changed)",
                 r.restored, r.gone, r.untouched

@@ -215,7 +215,10 @@ impl Coordinator {
                 // Predictive boost is not granted by this host (yet): the prediction is refused
                 // for the CPU resource, which it belongs to.
                 *vm.counters.denied.entry(DenyReason::Unsupported.name()).or_default() += 1;
-                out.push(Action::Send { vm: id, frame: Frame::deny_for(f.seq, Resource::Cpu, DenyReason::Unsupported) });
+                out.push(Action::Send {
+                    vm: id,
+                    frame: Frame::deny_for(f.seq, Resource::Cpu, DenyReason::Unsupported),
+                });
             }
             kind => {
                 let r = Resource::of_kind(kind).expect("every other guest kind asks for a resource");

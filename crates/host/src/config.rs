@@ -28,6 +28,54 @@ pub struct VmConfig {
     pub priority: Option<u8>,
     /// One resource on or off for this VM (`[vm.<name>.resources] io = false`); wins over `enabled`.
     pub resources: BTreeMap<String, bool>,
+    /// Static real-time tunings for as long as the VM runs (`[vm.<name>.static]`, seed 002).
+    #[serde(rename = "static")]
+    pub statics: StaticConfig,
+}
+
+/// `[vm.<name>.static]`: seed 002's static tunings of one VM.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StaticConfig {
+    /// `SCHED_FIFO` for every thread of the VM: the vCPUs at `vcpu_priority`, the others (main
+    /// loop, I/O threads) at `other_priority`.
+    pub fifo: bool,
+    pub vcpu_priority: u8,
+    pub other_priority: u8,
+    /// Dedicated host CPUs for the vCPU threads (a CPU list: `"1"`, `"2-3"`); the VM's other
+    /// threads, IRQs and `[shield] host_groups` leave them.
+    pub shield: Option<String>,
+}
+
+impl Default for StaticConfig {
+    fn default() -> Self {
+        StaticConfig { fifo: false, vcpu_priority: 97, other_priority: 98, shield: None }
+    }
+}
+
+impl StaticConfig {
+    pub fn is_empty(&self) -> bool {
+        !self.fifo && self.shield.is_none()
+    }
+
+    /// Checks the priorities (below the daemon's own) and the CPU list.
+    pub fn validate(&self, at: &str, daemon_priority: u8) -> anyhow::Result<()> {
+        for (key, p) in [("vcpu_priority", self.vcpu_priority), ("other_priority", self.other_priority)] {
+            if !(1..=99).contains(&p) {
+                bail!("{at} {key} = {p}: a SCHED_FIFO priority is 1..=99");
+            }
+            if self.fifo && daemon_priority != 0 && p >= daemon_priority {
+                bail!("{at} {key} = {p} must be below daemon_priority ({daemon_priority}), which must stay above every VM");
+            }
+        }
+        if let Some(cpus) = &self.shield {
+            let set = crate::shield::parse_cpus(cpus).map_err(|e| anyhow::anyhow!("{at} shield: {e}"))?;
+            if set.is_empty() {
+                bail!("{at} shield = {cpus:?}: names no CPU (leave it out for no shield)");
+            }
+        }
+        Ok(())
+    }
 }
 
 impl VmConfig {
@@ -102,6 +150,8 @@ pub struct HostConfig {
     /// Where cgroup hierarchies are mounted (v1 controllers at `<dir>/<controller>`, or v2 at
     /// `<dir>`): the `weight` I/O lever makes and weights groups there.
     pub cgroup_root: PathBuf,
+    /// CPU shielding's host-wide side: what leaves the VMs' dedicated CPUs.
+    pub shield: crate::shield::ShieldConfig,
     pub vm: BTreeMap<String, VmConfig>,
 }
 
@@ -125,6 +175,7 @@ impl Default for HostConfig {
             io: IoBoost::default(),
             event: FeasConfig::default(),
             cgroup_root: "/sys/fs/cgroup".into(),
+            shield: crate::shield::ShieldConfig::default(),
             vm: BTreeMap::new(),
         }
     }
@@ -168,6 +219,19 @@ impl HostConfig {
                 check_priority(&format!("[vm.{name}] priority"), p).map_err(anyhow::Error::msg)?;
             }
             check_resource_names(&format!("[vm.{name}.resources]"), vm.resources.keys())?;
+            vm.statics.validate(&format!("[vm.{name}.static]"), self.daemon_priority)?;
+        }
+        if let Some(hk) = &self.shield.housekeeping_cpus {
+            crate::shield::parse_cpus(hk).map_err(|e| anyhow::anyhow!("[shield] housekeeping_cpus: {e}"))?;
+        }
+        let mut taken: BTreeMap<usize, &str> = BTreeMap::new();
+        for (name, vm) in &self.vm {
+            let cpus = vm.statics.shield.as_deref().map(crate::shield::parse_cpus).transpose().ok().flatten();
+            for c in cpus.unwrap_or_default() {
+                if let Some(other) = taken.insert(c, name) {
+                    bail!("[vm.{name}.static] shield: CPU {c} is already shielded for VM {other}");
+                }
+            }
         }
         if self.daemon_priority > 99 {
             bail!("daemon_priority = {}: must be 0 (SCHED_OTHER) or 1..=99", self.daemon_priority);

@@ -32,6 +32,14 @@ pub enum Request {
         vm: String,
         priority: u8,
     },
+    /// Static tunings of one VM: `fifo` on/off, `shield` a CPU list or `off` (`None`: unchanged).
+    Static {
+        vm: String,
+        #[serde(default)]
+        fifo: Option<bool>,
+        #[serde(default)]
+        shield: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

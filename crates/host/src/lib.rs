@@ -20,6 +20,7 @@ pub mod error;
 pub mod metrics;
 pub mod peer;
 pub mod sched;
+pub mod shield;
 pub mod store;
 
 pub use actuator::SchedOps;

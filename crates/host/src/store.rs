@@ -236,6 +236,8 @@ pub fn read_weight(cg: &CgroupFs, hierarchy: &str, group: &str, file: &str) -> i
 
 /// The prefix of the groups the daemon creates (and removes once they are empty).
 pub const OWN_GROUP_PREFIX: &str = "cosched-io-";
+/// Every kind of group the daemon creates: the I/O lever's and the shield's vCPU groups.
+pub const OWN_GROUP_PREFIXES: [&str; 2] = [OWN_GROUP_PREFIX, crate::actuator::statics::SHIELD_GROUP_PREFIX];
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct RestoreReport {
@@ -371,6 +373,10 @@ pub fn restore_record(rec: &VmRecord, procfs: &ProcFs, ops: &mut dyn ThreadOps) 
         groups.entry((e.task, e.setting.key())).or_default().push(e);
     }
     let mut checked: BTreeMap<TaskId, bool> = BTreeMap::new();
+    // Group membership first: moving a thread between cpusets resets its affinity to the
+    // group's CPUs, so its own affinity is put back after.
+    let mut groups: Vec<_> = groups.into_iter().collect();
+    groups.sort_by_key(|((task, key), _)| (!key.starts_with("cgroup:"), *task));
     for ((task, _), entries) in groups {
         // Only a thread that is still the same thread of the same process is touched.
         let alive = *checked.entry(task).or_insert_with(|| procfs.is_same_task(rec.process.id, task));
@@ -389,7 +395,7 @@ pub fn restore_record(rec: &VmRecord, procfs: &ProcFs, ops: &mut dyn ThreadOps) 
     report
 }
 
-/// Removes the groups the daemon created for `rec`'s threads (named [`OWN_GROUP_PREFIX`]...).
+/// Removes the groups the daemon created for `rec`'s threads (named [`OWN_GROUP_PREFIXES`]...).
 /// A thread still in one was born there from a thread we had moved in (and not yet seen by a
 /// daemon): it goes to the group's parent, where its creator came from.
 fn remove_own_groups(rec: &VmRecord, cg: &CgroupFs, report: &mut RestoreReport) {
@@ -397,7 +403,7 @@ fn remove_own_groups(rec: &VmRecord, cg: &CgroupFs, report: &mut RestoreReport) 
     for e in &rec.entries {
         if let Setting::Cgroup { hierarchy, applied, .. } = &e.setting {
             for g in applied {
-                if g.rsplit('/').next().is_some_and(|leaf| leaf.starts_with(OWN_GROUP_PREFIX)) {
+                if g.rsplit('/').next().is_some_and(|leaf| OWN_GROUP_PREFIXES.iter().any(|p| leaf.starts_with(p))) {
                     groups.insert((hierarchy.clone(), g.clone()));
                 }
             }

@@ -278,4 +278,15 @@ impl Actuator for CpuActuator {
     fn holds_sched(&self, tid: i32) -> bool {
         self.threads.get(&tid).is_some_and(|t| t.applied.is_some())
     }
+
+    fn sched_original(&self, tid: i32) -> Option<SchedAttr> {
+        self.threads.get(&tid).filter(|t| t.applied.is_some()).map(|t| t.original)
+    }
+
+    fn rebase_sched(&mut self, tid: i32, now: SchedAttr) {
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.original = now;
+            t.applied = None;
+        }
+    }
 }

@@ -20,6 +20,7 @@
 pub mod block;
 pub mod class;
 pub mod cpu;
+pub mod statics;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -33,9 +34,10 @@ use serde::Serialize;
 pub use block::{weight_hierarchy, IoActuator, IoBoost, IoLever, WeightHierarchy, IO_LAYER};
 pub use class::{BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
 pub use cpu::{CpuActuator, EVENT_REPAY_NICE};
+pub use statics::{ShieldPlan, StaticActuator, StaticPlan};
 
 use crate::sched::{self, SchedAttr};
-use crate::store::{Entry, RestoreReport, StateDir, ThreadOps, VmRecord};
+use crate::store::{Entry, RestoreReport, StateDir, ThreadOps, VmRecord, STATIC_LAYER};
 
 /// Access to the scheduler: the real syscalls, or a fake in tests.
 pub trait SchedOps {
@@ -338,6 +340,14 @@ pub trait Actuator: std::fmt::Debug {
     fn holds_sched(&self, _tid: i32) -> bool {
         false
     }
+    /// For a thread whose scheduling attributes this actuator set: what it had before.
+    fn sched_original(&self, _tid: i32) -> Option<SchedAttr> {
+        None
+    }
+    /// The static layer set thread `tid`'s scheduling attributes to `now` (or put them back to
+    /// `now`): what this actuator had applied is gone, and `now` is what the thread has
+    /// without it.
+    fn rebase_sched(&mut self, _tid: i32, _now: SchedAttr) {}
 }
 
 /// The threads of one VM and the actuators acting on them.
@@ -346,6 +356,10 @@ pub struct VmThreads {
     pub name: String,
     pub threads: Threads,
     actuators: Vec<Box<dyn Actuator>>,
+    /// The operator's static tunings (the `static` layer), and the plan they follow (`None`:
+    /// never set).
+    statics: StaticActuator,
+    statics_plan: Option<StaticPlan>,
     /// The record on disk holds every actuator's entries as they are.
     persisted: bool,
 }
@@ -369,7 +383,14 @@ impl VmThreads {
             let mine: Vec<Entry> = entries.iter().filter(|e| e.layer == layer).cloned().collect();
             a.resume(env, &threads, &mine);
         }
-        Ok(VmThreads { name: name.to_string(), threads, actuators, persisted: false })
+        Ok(VmThreads {
+            name: name.to_string(),
+            threads,
+            actuators,
+            statics: StaticActuator::new(),
+            statics_plan: None,
+            persisted: false,
+        })
     }
 
     pub fn process(&self) -> TaskId {
@@ -388,6 +409,7 @@ impl VmThreads {
     /// Whether any actuator holds the VM above normal.
     pub fn raised(&self) -> bool {
         self.actuators.iter().any(|a| a.level() != Level::Normal)
+            || self.statics_plan.as_ref().is_some_and(|p| !p.is_empty())
     }
 
     pub fn vcpu_count(&self) -> u32 {
@@ -413,6 +435,10 @@ impl VmThreads {
                         }
                     }
                 }
+                if let Some(s) = self.statics.show(t.task.id) {
+                    v.settings.insert(STATIC_LAYER, s);
+                    v.changed_by.push(STATIC_LAYER);
+                }
                 v
             })
             .collect()
@@ -423,6 +449,7 @@ impl VmThreads {
         for a in &self.actuators {
             a.entries(&mut entries);
         }
+        self.statics.entries(&mut entries);
         VmRecord::new(&self.name, self.threads.process, entries)
     }
 
@@ -502,10 +529,75 @@ impl VmThreads {
         }
     }
 
+    /// The operator's static tunings for this VM (an empty plan undoes them). The boosts
+    /// under way stay: a thread at the static class is one a boost leaves alone, and one the
+    /// static layer lets go of is boosted again.
+    pub fn set_static(&mut self, env: &mut Host, plan: &StaticPlan) -> Outcome {
+        let mut out = Outcome::default();
+        if self.check_membership(env, false, &mut out) {
+            self.statics_plan = Some(plan.clone());
+            self.act_static(env, &mut out);
+            // What the static layer let go of is boosted again where a boost is on.
+            for i in 0..self.actuators.len() {
+                let (level, priority) = (self.actuators[i].level(), self.actuators[i].priority());
+                if level != Level::Normal {
+                    self.act(env, i, level, priority, &mut out);
+                }
+            }
+        }
+        out
+    }
+
+    pub fn static_plan(&self) -> &StaticPlan {
+        self.statics.plan()
+    }
+
+    /// What the kernel refused of this VM's shield.
+    pub fn static_notes(&self) -> &[String] {
+        &self.statics.notes
+    }
+
+    fn act_static(&mut self, env: &mut Host, out: &mut Outcome) {
+        let Some(plan) = self.statics_plan.clone() else { return };
+        let actuators = &self.actuators;
+        let held = &self.threads.sched_held;
+        let base = |tid: i32| {
+            held.get(&tid)
+                .and_then(|r| actuators.iter().find(|a| a.resource() == *r))
+                .and_then(|a| a.sched_original(tid))
+        };
+        let p = self.statics.prepare(env, &self.threads, &plan, &base);
+        if p.changed {
+            self.persisted = false;
+        }
+        if (p.sets || self.statics.active()) && !self.persisted {
+            if let Err(e) = env.store.save(&self.record()) {
+                out.errors.push(format!(
+                    "{}: not changing anything: cannot save original settings in {}: {e}",
+                    self.name,
+                    env.store.path().display()
+                ));
+                return;
+            }
+            self.persisted = true;
+        }
+        let mut gone = Vec::new();
+        let changed = self.statics.apply(env, out, &mut gone);
+        out.gone += gone.len() as u32;
+        self.threads.forget(&gone);
+        for (tid, now) in changed {
+            for a in self.actuators.iter_mut().filter(|a| a.sched_layer()) {
+                a.rebase_sched(tid, now);
+            }
+            self.threads.sched_held.remove(&tid);
+        }
+    }
+
     /// Brings every actuator's threads to its level again (after the list moved), without
     /// listing: what thread events or a refresh found.
     pub fn reapply(&mut self, env: &mut Host) -> Outcome {
         let mut out = Outcome::default();
+        self.act_static(env, &mut out);
         for i in 0..self.actuators.len() {
             let (level, priority) = (self.actuators[i].level(), self.actuators[i].priority());
             if level != Level::Normal {
@@ -520,6 +612,7 @@ impl VmThreads {
     pub fn refresh(&mut self, env: &mut Host) -> Outcome {
         let mut out = Outcome::default();
         if self.check_membership(env, true, &mut out) {
+            self.act_static(env, &mut out);
             for i in 0..self.actuators.len() {
                 let (level, priority) = (self.actuators[i].level(), self.actuators[i].priority());
                 self.act(env, i, level, priority, &mut out);
@@ -546,6 +639,8 @@ impl VmThreads {
             for a in self.actuators.iter_mut() {
                 a.restored();
             }
+            self.statics.restored();
+            self.statics_plan = None;
             self.threads.sched_held.clear();
             self.persisted = false;
         }

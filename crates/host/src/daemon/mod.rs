@@ -14,6 +14,7 @@ mod clients;
 mod discovery;
 mod events;
 mod os;
+mod statics;
 mod status;
 mod vms;
 
@@ -111,6 +112,10 @@ pub struct Daemon {
     io: Result<Option<WeightHierarchy>, String>,
     /// Event boosting (FEAS), or why it does not run here.
     events: Result<EventBoost, String>,
+    /// Static tunings per VM name (`[vm.NAME.static]`, then the operator's commands).
+    statics: std::collections::BTreeMap<String, crate::config::StaticConfig>,
+    /// CPU shielding's host-wide side (IRQs, the operator's host groups).
+    shield: crate::shield::HostShield,
     _lock: fs::File,
 }
 
@@ -125,6 +130,13 @@ impl Daemon {
     pub fn with_sched(cfg: HostConfig, procfs: ProcFs, mut sched: Box<dyn ThreadOps>) -> anyhow::Result<Daemon> {
         cfg.validate()?;
         let (store, lock) = restore_at_start(&cfg, &procfs, sched.as_mut())?;
+        let mut shield =
+            crate::shield::HostShield::new(cfg.shield.clone(), sched.cgroups().clone(), procfs.root(), store.path());
+        match shield.restore_leftover() {
+            Ok(0) => {}
+            Ok(n) => info!("restored {n} IRQ affinity(ies) and host group(s) a previous daemon's shield left"),
+            Err(e) => warn!("restore: shield: {e}"),
+        }
         let signals = os::block_signals().context("blocking SIGTERM/SIGINT/SIGHUP")?;
         let poll = Poll::new()?;
         poll.registry().register(&mut SourceFd(&signals.as_raw_fd()), SIGNALS, Interest::READABLE)?;
@@ -155,6 +167,7 @@ impl Daemon {
             syscall_ns: 0,
         };
         let vms = Vms::new(cfg.vm.keys().map(|name| (name.clone(), cfg.vm_settings(name))).collect());
+        let cfg_statics = cfg.vm.iter().map(|(name, v)| (name.clone(), v.statics.clone())).collect();
         Ok(Daemon {
             cfg,
             host,
@@ -178,6 +191,8 @@ impl Daemon {
             next_refresh_ns: 0,
             io,
             events,
+            statics: cfg_statics,
+            shield,
             _lock: lock,
         })
     }
@@ -291,6 +306,7 @@ impl Daemon {
             self.next_rescan_ns = now + self.cfg.rescan_ms * NS_PER_MS;
             self.on_thread_events(); // a safety net: nothing waits in the ring buffer unseen
             self.check_vms_alive();
+            self.update_host_shield();
             if !self.discovery.live() {
                 self.refresh_threads(true);
             }
@@ -393,6 +409,7 @@ impl Daemon {
         self.coord.vm_found(vm.id, name, settings, now);
         self.coord.set_vm_vcpus(vm.id, vm.threads.vcpu_count());
         self.sync_events(token);
+        let _ = self.apply_statics(token); // told in the log; the VM is coordinated either way
         Ok(token)
     }
 
@@ -609,6 +626,7 @@ impl Daemon {
         self.backlog.retain(|t| *t != token);
         self.dirty.retain(|t| *t != token);
         info!("{}: {why}; {} setting(s) restored", vm.name(), out.restored);
+        self.update_host_shield();
     }
 
     /// Forgets VMs whose QEMU process is gone (or whose pid now names another process).
@@ -663,6 +681,7 @@ impl Daemon {
             Request::Enable { vm, resource } => self.switch(vm, resource, true, &mut actions),
             Request::Disable { vm, resource } => self.switch(vm, resource, false, &mut actions),
             Request::Priority { vm, priority } => self.set_priority(&vm, priority, &mut actions),
+            Request::Static { vm, fifo, shield } => self.set_static(&vm, fifo, shield),
         };
         self.execute(&mut actions, None);
         for token in self.vms.tokens() {
@@ -732,6 +751,7 @@ impl Daemon {
             latency: &self.latency,
             io: &self.io,
             events: &self.events,
+            shield: &self.shield,
         })
     }
 
@@ -901,12 +921,20 @@ fn coordinator(cfg: &HostConfig, io: bool, events: bool) -> Coordinator {
 }
 
 /// `cosched restore`: puts back every thread recorded in `state_dir`, unless a daemon runs.
-pub fn restore_command(state_dir: &Path, cgroup_root: &Path) -> anyhow::Result<crate::store::RestoreReport> {
+/// Also what a dead daemon's shield left (IRQ affinities, host groups' CPUs).
+pub fn restore_command(state_dir: &Path, cfg: &HostConfig) -> anyhow::Result<crate::store::RestoreReport> {
     if !state_dir.exists() {
         return Ok(Default::default());
     }
     let store = StateDir::open(state_dir)?;
     let _lock = lock_state_dir(&store)?;
-    let mut ops = RealSched { cgroups: crate::cgroup::CgroupFs::new("/proc", cgroup_root) };
-    Ok(restore_all(&store, &ProcFs::default(), &mut ops)?)
+    let cgroups = crate::cgroup::CgroupFs::new("/proc", &cfg.cgroup_root);
+    let mut ops = RealSched { cgroups: cgroups.clone() };
+    let mut report = restore_all(&store, &ProcFs::default(), &mut ops)?;
+    let mut shield = crate::shield::HostShield::new(cfg.shield.clone(), cgroups, "/proc", store.path());
+    match shield.restore_leftover() {
+        Ok(n) => report.restored += n as u64,
+        Err(e) => report.errors.push(format!("shield: {e}")),
+    }
+    Ok(report)
 }

@@ -23,6 +23,7 @@ pub struct View<'a> {
     pub latency: &'a Latency,
     pub io: &'a Result<Option<crate::actuator::WeightHierarchy>, String>,
     pub events: &'a Result<super::events::EventBoost, String>,
+    pub shield: &'a crate::shield::HostShield,
 }
 
 pub fn snapshot(v: &View) -> Value {
@@ -72,6 +73,11 @@ pub fn snapshot(v: &View) -> Value {
                 "threads": e.threads.threads(),
                 "disks": e.disks,
                 "event_balance_ns": v.events.as_ref().ok().map(|ev| ev.feas.balance_ns(e.id)),
+                "static": {
+                    "tuning": e.threads.static_plan().describe(),
+                    "plan": e.threads.static_plan(),
+                    "notes": e.threads.static_notes(),
+                },
             })
         })
         .collect();
@@ -104,6 +110,7 @@ pub fn snapshot(v: &View) -> Value {
         "boost": v.cfg.boost,
         "io": io_status(v),
         "event": event_status(v),
+        "shield": v.shield.report(),
         "latency": v.latency.summary(),
         "vms": vms,
         "unconnected_sockets": pending,

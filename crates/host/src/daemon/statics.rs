@@ -1,0 +1,153 @@
+//! Static per-VM tunings in the loop: resolved from `[vm.NAME.static]` or the operator's
+//! `cosched vm static`, applied when the VM is found, undone with it; the host-wide shield
+//! follows the union of the shielded VMs' CPUs.
+
+use std::collections::BTreeMap;
+
+use crate::actuator::{ShieldPlan, StaticPlan};
+use crate::config::StaticConfig;
+use crate::error::Error;
+use crate::shield::{format_cpus, parse_cpus, Cpus};
+
+use super::Daemon;
+
+impl Daemon {
+    /// The CPUs shielded for every VM but `except`.
+    fn shielded_except(&self, except: &str) -> BTreeMap<usize, String> {
+        let mut out = BTreeMap::new();
+        for (_, vm) in self.vms.iter().filter(|(_, vm)| vm.name() != except) {
+            if let Some(s) = &vm.threads.static_plan().shield {
+                for c in &s.vcpus {
+                    out.insert(*c, vm.name().to_string());
+                }
+            }
+        }
+        out
+    }
+
+    /// `cfg` resolved for VM `name`: CPUs checked against the host and the other VMs' shields.
+    fn resolve_static(&self, name: &str, cfg: &StaticConfig) -> Result<StaticPlan, String> {
+        let mut plan = StaticPlan { fifo: cfg.fifo.then_some((cfg.vcpu_priority, cfg.other_priority)), shield: None };
+        let Some(list) = &cfg.shield else { return Ok(plan) };
+        let vcpus = parse_cpus(list)?;
+        let host = crate::shield::host_cpus(self.host.sched.cgroups());
+        if !host.is_empty() && !vcpus.is_subset(&host) {
+            return Err(format!("shield {list}: this host has CPUs {}", format_cpus(&host)));
+        }
+        let others = self.shielded_except(name);
+        if let Some(c) = vcpus.iter().find(|c| others.contains_key(c)) {
+            return Err(format!("shield {list}: CPU {c} is already shielded for VM {}", others[c]));
+        }
+        let mut all: Cpus = others.keys().copied().collect();
+        all.extend(vcpus.iter().copied());
+        let housekeeping = self.shield.housekeeping(&all)?;
+        plan.shield = Some(ShieldPlan { vcpus, housekeeping });
+        Ok(plan)
+    }
+
+    /// Applies VM `token`'s static tunings (at adoption, and when the operator changes them).
+    pub(super) fn apply_statics(&mut self, token: usize) -> Result<(), String> {
+        let Some(vm) = self.vms.get(token) else { return Ok(()) };
+        let name = vm.name().to_string();
+        let cfg = self.statics.get(&name).cloned().unwrap_or_default();
+        if cfg.is_empty() && vm.threads.static_plan().is_empty() {
+            return Ok(());
+        }
+        let plan = self.resolve_static(&name, &cfg);
+        // A shield that cannot be had: the rest (FIFO) still applies, and the error is told.
+        let (plan, err) = match plan {
+            Ok(p) => (p, None),
+            Err(e) => (
+                StaticPlan { fifo: cfg.fifo.then_some((cfg.vcpu_priority, cfg.other_priority)), shield: None },
+                Some(e),
+            ),
+        };
+        if let Some(sh) = &plan.shield {
+            // The host leaves the CPUs before the VM's vCPU group claims them (v1 refuses an
+            // exclusive cpuset that overlaps a sibling).
+            let mut all: Cpus = self.shielded_except(&name).into_keys().collect();
+            all.extend(sh.vcpus.iter().copied());
+            self.shield.apply(&all);
+        }
+        let now = self.now();
+        let vm = self.vms.get_mut(token).expect("checked");
+        let out = vm.threads.set_static(&mut self.host, &plan);
+        vm.note(&out, now);
+        info!("{name}: static tuning {}", plan.describe());
+        for n in vm.threads.static_notes() {
+            warn!("{name}: {n}");
+        }
+        self.update_host_shield();
+        match err {
+            Some(e) => {
+                warn!("{name}: not shielded: {e}");
+                Err(e)
+            }
+            None if !out.errors.is_empty() => Err(out.errors.join("; ")),
+            None => Ok(()),
+        }
+    }
+
+    /// Brings IRQs and the operator's host groups to the union of the shielded VMs' CPUs (none:
+    /// everything back). Also run on every rescan: IRQs that appeared since are moved too.
+    pub(super) fn update_host_shield(&mut self) {
+        let all: Cpus = self.shielded_except("").into_keys().collect();
+        if all.is_empty() && self.shield.shielded().is_empty() {
+            return;
+        }
+        let before = self.shield.report().clone();
+        let r = self.shield.apply(&all);
+        if *r != before {
+            if !all.is_empty() {
+                info!(
+                    "shield: CPUs {} for vCPUs only; housekeeping {}; {} IRQ(s) moved, host groups moved: [{}]",
+                    r.shielded_cpus,
+                    r.housekeeping_cpus,
+                    r.irqs_moved.len(),
+                    r.groups_moved.join(", ")
+                );
+                if !r.irqs_fixed.is_empty() {
+                    warn!(
+                        "shield: IRQs left on shielded CPUs (the kernel fixes their affinity): {}",
+                        r.irqs_fixed.join("; ")
+                    );
+                }
+                if !r.kthreads_left.is_empty() {
+                    info!("shield: per-CPU kernel threads stay on the shielded CPUs: {}", r.kthreads_left.join(", "));
+                }
+            } else {
+                info!("shield: no VM shielded any more; IRQs and host groups put back");
+            }
+            for e in &r.errors {
+                warn!("shield: {e}");
+            }
+        }
+    }
+
+    /// `cosched vm static NAME ...`: changes what was set (`None`: kept), applies it, and keeps
+    /// it by name across the VM's restarts.
+    pub(super) fn set_static(&mut self, key: &str, fifo: Option<bool>, shield: Option<String>) -> Result<(), Error> {
+        let id = self.vms.find(key)?;
+        let token = id.0 as usize;
+        let name = self.vms.get(token).map(|v| v.name().to_string()).unwrap_or_default();
+        let old = self.statics.get(&name).cloned().unwrap_or_default();
+        let mut cfg = old.clone();
+        if let Some(f) = fifo {
+            cfg.fifo = f;
+        }
+        if let Some(s) = shield {
+            cfg.shield = match s.trim() {
+                "" | "off" | "none" => None,
+                list => Some(list.to_string()),
+            };
+        }
+        cfg.validate(&format!("vm {name}:"), self.cfg.daemon_priority).map_err(|e| Error::Refused(format!("{e:#}")))?;
+        if let Some(list) = &cfg.shield {
+            // Refuse before changing anything: the whole request or nothing.
+            self.resolve_static(&name, &cfg).map_err(|e| Error::Refused(format!("vm {name}: {e} ({list})")))?;
+        }
+        info!("operator: {name}: static tuning fifo {} shield {}", cfg.fifo, cfg.shield.as_deref().unwrap_or("off"));
+        self.statics.insert(name, cfg);
+        self.apply_statics(token).map_err(Error::Refused)
+    }
+}

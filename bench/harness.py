@@ -40,7 +40,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 NCPUS = os.cpu_count() or 1
 
 # Host policies for the QEMU threads (seed 000 sec. VI, seed 002 sec. 5.4).
-POLICIES = ("none", "cosched", "static_rr", "static_fifo", "shield")
+POLICIES = ("none", "cosched", "static_rr", "static_fifo", "shield", "shield_fifo")
 # Daemon configuration without budgets: a run that needs its boost for 20 s or more measures the
 # mechanism, not the budget that an operator would set (the defaults cut a boost after 10 s).
 NO_BUDGETS = "[policy]\nmax_continuous_boost_ms = 0\nmax_boost_share_permille = 1000\n"
@@ -243,14 +243,16 @@ def apply_static(pid, policy):
     static_fifo vCPU SCHED_FIFO 97, the other threads 98 (seed 002 sec. 5.4; under TCG the main
                 loop delivers the guest's timer interrupts, it is the "I/O thread");
     shield      vCPU threads pinned to the last CPU, every other QEMU thread to the others (the host
-                load is confined to those too, see `run`)."""
+                load is confined to those too, see `run`);
+    shield_fifo both.
+    The daemon's `[vm.NAME.static]` sets the same values (tested in crates/cli/tests/root.rs)."""
     for tid, comm in qemu_threads(pid):
         try:
             if policy == "static_rr":
                 os.sched_setscheduler(tid, os.SCHED_RR, os.sched_param(1))
-            elif policy == "static_fifo":
+            if policy in ("static_fifo", "shield_fifo"):
                 os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(97 if is_vcpu(comm) else 98))
-            elif policy == "shield":
+            if policy in ("shield", "shield_fifo"):
                 os.sched_setaffinity(tid, shield_cpus()[1] if is_vcpu(comm) else shield_cpus()[0])
         except ProcessLookupError:
             pass
@@ -599,7 +601,7 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r} (one of {POLICIES})")
     result = {"policy": policy, "host_hogs": host_hogs_n, "guest_hogs": guest_hogs}
-    others = shield_cpus()[0] if policy == "shield" else None
+    others = shield_cpus()[0] if policy in ("shield", "shield_fifo") else None
     with tempfile.TemporaryDirectory(prefix="cosched-run-") as tmp, host_hogs(host_hogs_n, cpus=others) as hogs:
         daemon = Daemon(tmp, daemon_config) if policy == "cosched" else None
         marks = {}
@@ -611,7 +613,7 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
             if line == "COSCHED-MEASURE-START":
                 marks["start"] = time.monotonic()
                 marks["hog_cpu0"] = sum(cpu_time_s(h.pid) for h in hogs)
-                if pid and policy in ("static_rr", "static_fifo", "shield"):
+                if pid and policy in ("static_rr", "static_fifo", "shield", "shield_fifo"):
                     apply_static(pid, policy)
                 if host_job:
                     job["proc"] = subprocess.Popen(host_job, stdout=subprocess.DEVNULL,
@@ -629,6 +631,7 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
                         result["registered"] = vm["registered"]
                         # The VM's channel counters and its CPU resource's, in one dict.
                         result["daemon"] = {**vm["counters"], **cpu["counters"]}
+                        result["daemon_cpu"] = cpu
                         result["hint_to_applied_us"] = vm["latency"]
                         result["actuation_errors"] = vm["actuation_errors"]
                         result["boosted_for_ms"] = cpu.get("boosted_for_ms", 0)

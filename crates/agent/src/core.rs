@@ -301,15 +301,18 @@ impl AgentCore {
     }
 
     /// The request a reply answers, if remembered; its round trip feeds the smoothed estimate
-    /// (gain 1/8, as TCP's).
+    /// (gain 1/8, as TCP's). A `REGISTER`'s does not: the host lists the VM's threads before it
+    /// answers, and the agent is still starting.
     fn answered(&mut self, seq: u32, now: u64) -> Option<Kind> {
         if seq == 0 {
             return None;
         }
         let i = self.inflight.iter().position(|(s, _, _)| *s == seq)?;
         let (_, kind, sent) = self.inflight.remove(i)?;
-        let sample = now.saturating_sub(sent);
-        self.srtt_ns = if self.srtt_ns == 0 { sample.max(1) } else { (self.srtt_ns * 7 + sample) / 8 };
+        if kind != Kind::Register {
+            let sample = now.saturating_sub(sent);
+            self.srtt_ns = if self.srtt_ns == 0 { sample.max(1) } else { (self.srtt_ns * 7 + sample) / 8 };
+        }
         Some(kind)
     }
 
@@ -1278,21 +1281,24 @@ mod tests {
         assert_eq!(sent(&out), vec![io(2, true)]);
     }
 
-    /// Registered with a measured round trip of 200 µs (the REGISTER's), CPU boosted at 1 ms
-    /// (seq 2, answered after 100 µs: smoothed 187.5 µs) and deboosted at 2 ms (seq 3).
+    /// Registered (the REGISTER's round trip, 500 µs, is no sample), CPU boosted at 1 ms (seq 2,
+    /// answered after 200 µs) and deboosted at 1.5 ms (seq 3, answered after 100 µs: smoothed
+    /// 187.5 µs).
     fn deboosted_with_a_round_trip() -> AgentCore {
         let mut a = AgentCore::new(Config::default(), &[Cpu]);
         let mut out = Vec::new();
         a.tick(0, &mut out);
-        a.on_frame(Frame::ack(1, caps::CPU), 200_000, &mut out);
-        assert_eq!(a.srtt_ns(), 200_000);
+        a.on_frame(Frame::ack(1, caps::CPU), 500_000, &mut out);
+        assert_eq!(a.srtt_ns(), 0);
         a.on_need(Cpu, 0, Some(need(80, true)), 1_000_000, &mut out);
-        a.on_frame(Frame::ack(2, 1), 1_100_000, &mut out);
-        assert_eq!(a.srtt_ns(), 187_500);
+        a.on_frame(Frame::ack(2, 1), 1_200_000, &mut out);
+        assert_eq!(a.srtt_ns(), 200_000);
         assert!(!a.prediction_due());
-        a.on_need(Cpu, 0, None, 2_000_000, &mut out);
-        assert_eq!(sent(&out)[1..], [Frame::cpu_rt(2, need(80, true)), Frame::cpu(3, false)]);
+        a.on_need(Cpu, 0, None, 1_500_000, &mut out);
         assert!(a.prediction_due(), "a CPU 0 went out");
+        a.on_frame(Frame::ack(3, 0), 1_600_000, &mut out);
+        assert_eq!(a.srtt_ns(), 187_500);
+        assert_eq!(sent(&out)[1..], [Frame::cpu_rt(2, need(80, true)), Frame::cpu(3, false)]);
         a
     }
 
@@ -1314,7 +1320,11 @@ mod tests {
         assert!(sent(&out).is_empty(), "{out:?}");
         // The host acknowledges it: counted, and it says nothing about the CPU boost.
         a.on_frame(Frame::ack(4, 7_906), 2_300_000, &mut out);
-        assert_eq!((a.counters.wakes_sent, a.counters.wakes_acked, a.counters.acks), (1, 1, 1), "the CPU 1's ACK only");
+        assert_eq!(
+            (a.counters.wakes_sent, a.counters.wakes_acked, a.counters.acks),
+            (1, 1, 2),
+            "the CPU frames' ACKs only"
+        );
         // Its round trip (300 µs) is a sample too.
         assert_eq!(a.srtt_ns(), (187_500 * 7 + 300_000) / 8);
         // The wake-up comes: CPU 1; the prediction is used up, and the next deboost brings the next.

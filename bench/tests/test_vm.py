@@ -161,7 +161,9 @@ class RtHold(unittest.TestCase):
     task runs (HOLD-START, HOLD-END), with the daemon's default budgets (a 10 s boost and the
     guard do not end these 2-3 s ones; the guard moves the vCPU, it does not deboost)."""
 
-    AGENT = """cosched guest -v 2>/tmp/agent.log &
+    # Predictions off: this host refuses WAKE (a denial the test would count), and the hold is
+    # what is tested.
+    AGENT = """cosched guest -v --predict false 2>/tmp/agent.log &
 AGENT=$!
 until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
 (while :; do :; done) &
@@ -514,7 +516,8 @@ class IoCoordination(unittest.TestCase):
     WORKLOAD = r"""#!/bin/sh
 up() { read -r u _ </proc/uptime; echo "$u"; }
 mkdir -p /mnt/d && mount -t ext4 -o noatime /dev/vda /mnt/d || { echo "COSCHED-GUEST: mount failed"; exit 1; }
-cosched guest -v 2>/tmp/agent.log &
+# --predict false: this host refuses WAKE, and the test counts denials.
+cosched guest -v --predict false 2>/tmp/agent.log &
 AGENT=$!
 until grep -q "detectors attached: io\|unsupported" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
 sleep 0.2

@@ -182,7 +182,8 @@ def host_hogs(n, cpus=None):
 class Daemon:
     """`cosched host` in a private directory; stopped with SIGTERM (restores every thread)."""
 
-    def __init__(self, workdir, config=""):
+    def __init__(self, workdir, config="", args=()):
+        """args: more `cosched host` options (e.g. "-v": every frame in daemon.log)."""
         self.dir = Path(workdir)
         self.socket_dir = self.dir / "vms"
         self.control = self.dir / "control.sock"
@@ -191,7 +192,7 @@ class Daemon:
         self.proc = subprocess.Popen(
             [str(COSCHED), "--config", str(self.dir / "host.toml"), "host",
              "--socket-dir", str(self.socket_dir), "--state-dir", str(self.dir / "state"),
-             "--control-socket", str(self.control)],
+             "--control-socket", str(self.control), *args],
             stderr=self.log, preexec_fn=dies_with_us(signal.SIGTERM))
         # Wait until this daemon answers (a socket file left by a killed one proves nothing).
         deadline = time.time() + 10

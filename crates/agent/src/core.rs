@@ -8,7 +8,24 @@
 //! resources they name; `DENY(not_registered)` and a denial of the `REGISTER` affect all. The
 //! agent runs as long as a resource is granted or may be enabled; it exits only when no detector
 //! can run or the host supports none of them.
+//!
+//! The CPU resource's `CPU 1` names the need (`cosched_proto::cpu::Need`): the highest RT priority
+//! among the CPUs that want a boost, and whether one of them was woken from an interrupt. A change
+//! of that priority while the host has the boost is sent as a new `CPU 1`; the interrupt flag alone
+//! never causes a frame, it rides on the next one.
+//!
+//! Predictive boost: right after a `CPU 0`, the I/O layer hands [`AgentCore::predict`] the guest's
+//! next RT wake-up (from the detector); if it is within the horizon the core sends `WAKE` with the
+//! delay until then, minus the frame's estimated one-way transit: half the smoothed round trip of
+//! the agent's own requests (send to `ACK`/`DENY`, on the guest's clock; it includes the host's
+//! handling and the agent's own wake-up to read the reply, so it errs towards an early boost). A
+//! prediction that is withdrawn before it is due is cancelled with `WAKE 0`. Replies to a `WAKE` are
+//! told apart from those to `CPU` frames by their seq: `DENY(cpu: unsupported)` to a `WAKE` turns
+//! predictions off until the next registration and leaves the CPU boost alone.
 
+use std::collections::VecDeque;
+
+use cosched_proto::cpu::Need;
 use cosched_proto::{caps, DenyReason, Frame, Kind, Resource};
 
 /// What the I/O layer must do.
@@ -64,22 +81,68 @@ pub struct Config {
     pub budget_backoff_ns: u64,
     /// After `DENY(rate_limited)`, wait this long.
     pub rate_backoff_ns: u64,
+    /// Send `WAKE` predictions (until the host refuses them as unsupported).
+    pub predict: bool,
+    /// Predict only wake-ups due within this time.
+    pub predict_horizon_ns: u64,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { register_retry_ns: 1_000_000_000, budget_backoff_ns: 100_000_000, rate_backoff_ns: 10_000_000 }
+        Config {
+            register_retry_ns: 1_000_000_000,
+            budget_backoff_ns: 100_000_000,
+            rate_backoff_ns: 10_000_000,
+            predict: true,
+            predict_horizon_ns: 1_000_000_000,
+        }
     }
 }
+
+/// The guest's next predicted wake-up that needs a boost: due `in_ns` from when it was read, for a
+/// task of RT priority `priority`; `at_ns` is that time on the guest's `CLOCK_MONOTONIC` (the
+/// clock of the detector's event timestamps: for logs, the core uses `in_ns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prediction {
+    pub in_ns: u64,
+    pub at_ns: u64,
+    pub priority: u8,
+}
+
+/// Two predictions of one wake-up, read at different times, differ by rounding and the transit
+/// estimate's drift: within this they are the same and no new `WAKE` goes out.
+const SAME_WAKE_NS: u64 = 50_000;
+/// Requests remembered for their round trip (and to tell a reply to a `WAKE` apart).
+const INFLIGHT: usize = 32;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Counters {
     pub boosts_sent: u64,
     pub deboosts_sent: u64,
+    /// `CPU 1` sent again while boosted because the need's priority changed.
+    pub priority_changes: u64,
     pub acks: u64,
     pub budget_denials: u64,
     pub other_denials: u64,
     pub registrations: u64,
+    /// `WAKE` with a delay (a prediction).
+    pub wakes_sent: u64,
+    /// `WAKE 0` (a prediction withdrawn).
+    pub wake_withdrawals: u64,
+    pub wakes_acked: u64,
+    pub wakes_denied: u64,
+}
+
+/// Predictive boost's state.
+#[derive(Debug, Clone, Default)]
+struct PredictState {
+    /// Predictions go out (the configuration, until the host refuses them).
+    on: bool,
+    /// A `CPU 0` went out since the last [`AgentCore::predict`].
+    due: bool,
+    /// The last `WAKE` that still stands: the predicted wake-up on the core's clock (without the
+    /// transit correction) and its priority.
+    outstanding: Option<(u64, u8)>,
 }
 
 /// The state of one resource.
@@ -87,10 +150,12 @@ pub struct Counters {
 pub struct ResourceState {
     pub resource: Resource,
     pub phase: Phase,
-    /// What each unit (a CPU, a device) wants.
-    wants: Vec<bool>,
+    /// What each unit (a CPU, a device) wants, and its need.
+    wants: Vec<Option<Need>>,
     /// What the host has applied as far as we know (`None`: unknown, e.g. just attached).
     sent: Option<bool>,
+    /// The need the last boost request named.
+    sent_need: Need,
     /// Seq of the last request for this resource: only a denial of that one changes what the
     /// host has.
     last_seq: u32,
@@ -99,18 +164,35 @@ pub struct ResourceState {
 
 impl ResourceState {
     fn new(resource: Resource) -> ResourceState {
-        ResourceState { resource, phase: Phase::Idle, wants: Vec::new(), sent: None, last_seq: 0, backoff_until_ns: 0 }
+        ResourceState {
+            resource,
+            phase: Phase::Idle,
+            wants: Vec::new(),
+            sent: None,
+            sent_need: Need::default(),
+            last_seq: 0,
+            backoff_until_ns: 0,
+        }
     }
 
     /// True if any unit wants a boost.
     pub fn desired(&self) -> bool {
-        self.wants.iter().any(|w| *w)
+        self.wants.iter().any(|w| w.is_some())
+    }
+
+    /// The need of the units that want a boost: the highest priority, and an interrupt if any.
+    pub fn need(&self) -> Need {
+        self.wants
+            .iter()
+            .flatten()
+            .fold(Need::default(), |a, n| Need { priority: a.priority.max(n.priority), irq: a.irq || n.irq })
     }
 
     /// Forgets what the detector and the host had: a detector attaches with fresh state.
     fn reset(&mut self) {
         self.wants.clear();
         self.sent = None;
+        self.sent_need = Need::default();
         self.last_seq = 0;
         self.backoff_until_ns = 0;
     }
@@ -142,6 +224,11 @@ pub struct AgentCore {
     seq: u32,
     resources: Vec<ResourceState>,
     pub counters: Counters,
+    /// Requests sent and not answered yet: (seq, kind, sent at).
+    inflight: VecDeque<(u32, Kind, u64)>,
+    /// Smoothed round trip of requests (0: no sample yet).
+    srtt_ns: u64,
+    predict: PredictState,
 }
 
 /// Capability bits of these resources.
@@ -158,7 +245,116 @@ impl AgentCore {
                 resources.push(ResourceState::new(*r));
             }
         }
-        AgentCore { cfg, registration: Registration::Unregistered, seq: 0, resources, counters: Counters::default() }
+        let predict = PredictState { on: cfg.predict, ..PredictState::default() };
+        AgentCore {
+            cfg,
+            registration: Registration::Unregistered,
+            seq: 0,
+            resources,
+            counters: Counters::default(),
+            inflight: VecDeque::new(),
+            srtt_ns: 0,
+            predict,
+        }
+    }
+
+    /// The smoothed round trip of the agent's requests, in ns (0: none measured yet).
+    pub fn srtt_ns(&self) -> u64 {
+        self.srtt_ns
+    }
+
+    /// Predictions are on (configured, and not refused by the host since the registration).
+    pub fn predicting(&self) -> bool {
+        self.predict.on
+    }
+
+    /// The agent's counters, as `name=value` pairs.
+    pub fn stats(&self) -> String {
+        let c = &self.counters;
+        format!(
+            "boosts_sent={} deboosts_sent={} priority_changes={} acks={} budget_denials={} other_denials={} \
+             registrations={} wakes_sent={} wake_withdrawals={} wakes_acked={} wakes_denied={} predicting={} \
+             rtt_us={}",
+            c.boosts_sent,
+            c.deboosts_sent,
+            c.priority_changes,
+            c.acks,
+            c.budget_denials,
+            c.other_denials,
+            c.registrations,
+            c.wakes_sent,
+            c.wake_withdrawals,
+            c.wakes_acked,
+            c.wakes_denied,
+            self.predict.on,
+            self.srtt_ns / 1000
+        )
+    }
+
+    /// Sends a request and remembers it for its reply's round trip.
+    fn send_request(&mut self, f: Frame, now: u64, out: &mut Vec<Out>) {
+        if self.inflight.len() == INFLIGHT {
+            self.inflight.pop_front();
+        }
+        self.inflight.push_back((f.seq, f.kind, now));
+        out.push(Out::Send(f));
+    }
+
+    /// The request a reply answers, if remembered; its round trip feeds the smoothed estimate
+    /// (gain 1/8, as TCP's). A `REGISTER`'s does not: the host lists the VM's threads before it
+    /// answers, and the agent is still starting.
+    fn answered(&mut self, seq: u32, now: u64) -> Option<Kind> {
+        if seq == 0 {
+            return None;
+        }
+        let i = self.inflight.iter().position(|(s, _, _)| *s == seq)?;
+        let (_, kind, sent) = self.inflight.remove(i)?;
+        if kind != Kind::Register {
+            let sample = now.saturating_sub(sent);
+            self.srtt_ns = if self.srtt_ns == 0 { sample.max(1) } else { (self.srtt_ns * 7 + sample) / 8 };
+        }
+        Some(kind)
+    }
+
+    /// True if a `CPU 0` went out since the last [`AgentCore::predict`]: the I/O layer then reads
+    /// the detector's prediction and hands it over.
+    pub fn prediction_due(&self) -> bool {
+        self.predict.due && self.predict.on
+    }
+
+    /// The guest's next wake-up that needs the CPU (`None`: none known), read now; called right
+    /// after a `CPU 0` ([`AgentCore::prediction_due`]) and when the detector withdraws a
+    /// prediction. While the host is deboosted: a prediction within the horizon goes out as
+    /// `WAKE`, unless the same one already stands; one that stands and is no longer predicted (or
+    /// is beyond the horizon) is withdrawn with `WAKE 0`.
+    pub fn predict(&mut self, p: Option<Prediction>, now: u64, out: &mut Vec<Out>) {
+        self.predict.due = false;
+        if !self.predict.on || !self.is_registered() {
+            return;
+        }
+        let Some(cpu) = self.state(Resource::Cpu) else { return };
+        if cpu.phase != Phase::Active || cpu.sent != Some(false) {
+            return; // boosted (the host needs no prediction), or not coordinating the CPU
+        }
+        let wanted = p.filter(|p| p.in_ns <= self.cfg.predict_horizon_ns);
+        if let (Some(p), Some((at, prio))) = (wanted, self.predict.outstanding) {
+            if prio == p.priority && (now + p.in_ns).abs_diff(at) <= SAME_WAKE_NS {
+                return;
+            }
+        }
+        // The frame is read by the host about one transit after it is sent: say that much less.
+        let transit = self.srtt_ns / 2;
+        let delay_us = wanted.map_or(0, |p| (p.in_ns.saturating_sub(transit) / 1000).min(u32::MAX as u64) as u32);
+        if let (Some(p), true) = (wanted, delay_us > 0) {
+            let seq = self.next_seq();
+            self.predict.outstanding = Some((now + p.in_ns, p.priority));
+            self.counters.wakes_sent += 1;
+            self.send_request(Frame::wake(seq, delay_us, p.priority), now, out);
+        } else if self.predict.outstanding.take().is_some_and(|(at, _)| at > now) {
+            let seq = self.next_seq();
+            self.counters.wake_withdrawals += 1;
+            self.send_request(Frame::wake(seq, 0, 0), now, out);
+        }
     }
 
     /// Where `resource` stands (`None`: this agent has no detector for it).
@@ -188,21 +384,33 @@ impl AgentCore {
         bits(self.resources.iter().filter(|s| s.phase != Phase::Failed))
     }
 
-    /// A detector reports a transition of one unit (a CPU) of its resource.
+    /// A detector reports a transition of one unit (a CPU) of its resource, with no need named.
     pub fn on_transition(&mut self, resource: Resource, unit: usize, want: bool, now: u64, out: &mut Vec<Out>) {
+        self.on_need(resource, unit, want.then_some(Need::default()), now, out)
+    }
+
+    /// A detector reports what one unit (a CPU) of its resource needs now (`None`: nothing).
+    pub fn on_need(&mut self, resource: Resource, unit: usize, want: Option<Need>, now: u64, out: &mut Vec<Out>) {
         let Some(i) = self.resources.iter().position(|s| s.resource == resource && s.phase == Phase::Active) else {
             return;
         };
         let st = &mut self.resources[i];
         if unit >= st.wants.len() {
-            st.wants.resize(unit + 1, false);
+            st.wants.resize(unit + 1, None);
         }
         st.wants[unit] = want;
         self.sync(i, now, out);
     }
 
-    /// Replaces a resource's per-unit state wholesale (reconciliation with the detector's own).
+    /// Replaces a resource's per-unit state wholesale (reconciliation with the detector's own),
+    /// with no need named.
     pub fn reconcile(&mut self, resource: Resource, wants: &[bool], now: u64, out: &mut Vec<Out>) {
+        let needs: Vec<Option<Need>> = wants.iter().map(|w| w.then_some(Need::default())).collect();
+        self.reconcile_needs(resource, &needs, now, out)
+    }
+
+    /// Replaces a resource's per-unit needs wholesale (reconciliation with the detector's own).
+    pub fn reconcile_needs(&mut self, resource: Resource, wants: &[Option<Need>], now: u64, out: &mut Vec<Out>) {
         let Some(i) = self.resources.iter().position(|s| s.resource == resource && s.phase == Phase::Active) else {
             return;
         };
@@ -210,12 +418,16 @@ impl AgentCore {
         self.sync(i, now, out);
     }
 
-    /// Sends a request for resource `i` if what it wants differs from what the host has.
+    /// Sends a request for resource `i` if what it wants differs from what the host has (for the
+    /// CPU, also if the priority of its need changed while the host has the boost).
     fn sync(&mut self, i: usize, now: u64, out: &mut Vec<Out>) {
         let st = &self.resources[i];
         let want = st.desired();
+        let is_cpu = st.resource == Resource::Cpu;
+        let need = st.need();
+        let new_priority = is_cpu && want && st.sent == Some(true) && need.priority != st.sent_need.priority;
         // A deboost is always sent at once; a boost waits out a backoff.
-        if st.sent == Some(want) || (want && now < st.backoff_until_ns) {
+        if (st.sent == Some(want) && !new_priority) || (want && now < st.backoff_until_ns) {
             return;
         }
         let Some(kind) = st.resource.request_kind() else { return };
@@ -227,11 +439,26 @@ impl AgentCore {
         let st = &mut self.resources[i];
         st.last_seq = seq;
         st.sent = Some(want);
-        out.push(Out::Send(Frame::new(kind, seq, want as u64)));
-        if want {
+        let frame = if is_cpu && want {
+            st.sent_need = need;
+            Frame::cpu_rt(seq, need)
+        } else {
+            Frame::new(kind, seq, want as u64)
+        };
+        self.send_request(frame, now, out);
+        if new_priority {
+            self.counters.priority_changes += 1;
+        } else if want {
             self.counters.boosts_sent += 1;
         } else {
             self.counters.deboosts_sent += 1;
+        }
+        if is_cpu {
+            // Boosted: a standing prediction has nothing left to do. Deboosted: one is due.
+            self.predict.due = !want;
+            if want {
+                self.predict.outstanding = None;
+            }
         }
     }
 
@@ -247,7 +474,9 @@ impl AgentCore {
         let seq = self.next_seq();
         self.registration = Registration::Registering { seq, sent_ns: now };
         self.counters.registrations += 1;
-        out.push(Out::Send(Frame::register(seq, offered)));
+        // A new registration may find a host that supports predictions.
+        self.predict = PredictState { on: self.cfg.predict, ..PredictState::default() };
+        self.send_request(Frame::register(seq, offered), now, out);
     }
 
     /// Gives up: detaches everything, deregisters if registered, and exits.
@@ -344,6 +573,13 @@ impl AgentCore {
 
     /// A frame from the host.
     pub fn on_frame(&mut self, f: Frame, now: u64, out: &mut Vec<Out>) {
+        let request = match f.kind {
+            Kind::Ack | Kind::Deny => self.answered(f.seq, now),
+            _ => None,
+        };
+        if request == Some(Kind::Wake) {
+            return self.on_wake_reply(f, now, out);
+        }
         match f.kind {
             Kind::Ack => match self.registration {
                 Registration::Registering { seq, .. } if f.seq == seq => self.on_registered(f.value, out),
@@ -406,6 +642,29 @@ impl AgentCore {
                 // Rate limited, or a reply we do not expect: the registration is retried.
                 self.counters.other_denials += 1;
                 out.push(Out::Log(format!("host replied {f} to our registration; will retry")));
+            }
+        }
+    }
+
+    /// The host's reply to a `WAKE`: it concerns the prediction only, never the CPU boost.
+    fn on_wake_reply(&mut self, f: Frame, now: u64, out: &mut Vec<Out>) {
+        if f.kind == Kind::Ack {
+            self.counters.wakes_acked += 1;
+            return;
+        }
+        match f.deny_reason() {
+            // The host lost our registration: that concerns everything.
+            Some(DenyReason::NotRegistered) => self.on_deny(f, now, out),
+            reason => {
+                self.counters.wakes_denied += 1;
+                self.predict.outstanding = None;
+                if reason == Some(DenyReason::Unsupported) && self.predict.on {
+                    self.predict.on = false;
+                    out.push(Out::Log(format!(
+                        "predictive boost: the host does not support WAKE ({f}); no more predictions until the \
+                         next registration"
+                    )));
+                }
             }
         }
     }
@@ -979,5 +1238,195 @@ mod tests {
         assert_eq!(attached(&out), vec![Out::Detach(Cpu)]);
         a.tick(3, &mut out);
         assert_eq!(sent(&out), vec![Frame::register(2, caps::CPU | caps::IO)]);
+    }
+
+    fn need(priority: u8, irq: bool) -> Need {
+        Need { priority, irq }
+    }
+
+    #[test]
+    fn cpu_1_names_the_highest_priority_and_a_change_while_boosted_sends_a_new_one() {
+        let (mut a, _) = registered();
+        let mut out = Vec::new();
+        a.on_need(Cpu, 0, Some(need(80, true)), 10, &mut out);
+        a.on_need(Cpu, 1, Some(need(50, false)), 11, &mut out); // lower, on another CPU: nothing
+        a.on_need(Cpu, 1, Some(need(90, false)), 12, &mut out); // higher: sent
+        a.on_need(Cpu, 0, Some(need(80, false)), 13, &mut out); // only the interrupt flag: nothing
+        a.on_need(Cpu, 1, None, 14, &mut out); // the 90 is done: back to 80
+        a.on_need(Cpu, 1, Some(need(0, false)), 15, &mut out); // a watched task: 0 adds nothing
+        a.on_need(Cpu, 0, None, 16, &mut out); // only the watched task: priority 0
+        a.on_need(Cpu, 1, None, 17, &mut out);
+        assert_eq!(
+            sent(&out),
+            vec![
+                Frame::cpu_rt(2, need(80, true)),
+                Frame::cpu_rt(3, need(90, true)),
+                Frame::cpu_rt(4, need(80, false)),
+                Frame::cpu_rt(5, need(0, false)),
+                Frame::cpu(6, false),
+            ]
+        );
+        assert_eq!(Frame::cpu_rt(5, need(0, false)), Frame::cpu(5, true), "no need named: plain CPU 1");
+        assert_eq!((a.counters.boosts_sent, a.counters.priority_changes, a.counters.deboosts_sent), (1, 3, 1));
+        // Reconciliation with the detector's own state names the need too, and is quiet when
+        // nothing changed.
+        out.clear();
+        a.reconcile_needs(Cpu, &[Some(need(70, false)), None], 18, &mut out);
+        a.reconcile_needs(Cpu, &[Some(need(70, false)), None], 19, &mut out);
+        assert_eq!(sent(&out), vec![Frame::cpu_rt(7, need(70, false))]);
+        // I/O requests carry no need.
+        let mut a = registered_both();
+        out.clear();
+        a.on_need(Io, 0, Some(need(0, false)), 1, &mut out);
+        assert_eq!(sent(&out), vec![io(2, true)]);
+    }
+
+    /// Registered (the REGISTER's round trip, 500 µs, is no sample), CPU boosted at 1 ms (seq 2,
+    /// answered after 200 µs) and deboosted at 1.5 ms (seq 3, answered after 100 µs: smoothed
+    /// 187.5 µs).
+    fn deboosted_with_a_round_trip() -> AgentCore {
+        let mut a = AgentCore::new(Config::default(), &[Cpu]);
+        let mut out = Vec::new();
+        a.tick(0, &mut out);
+        a.on_frame(Frame::ack(1, caps::CPU), 500_000, &mut out);
+        assert_eq!(a.srtt_ns(), 0);
+        a.on_need(Cpu, 0, Some(need(80, true)), 1_000_000, &mut out);
+        a.on_frame(Frame::ack(2, 1), 1_200_000, &mut out);
+        assert_eq!(a.srtt_ns(), 200_000);
+        assert!(!a.prediction_due());
+        a.on_need(Cpu, 0, None, 1_500_000, &mut out);
+        assert!(a.prediction_due(), "a CPU 0 went out");
+        a.on_frame(Frame::ack(3, 0), 1_600_000, &mut out);
+        assert_eq!(a.srtt_ns(), 187_500);
+        assert_eq!(sent(&out)[1..], [Frame::cpu_rt(2, need(80, true)), Frame::cpu(3, false)]);
+        a
+    }
+
+    fn predicted(in_ns: u64, priority: u8) -> Option<Prediction> {
+        Some(Prediction { in_ns, at_ns: 0, priority })
+    }
+
+    #[test]
+    fn a_wake_goes_out_at_the_deboost_less_the_transit() {
+        let mut a = deboosted_with_a_round_trip();
+        let mut out = Vec::new();
+        // Next wake-up in 8 ms: the host reads the frame half a round trip (93.75 µs) later.
+        a.predict(predicted(8_000_000, 80), 2_000_000, &mut out);
+        assert_eq!(sent(&out), vec![Frame::wake(4, 7_906, 80)]);
+        assert!(!a.prediction_due());
+        // The same wake-up read again (a withdrawal elsewhere, say): nothing new.
+        out.clear();
+        a.predict(predicted(7_990_000, 80), 2_010_000, &mut out);
+        assert!(sent(&out).is_empty(), "{out:?}");
+        // The host acknowledges it: counted, and it says nothing about the CPU boost.
+        a.on_frame(Frame::ack(4, 7_906), 2_300_000, &mut out);
+        assert_eq!(
+            (a.counters.wakes_sent, a.counters.wakes_acked, a.counters.acks),
+            (1, 1, 2),
+            "the CPU frames' ACKs only"
+        );
+        // Its round trip (300 µs) is a sample too.
+        assert_eq!(a.srtt_ns(), (187_500 * 7 + 300_000) / 8);
+        // The wake-up comes: CPU 1; the prediction is used up, and the next deboost brings the next.
+        a.on_need(Cpu, 0, Some(need(80, true)), 10_000_000, &mut out);
+        a.on_need(Cpu, 0, None, 10_500_000, &mut out);
+        assert!(a.prediction_due());
+        a.predict(predicted(9_500_000, 80), 10_500_000, &mut out);
+        let transit = a.srtt_ns() / 2;
+        assert_eq!(
+            sent(&out),
+            vec![
+                Frame::cpu_rt(5, need(80, true)),
+                Frame::cpu(6, false),
+                Frame::wake(7, ((9_500_000 - transit) / 1000) as u32, 80)
+            ]
+        );
+        // A wake-up beyond the horizon (1 s), or closer than the transit, is not predicted.
+        let mut a = deboosted_with_a_round_trip();
+        out.clear();
+        a.predict(predicted(1_000_000_001, 80), 2_000_000, &mut out);
+        a.predict(predicted(90_000, 80), 2_000_000, &mut out);
+        assert!(sent(&out).is_empty(), "{out:?}");
+        // While boosted nothing is predicted.
+        let mut a = deboosted_with_a_round_trip();
+        a.on_need(Cpu, 0, Some(need(80, false)), 2_100_000, &mut out);
+        out.clear();
+        a.predict(predicted(5_000_000, 80), 2_200_000, &mut out);
+        assert!(sent(&out).is_empty(), "{out:?}");
+        // With --predict false, never.
+        let mut a = AgentCore::new(Config { predict: false, ..Config::default() }, &[Cpu]);
+        a.tick(0, &mut out);
+        a.on_frame(Frame::ack(1, caps::CPU), 1, &mut out);
+        a.on_transition(Cpu, 0, true, 2, &mut out);
+        a.on_transition(Cpu, 0, false, 3, &mut out);
+        assert!(!a.prediction_due());
+        out.clear();
+        a.predict(predicted(5_000_000, 80), 4, &mut out);
+        assert!(sent(&out).is_empty());
+    }
+
+    #[test]
+    fn a_wake_denied_as_unsupported_stops_predictions_and_leaves_the_cpu_alone() {
+        let mut a = deboosted_with_a_round_trip();
+        let mut out = Vec::new();
+        a.predict(predicted(8_000_000, 80), 2_000_000, &mut out); // WAKE seq 4
+        a.on_need(Cpu, 0, Some(need(80, true)), 2_050_000, &mut out); // CPU 1 seq 5, before the reply
+        out.clear();
+        a.on_frame(Frame::deny_for(4, Cpu, DenyReason::Unsupported), 2_100_000, &mut out);
+        assert!(attached(&out).is_empty(), "the CPU detector stays: {out:?}");
+        assert_eq!(a.phase(Cpu), Some(Phase::Active));
+        assert!(out.iter().any(|o| matches!(o, Out::Log(m) if m.contains("does not support WAKE"))), "{out:?}");
+        assert!(!a.predicting());
+        assert_eq!((a.counters.wakes_denied, a.counters.other_denials), (1, 0));
+        // The host still has the boost of seq 5: the deboost goes out, and no prediction after it.
+        a.on_need(Cpu, 0, None, 3_000_000, &mut out);
+        assert!(!a.prediction_due());
+        a.predict(predicted(7_000_000, 80), 3_000_000, &mut out);
+        assert_eq!(sent(&out), vec![Frame::cpu(6, false)]);
+        // Other refusals of a WAKE drop that prediction only: no backoff of the CPU.
+        let mut a = deboosted_with_a_round_trip();
+        a.predict(predicted(8_000_000, 80), 2_000_000, &mut out); // WAKE seq 4
+        out.clear();
+        a.on_frame(Frame::deny_for(4, Cpu, DenyReason::RateLimited), 2_100_000, &mut out);
+        a.on_need(Cpu, 0, Some(need(80, true)), 2_200_000, &mut out);
+        assert_eq!(sent(&out), vec![Frame::cpu_rt(5, need(80, true))], "no backoff");
+        assert!(a.predicting());
+        // A DENY(cpu: unsupported) of a CPU frame still means the host dropped the CPU.
+        out.clear();
+        a.on_frame(Frame::deny_for(5, Cpu, DenyReason::Unsupported), 2_300_000, &mut out);
+        assert_eq!(attached(&out), vec![Out::Detach(Cpu)]);
+        // A new registration tries predictions again.
+        let mut a = deboosted_with_a_round_trip();
+        a.predict(predicted(8_000_000, 80), 2_000_000, &mut out);
+        a.on_frame(Frame::deny_for(4, Cpu, DenyReason::Unsupported), 2_100_000, &mut out);
+        assert!(!a.predicting());
+        a.on_frame(Frame::deny(0, DenyReason::NotRegistered), 2_200_000, &mut out);
+        assert!(a.predicting());
+    }
+
+    #[test]
+    fn a_withdrawn_prediction_sends_wake_0() {
+        let mut a = deboosted_with_a_round_trip();
+        let mut out = Vec::new();
+        a.predict(predicted(8_000_000, 80), 2_000_000, &mut out); // WAKE seq 4, due at 10 ms
+                                                                  // The task was woken early (a signal): no wake-up predicted any more.
+        a.predict(None, 3_000_000, &mut out);
+        a.predict(None, 3_100_000, &mut out); // nothing stands: nothing more
+        assert_eq!(sent(&out), vec![Frame::wake(4, 7_906, 80), Frame::wake(5, 0, 0)]);
+        assert_eq!((a.counters.wakes_sent, a.counters.wake_withdrawals), (1, 1));
+        // A later wake-up of another task replaces the standing one (one WAKE, no WAKE 0).
+        let mut a = deboosted_with_a_round_trip();
+        out.clear();
+        a.predict(predicted(8_000_000, 80), 2_000_000, &mut out); // seq 4
+        a.predict(predicted(20_000_000, 60), 3_000_000, &mut out); // seq 5
+        assert_eq!(sent(&out), vec![Frame::wake(4, 7_906, 80), Frame::wake(5, 19_906, 60)]);
+        // A prediction already due needs no withdrawal; one moved beyond the horizon does.
+        let mut a = deboosted_with_a_round_trip();
+        out.clear();
+        a.predict(predicted(1_000_000, 80), 2_000_000, &mut out); // seq 4, due at 3 ms
+        a.predict(None, 3_500_000, &mut out);
+        a.predict(predicted(8_000_000, 80), 3_600_000, &mut out); // seq 5
+        a.predict(predicted(2_000_000_000, 80), 3_700_000, &mut out); // seq 6: WAKE 0
+        assert_eq!(sent(&out), vec![Frame::wake(4, 906, 80), Frame::wake(5, 7_906, 80), Frame::wake(6, 0, 0)]);
     }
 }

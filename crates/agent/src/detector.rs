@@ -10,9 +10,11 @@ use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
 
+use cosched_proto::cpu::Need;
 use cosched_proto::Resource;
 use libbpf_rs::OpenObject;
 
+use crate::core::Prediction;
 use crate::Options;
 
 /// How to bring up the detector of one resource.
@@ -31,11 +33,13 @@ pub(crate) const DETECTORS: &[DetectorKind] = &[
     // crate::membw::KIND comes here.
 ];
 
-/// One transition of one unit (a CPU for the CPU detector).
+/// One transition of one unit (a CPU for the CPU detector): what it needs now (`None`: nothing).
+/// The CPU detector names the need (RT priority, interrupt); the others give `Need::default()`.
+/// A change of a wanting unit's need is a transition too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Transition {
     pub unit: usize,
-    pub want: bool,
+    pub want: Option<Need>,
 }
 
 /// An attached detector. Dropping it detaches and unloads it.
@@ -49,9 +53,17 @@ pub(crate) trait Detector {
     fn drain(&mut self, verbose: bool, into: &mut Vec<Transition>);
     /// What each unit wants now, read from the detector's own state (the ground truth: events
     /// can be lost).
-    fn wants(&self) -> Vec<bool>;
+    fn wants(&self) -> Vec<Option<Need>>;
     /// Its counters, as `name=value` pairs separated by spaces.
     fn stats(&self) -> String;
+    /// The guest's next predicted wake-up needing this resource, if the detector predicts.
+    fn next_wake(&self) -> Option<Prediction> {
+        None
+    }
+    /// True (once) if a prediction was withdrawn since the last call.
+    fn take_withdrawn(&mut self) -> bool {
+        false
+    }
 }
 
 /// The heap storage a BPF skeleton borrows for its whole life (`libbpf_rs::OpenObject`, then the

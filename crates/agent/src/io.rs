@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use anyhow::{bail, ensure, Context};
+use cosched_proto::cpu::Need;
 use cosched_proto::Resource;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
@@ -377,13 +378,13 @@ impl Detector for IoDetector {
                     }
                 ));
             }
-            into.push(Transition { unit, want: e.want != 0 });
+            into.push(Transition { unit, want: (e.want != 0).then_some(Need::default()) });
         }
     }
 
     /// Per-instance `raised` flags read from the BPF map (an instance gone from the map wants
     /// nothing).
-    fn wants(&self) -> Vec<bool> {
+    fn wants(&self) -> Vec<Option<Need>> {
         let map = &self.skel.maps.io_states;
         let mut units = self.units.borrow_mut();
         let mut raised = Vec::new();
@@ -400,7 +401,7 @@ impl Detector for IoDetector {
         for (unit, r) in raised {
             wants[unit] = r;
         }
-        wants
+        wants.into_iter().map(|r| r.then_some(Need::default())).collect()
     }
 
     /// The detector's counters summed over CPUs.

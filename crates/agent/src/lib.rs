@@ -68,13 +68,26 @@ pub struct Options {
     /// application start flips `IO 1` / `IO 0` at nearly every read
     #[arg(long, default_value_t = 50)]
     pub io_hold_ms: u64,
+    /// Predictive boost: right after each `CPU 0`, tell the host when the guest's next RT wake-up
+    /// is due (`WAKE`), from the timer an RT task sleeps on (else from the period of recurring RT
+    /// needs), so that it can boost the VM just before. Meant for `--hold-periodic-max-us 0
+    /// --idle-deboost-ms 1` (seed 002: deboosted between activations). Stops by itself when the
+    /// host refuses `WAKE` as unsupported, until the next registration
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
+    pub predict: bool,
+    /// Predict only wake-ups due within this many ms; a later one is not sent (and a standing one
+    /// is withdrawn)
+    #[arg(long, default_value_t = 1000)]
+    pub predict_horizon_ms: u64,
     /// After the host ends a boost for budget reasons, wait this long before asking again
     #[arg(long, default_value_t = 100)]
     pub budget_backoff_ms: u64,
     /// Run the agent itself at SCHED_FIFO with this priority (0: leave it at SCHED_OTHER)
     #[arg(long, default_value_t = 0)]
     pub rt_priority: u32,
-    /// Print the detectors' counters every N seconds (and at exit)
+    /// Print the agent's and the detectors' counters every N seconds (and at exit): frames sent
+    /// (boosts, deboosts, priority changes, WAKEs sent / withdrawn / acked / denied), the measured
+    /// round trip
     #[arg(long)]
     pub stats_interval_s: Option<u64>,
     /// Log every transition sent
@@ -165,7 +178,12 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     log(&format!("using {}", path.display()));
     let loadable = probe_detectors(&opts)?;
     let core = AgentCore::new(
-        Config { budget_backoff_ns: opts.budget_backoff_ms * 1_000_000, ..Config::default() },
+        Config {
+            budget_backoff_ns: opts.budget_backoff_ms * 1_000_000,
+            predict: opts.predict,
+            predict_horizon_ns: opts.predict_horizon_ms * 1_000_000,
+            ..Config::default()
+        },
         &loadable,
     );
     let stats_every = opts.stats_interval_s.map(|s| Duration::from_secs(s.max(1)));
@@ -425,14 +443,40 @@ impl Agent {
             }
             _ => false,
         };
+        if print {
+            log(&format!("agent stats: {}", self.core.stats()));
+        }
         for (r, d) in &mut self.detectors {
+            let deboosts = self.core.counters.deboosts_sent;
             self.transitions.clear();
             d.drain(self.opts.verbose, &mut self.transitions);
             for tr in &self.transitions {
-                self.core.on_transition(*r, tr.unit, tr.want, t, &mut self.out);
+                self.core.on_need(*r, tr.unit, tr.want, t, &mut self.out);
             }
             if reconcile {
-                self.core.reconcile(*r, &d.wants(), t, &mut self.out);
+                self.core.reconcile_needs(*r, &d.wants(), t, &mut self.out);
+            }
+            // Right after a CPU 0, or when a prediction was withdrawn: the next wake-up. With
+            // --verbose it is logged at every CPU 0, predicting or not, so that predictions can be
+            // compared with the boosts that follow (the same clock as the events' timestamps).
+            let deboosted = *r == Resource::Cpu && self.core.counters.deboosts_sent != deboosts;
+            if d.take_withdrawn()
+                || (*r == Resource::Cpu && self.core.prediction_due())
+                || (deboosted && self.opts.verbose)
+            {
+                let p = d.next_wake();
+                if self.opts.verbose {
+                    log(&match p {
+                        Some(p) => format!(
+                            "next RT wake-up in {} µs at {} µs, priority {}",
+                            p.in_ns / 1000,
+                            p.at_ns / 1000,
+                            p.priority
+                        ),
+                        None => "next RT wake-up: none predicted".into(),
+                    });
+                }
+                self.core.predict(p, t, &mut self.out);
             }
             if print {
                 print_stats(&**d);
@@ -447,9 +491,18 @@ impl Agent {
         self.carry_out()?;
         let c = &self.core.counters;
         log(&format!(
-            "sent {} boost(s), {} deboost(s); {} budget denial(s)",
-            c.boosts_sent, c.deboosts_sent, c.budget_denials
+            "sent {} boost(s), {} deboost(s), {} priority change(s), {} WAKE(s) ({} acked, {} denied) and {} WAKE 0; \
+             {} budget denial(s)",
+            c.boosts_sent,
+            c.deboosts_sent,
+            c.priority_changes,
+            c.wakes_sent,
+            c.wakes_acked,
+            c.wakes_denied,
+            c.wake_withdrawals,
+            c.budget_denials
         ));
+        log(&format!("agent stats: {}", self.core.stats()));
         Ok(())
     }
 }

@@ -15,6 +15,19 @@
  * RT task then keeps its VM boosted across the stray switches (kworkers) between two activations,
  * even when one activation comes late. A timer
  * deboosts a CPU that stays on a task that needs no boost without switching (a lone CPU hog).
+ *
+ * Each boosted CPU also reports the priority of its need (the RT priority of the task, 99 for
+ * SCHED_DEADLINE, 0 for a watched task): raised at once, lowered only once the higher need's hold
+ * is over, so a periodic RT task's priority is not dropped for the tasks between its activations.
+ * A change while boosted is one event (COSCHED_REASON_PRIO). Whether the need's task was woken
+ * from an interrupt handler (hardirq, NMI, or a softirq being served: the waker's context at
+ * sched_waking) travels with it.
+ *
+ * Predictions: an RT task that starts an hrtimer whose function is hrtimer_wakeup (every timed
+ * sleep: clock_nanosleep, a poll/epoll/futex timeout) and then switches out asleep with that
+ * timer still queued is entered in the sleepers map with the timer's expiry; the agent reads the
+ * earliest one when the VM deboosts. A sleeper woken before its expiry (a signal) is a
+ * withdrawal, reported at once.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -33,6 +46,17 @@ const volatile u64 idle_deboost_ns = 20000000;
 const volatile u64 hold_periodic_max_ns = 25000000;
 const volatile u32 watch_count = 8;
 const volatile u32 agent_tgid = 0;
+/* Address of hrtimer_wakeup (the agent reads /proc/kallsyms); 0: no timer predictions. */
+const volatile u64 hrtimer_wakeup_addr = 0;
+
+/* The interrupt context of this CPU, and its runqueue (weak: a kernel without them just gives
+ * no answer). x86: __preempt_count (Linux < 6.2; later kernels keep it in pcpu_hot). */
+extern const int __preempt_count __ksym __weak;
+extern const struct rq runqueues __ksym __weak;
+
+#define SOFTIRQ_OFFSET 0x100
+#define HARDIRQ_MASK 0xf0000
+#define NMI_MASK 0xf00000
 
 /*
  * Dummy instance so that the skeleton's `types` module has `struct cosched_event`: the ring buffer
@@ -66,6 +90,52 @@ struct {
 	__type(value, struct cosched_stats);
 } stats SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);	/* pid */
+	__type(value, struct sleeper);
+} sleepers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);	/* pid of an RT task woken from an interrupt handler, until it runs */
+	__type(value, u32);
+} irq_woken SEC(".maps");
+
+/* The RT priority of a task that needs a boost (prio < 100): 99 for SCHED_DEADLINE (prio -1). */
+static __always_inline u32 rt_prio(const struct task_struct *p)
+{
+	int prio = p->prio;
+
+	return prio < 0 ? 99 : MAX_RT_PRIO - 1 - prio;
+}
+
+/* True if this CPU is in a hard interrupt or an NMI, or (softirq) serving a softirq. */
+static __always_inline bool in_irq_ctx(bool softirq)
+{
+	const int *pc;
+	u32 c;
+
+	if (!bpf_ksym_exists(&__preempt_count))
+		return false;
+	pc = bpf_this_cpu_ptr(&__preempt_count);
+	c = *pc;
+	return (c & (HARDIRQ_MASK | NMI_MASK)) || (softirq && (c & SOFTIRQ_OFFSET));
+}
+
+/* RT or DL tasks queued on this CPU (they run before anything else: a switch to one is due). */
+static __always_inline bool rt_queued(u32 cpu)
+{
+	const struct rq *rq;
+
+	if (!bpf_ksym_exists(&runqueues))
+		return false;
+	rq = bpf_per_cpu_ptr(&runqueues, cpu);
+	return rq && (rq->rt.rt_nr_running || rq->dl.dl_nr_running);
+}
+
 static __always_inline struct cosched_stats *stats_get(void)
 {
 	u32 zero = 0;
@@ -87,7 +157,7 @@ static __always_inline u64 hold_ns(struct cpu_state *st)
 }
 
 /* Returns 1 if the agent will see the event (the ring buffer had room). */
-static __always_inline int emit(u32 cpu, u32 want, u32 reason, u32 pid, u64 now)
+static __always_inline int emit(u32 cpu, u32 want, u32 reason, u32 pid, u64 now, struct cpu_state *st)
 {
 	struct cosched_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	struct cosched_stats *s;
@@ -103,6 +173,8 @@ static __always_inline int emit(u32 cpu, u32 want, u32 reason, u32 pid, u64 now)
 	e->want = want;
 	e->reason = reason;
 	e->pid = pid;
+	e->prio = want ? st->prio : 0;
+	e->irq = want ? st->irq : 0;
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	return 1;
 }
@@ -118,8 +190,22 @@ static int idle_timer_cb(void *map, u32 *key, struct cpu_state *st)
 	if (!st->boosted || st->cur_needs)
 		return 0;
 	if (since >= idle_deboost_ns && now >= until_hold) {
-		if (emit(*key, 0, COSCHED_REASON_TIMER, 0, now)) {
+		/* Seed 002 deboosts only once no interrupt is being handled and no RT task is
+		 * pending. This callback runs in the timer's own softirq, after its hard interrupt
+		 * has returned; an RT/DL task queued here (woken by that interrupt, say) gets the
+		 * CPU as soon as this returns, and a deboost now would be followed by a boost. */
+		if (in_irq_ctx(false) || rt_queued(*key)) {
+			s = stats_get();
+			if (s)
+				s->timer_deboosts_deferred++;
+			bpf_timer_start(&st->timer, min_boost_ns, 0);
+			st->timer_armed = 1;
+			return 0;
+		}
+		if (emit(*key, 0, COSCHED_REASON_TIMER, 0, now, st)) {
 			st->boosted = 0;
+			st->prio = 0;
+			st->irq = 0;
 			s = stats_get();
 			if (s)
 				s->timer_deboosts++;
@@ -163,9 +249,13 @@ static __always_inline u32 watch_charge(struct cosched_stats *s, u32 pid, bool b
 }
 
 /* A switch to a task that needs a boost: track the episodes (and their period) of this CPU. */
-static __always_inline void track_episode(struct cpu_state *st, u64 now)
+static __always_inline void track_episode(struct cpu_state *st, u64 now, u32 prio)
 {
-	if (!st->cur_needs) {
+	if (st->cur_needs) {
+		if (prio > st->episode_prio)
+			st->episode_prio = prio;
+	} else {
+		st->episode_prio = prio;
 		/* A new episode: track the period of recurring needs. */
 		if (st->episode_start_ns) {
 			u64 d = now - st->episode_start_ns;
@@ -204,14 +294,61 @@ static __always_inline void maybe_deboost(struct cpu_state *st, struct cosched_s
 	if (!st->boosted)
 		return;
 	if (now >= st->last_need_ns + hold_ns(st)) {
-		if (emit(cpu, 0, COSCHED_REASON_NONE, pid, now)) {
+		if (emit(cpu, 0, COSCHED_REASON_NONE, pid, now, st)) {
 			st->boosted = 0;
+			st->prio = 0;
+			st->irq = 0;
 			s->deboosts++;
 		}
 		return;
 	}
 	/* Still within hold: if no switch comes, the timer deboosts. */
 	arm_idle_timer(st);
+}
+
+/*
+ * The CPU's need priority, at the switch-in of a task that needs a boost with priority `prio`
+ * (woken from an interrupt: `irq`). A higher one replaces it at once; a lower one only once the
+ * current one's hold is over (prio_need_ns is refreshed while a task of that priority runs), as
+ * the boost itself would have ended: the tasks between a periodic RT task's activations do not
+ * lower it. Returns true if the priority changed.
+ */
+static __always_inline bool update_prio(struct cpu_state *st, u32 prio, u32 irq, u64 now)
+{
+	u32 old = st->prio;
+
+	st->cur_prio = prio;
+	if (prio >= old || now >= st->prio_need_ns + hold_ns(st)) {
+		st->prio = prio;
+		st->irq = irq;
+	}
+	if (prio == st->prio)
+		st->prio_need_ns = now;
+	return st->prio != old;
+}
+
+/* An RT task switching out asleep: if it armed an hrtimer_wakeup timer that is still queued, its
+ * wake-up is predicted (the sleeper becomes ASLEEP); otherwise its entry is stale. */
+static __always_inline void note_sleep(struct task_struct *prev, struct cosched_stats *s, u64 now)
+{
+	u32 pid = prev->pid;
+	struct sleeper *sl = bpf_map_lookup_elem(&sleepers, &pid);
+	struct hrtimer *t;
+	u8 state = 0;
+	s64 expires = 0;
+
+	if (!sl || sl->state != COSCHED_SLEEPER_ARMED)
+		return;
+	t = (struct hrtimer *)sl->timer;
+	/* The timer lives on the task's stack (do_nanosleep): read it as untrusted memory. */
+	if (bpf_probe_read_kernel(&state, sizeof(state), &t->state) ||
+	    bpf_probe_read_kernel(&expires, sizeof(expires), &t->_softexpires) || !(state & 1) ||
+	    (u64)expires != sl->wake_ns || sl->wake_ns <= now) {
+		bpf_map_delete_elem(&sleepers, &pid);
+		return;
+	}
+	sl->state = COSCHED_SLEEPER_ASLEEP;
+	s->sleeps_predicted++;
 }
 
 SEC("tp_btf/sched_switch")
@@ -223,6 +360,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	u32 reason = COSCHED_REASON_NONE;
 	u32 pid = next->pid;
 	bool back_from_agent;
+	u32 prio = 0, irq = 0;
 	u64 now;
 
 	if (!st || !s)
@@ -235,8 +373,13 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	 * the task's switch-in, a run longer than the hold deboosted the VM at its very end: the
 	 * guest's clock runs on while the host stalls the vCPU, so under host load one 1 ms
 	 * activation of a real-time task can span its 2 periods + MIN_BOOST_TIME. */
-	if (st->cur_needs)
+	if (st->cur_needs) {
 		st->last_need_ns = now;
+		if (st->cur_prio == st->prio)
+			st->prio_need_ns = now;
+	}
+	if (hrtimer_wakeup_addr && !preempt && prev->prio < MAX_RT_PRIO && prev->__state != 0 /* TASK_RUNNING */)
+		note_sleep(prev, s, now);
 	/* The agent's own wake-ups say nothing about the guest's needs. */
 	if (agent_tgid && next->tgid == agent_tgid) {
 		st->agent_victim = prev->pid;
@@ -247,17 +390,31 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	st->agent_victim = 0;
 
 	if (next->prio < MAX_RT_PRIO) {
+		u32 *woken = bpf_map_lookup_elem(&irq_woken, &pid);
+
 		reason = COSCHED_REASON_RT;
 		s->need_rt++;
+		prio = rt_prio(next);
+		if (woken) {
+			irq = 1;
+			bpf_map_delete_elem(&irq_woken, &pid);
+		}
 	} else {
 		reason = watch_charge(s, pid, back_from_agent);
 	}
 
 	if (reason != COSCHED_REASON_NONE) {
-		track_episode(st, now);
-		if (!st->boosted && emit(cpu, 1, reason, pid, now)) {
-			st->boosted = 1;
-			s->boosts++;
+		bool changed;
+
+		track_episode(st, now, prio);
+		changed = update_prio(st, prio, irq, now);
+		if (!st->boosted) {
+			if (emit(cpu, 1, reason, pid, now, st)) {
+				st->boosted = 1;
+				s->boosts++;
+			}
+		} else if (changed && emit(cpu, 1, COSCHED_REASON_PRIO, pid, now, st)) {
+			s->prio_changes++;
 		}
 		return 0;
 	}
@@ -291,5 +448,72 @@ int BPF_PROG(on_wakeup, struct task_struct *p)
 	/* A wake-up ends a sleep the task chose (I/O, timer): it stays interactive. */
 	if (cnt && *cnt < watch_count)
 		__sync_fetch_and_add(cnt, 1);
+	return 0;
+}
+
+/*
+ * In the waker's context (sched_wakeup may run in the IPI that queues a remote wake-up): an RT
+ * task woken from an interrupt handler is marked until it runs; a sleeper woken before its timer
+ * is a withdrawn prediction.
+ */
+SEC("tp_btf/sched_waking")
+int BPF_PROG(on_waking, struct task_struct *p)
+{
+	u32 pid = p->pid;
+	struct sleeper *sl;
+	struct cosched_stats *s;
+	u32 one = 1;
+	u64 now;
+
+	if (p->prio < MAX_RT_PRIO) {
+		if (in_irq_ctx(true)) {
+			bpf_map_update_elem(&irq_woken, &pid, &one, BPF_ANY);
+			s = stats_get();
+			if (s)
+				s->irq_wakeups++;
+		} else {
+			bpf_map_delete_elem(&irq_woken, &pid);
+		}
+	}
+	if (!hrtimer_wakeup_addr)
+		return 0;
+	sl = bpf_map_lookup_elem(&sleepers, &pid);
+	if (!sl)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (sl->state == COSCHED_SLEEPER_ASLEEP && now < sl->wake_ns) {
+		u32 cpu = bpf_get_smp_processor_id();
+		struct cpu_state *st = bpf_map_lookup_elem(&cpu_states, &cpu);
+
+		s = stats_get();
+		if (s)
+			s->withdrawals++;
+		if (st)
+			emit(cpu, st->boosted, COSCHED_REASON_WITHDRAW, pid, now, st);
+	}
+	bpf_map_delete_elem(&sleepers, &pid);
+	return 0;
+}
+
+/* An RT task arms its wake-up timer (do_nanosleep, schedule_hrtimeout): remember its expiry. Only
+ * CLOCK_MONOTONIC timers: their expiry is in bpf_ktime_get_ns()'s time. */
+SEC("tp_btf/hrtimer_start")
+int BPF_PROG(on_hrtimer_start, struct hrtimer *t)
+{
+	struct task_struct *cur;
+	struct sleeper sl = {};
+	u32 pid;
+
+	if (!hrtimer_wakeup_addr || (u64)t->function != hrtimer_wakeup_addr)
+		return 0;
+	cur = bpf_get_current_task_btf();
+	if (cur->prio >= MAX_RT_PRIO || !t->base || t->base->clockid != CLOCK_MONOTONIC)
+		return 0;
+	pid = cur->pid;
+	sl.wake_ns = t->_softexpires;
+	sl.timer = (u64)t;
+	sl.prio = rt_prio(cur);
+	sl.state = COSCHED_SLEEPER_ARMED;
+	bpf_map_update_elem(&sleepers, &pid, &sl, BPF_ANY);
 	return 0;
 }

@@ -4,7 +4,7 @@
  * of truth for their layout. The Rust side never copies a layout or an offset: it uses the types
  * libbpf-cargo generates from the program's BTF into the skeleton's `types` module. A type is
  * generated only if a map or a global refers to it, so each one here is referred to by one
- * (cpu_states, stats, and the `cosched_event_type` global in cosched.bpf.c).
+ * (cpu_states, stats, sleepers, and the `cosched_event_type` global in cosched.bpf.c).
  *
  * The agent reads map values and ring-buffer records into these types as raw bytes, so every
  * field must accept any bit pattern: integers, arrays of them, enums (4 bytes), opaque kernel
@@ -19,6 +19,9 @@ enum cosched_reason {
 	COSCHED_REASON_RT = 1,		/* an RT/DL task (prio < 100) was switched in */
 	COSCHED_REASON_WATCHED = 2,	/* a watched (new or interactive) task was switched in */
 	COSCHED_REASON_TIMER = 3,	/* deboost by the no-switch timer (a lone CPU hog) */
+	COSCHED_REASON_PRIO = 4,	/* a boosted CPU's need changed priority (want stays 1) */
+	COSCHED_REASON_WITHDRAW = 5,	/* a predicted RT wake-up will not come (the task woke early):
+					 * not a transition, want is the CPU's boosted flag */
 };
 
 /* One transition of one CPU, sent through the ring buffer. */
@@ -27,7 +30,10 @@ struct cosched_event {
 	unsigned int cpu;
 	unsigned int want;		/* 1 boost, 0 deboost */
 	enum cosched_reason reason;	/* 4 bytes, like the unsigned int it replaces */
-	unsigned int pid;		/* the task switched in */
+	unsigned int pid;		/* the task switched in (WITHDRAW: the task woken early) */
+	unsigned int prio;		/* want 1: the CPU's need priority (RT 1..99, DEADLINE 99, 0 for
+					 * a watched task) */
+	unsigned int irq;		/* want 1: that need's task was woken from an interrupt */
 };
 
 /* Counters, per CPU (summed by the agent). */
@@ -41,6 +47,29 @@ struct cosched_stats {
 	unsigned long long watch_added;
 	unsigned long long events_dropped;
 	unsigned long long watch_agent_returns;	/* victim -> agent -> victim: not charged */
+	unsigned long long prio_changes;	/* a boosted CPU's need priority changed (events) */
+	unsigned long long irq_wakeups;		/* RT tasks woken from an interrupt handler */
+	unsigned long long sleeps_predicted;	/* RT tasks gone to sleep on an armed hrtimer */
+	unsigned long long withdrawals;		/* ... of which woken before their timer */
+	unsigned long long timer_deboosts_deferred;	/* the no-switch timer found an RT/DL task
+							 * queued or an interrupt under way */
+};
+
+/* Where a sleeper stands (sleeper.state). */
+enum cosched_sleeper_state {
+	COSCHED_SLEEPER_ARMED = 1,	/* it started an hrtimer_wakeup timer, not asleep yet */
+	COSCHED_SLEEPER_ASLEEP = 2,	/* it switched out asleep with that timer queued */
+};
+
+/*
+ * An RT task's armed wake-up timer (value of the sleepers hash map, key: its pid). The agent
+ * reads the ASLEEP ones: the earliest wake_ns is the guest's next predicted RT wake-up.
+ */
+struct sleeper {
+	unsigned long long wake_ns;	/* the timer's (soft) expiry, CLOCK_MONOTONIC */
+	unsigned long long timer;	/* the struct hrtimer's address, to check it is still queued */
+	unsigned int prio;		/* the task's RT priority when it armed it */
+	enum cosched_sleeper_state state;
 };
 
 /*
@@ -60,7 +89,12 @@ struct cpu_state {
 	unsigned int timer_armed;
 	unsigned int timer_ready;
 	unsigned int agent_victim;	/* the task the agent preempted, if the agent runs now */
+	unsigned int prio;		/* the CPU's need priority (reported in events, see on_switch) */
+	unsigned int irq;		/* that need's task was woken from an interrupt */
+	unsigned int cur_prio;		/* priority of the need of the task switched in last */
+	unsigned int episode_prio;	/* highest priority seen in the current episode */
 	unsigned int pad;		/* bpf_timer must be 8-byte aligned */
+	unsigned long long prio_need_ns;	/* last time a need of priority `prio` was on the CPU */
 	struct bpf_timer timer;
 };
 

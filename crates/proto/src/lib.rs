@@ -438,8 +438,9 @@ pub mod cpu {
 /// The value of a `WAKE` frame: bits 0-31 the delay in µs from when the guest sends the frame to
 /// its next real-time wake-up (0: the guest withdraws its prediction), bits 32-39 the RT
 /// priority (0..=99) of the task that wakes. The other bits are 0. Delays are relative, so the
-/// two sides' clocks need not agree; the host corrects for the frame's travel time (see the
-/// README). The host answers `ACK` with the delay it will boost after, or `DENY(cpu: ...)`.
+/// two sides' clocks need not agree; the agent subtracts half its measured round trip (the
+/// frame's travel) before sending. The host answers `ACK` with the delay it will boost after,
+/// or `DENY(cpu: ...)`.
 pub mod wake {
     pub fn encode(delay_us: u32, priority: u8) -> u64 {
         delay_us as u64 | (priority.min(super::cpu::MAX_GUEST_PRIORITY) as u64) << 32

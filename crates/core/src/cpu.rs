@@ -68,8 +68,9 @@ impl ResourcePolicy for CpuPolicy {
         Resource::Cpu
     }
 
-    fn admit(&mut self, _vm: VmId, facts: VmFacts, value: u64, _now: u64) -> Result<u64, DenyReason> {
-        if self.boosted_vcpus + facts.vcpus > self.capacity {
+    fn admit(&mut self, vm: VmId, facts: VmFacts, value: u64, _now: u64) -> Result<u64, DenyReason> {
+        // A boosted VM asking again (a new priority) already holds its vCPUs' share.
+        if !self.boosted.contains_key(&vm) && self.boosted_vcpus + facts.vcpus > self.capacity {
             return Err(DenyReason::HostReserve);
         }
         Ok(value)

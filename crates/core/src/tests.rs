@@ -346,6 +346,12 @@ fn host_reserve_limits_boosted_vcpus_across_vms() {
     assert_eq!(sends(&out).last(), Some(&Frame::deny_for(2, CPU, DenyReason::HostReserve)), "2 + 2 > 3");
     assert_eq!(c.vm(b).unwrap().slots[&CPU].counters.denied["host_reserve"], 1);
     assert_eq!(c.figures(CPU), vec![("boost_capacity_vcpus", 3), ("boosted_vcpus", 2)]);
+    // A, at capacity with B's vCPUs refused, names a new guest priority while boosted: its own
+    // vCPUs are already counted, so it is not refused, and nothing is counted twice.
+    let need = cosched_proto::cpu::Need { priority: 80, irq: false };
+    c.frame(a, Frame::cpu_rt(4, need), 0, &mut out);
+    assert_eq!(sends(&out).last().unwrap().kind, cosched_proto::Kind::Ack, "{out:?}");
+    assert_eq!(c.figures(CPU), vec![("boost_capacity_vcpus", 3), ("boosted_vcpus", 2)]);
     // Once A deboosts, B fits.
     c.frame(a, Frame::cpu(3, false), 0, &mut out);
     c.frame(b, Frame::cpu(3, true), 0, &mut out);

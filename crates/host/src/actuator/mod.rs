@@ -491,24 +491,32 @@ impl VmThreads {
         out
     }
 
-    /// One actuator to `level`: persist what it may set, then set it.
-    fn act(&mut self, env: &mut Host, i: usize, level: Level, priority: u8, out: &mut Outcome) {
-        let p = self.actuators[i].prepare(env, &self.threads, level, priority, out);
-        if p.changed {
+    /// Saves the VM's record before a change (`changed`: an entry moved; `sets`: something is
+    /// about to be set). False when that failed: then nothing may be changed, and the level
+    /// stays what was asked, so the next refresh tries again.
+    fn persist(&mut self, env: &mut Host, changed: bool, sets: bool, out: &mut Outcome) -> bool {
+        if changed {
             self.persisted = false;
         }
-        // Persist before changing anything. If that fails nothing is changed; the level stays
-        // what was asked, so the next refresh tries again.
-        if p.sets && !self.persisted {
+        if sets && !self.persisted {
             if let Err(e) = env.store.save(&self.record()) {
                 out.errors.push(format!(
                     "{}: not changing anything: cannot save original settings in {}: {e}",
                     self.name,
                     env.store.path().display()
                 ));
-                return;
+                return false;
             }
             self.persisted = true;
+        }
+        true
+    }
+
+    /// One actuator to `level`: persist what it may set, then set it.
+    fn act(&mut self, env: &mut Host, i: usize, level: Level, priority: u8, out: &mut Outcome) {
+        let p = self.actuators[i].prepare(env, &self.threads, level, priority, out);
+        if !self.persist(env, p.changed, p.sets, out) {
+            return;
         }
         let mut gone = Vec::new();
         self.actuators[i].apply(env, out, &mut gone);
@@ -567,19 +575,9 @@ impl VmThreads {
                 .and_then(|a| a.sched_original(tid))
         };
         let p = self.statics.prepare(env, &self.threads, &plan, &base);
-        if p.changed {
-            self.persisted = false;
-        }
-        if (p.sets || self.statics.active()) && !self.persisted {
-            if let Err(e) = env.store.save(&self.record()) {
-                out.errors.push(format!(
-                    "{}: not changing anything: cannot save original settings in {}: {e}",
-                    self.name,
-                    env.store.path().display()
-                ));
-                return;
-            }
-            self.persisted = true;
+        let undoing = self.statics.active();
+        if !self.persist(env, p.changed, p.sets || undoing, out) {
+            return;
         }
         let mut gone = Vec::new();
         let changed = self.statics.apply(env, out, &mut gone);

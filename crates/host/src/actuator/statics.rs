@@ -381,13 +381,6 @@ impl StaticActuator {
         }
     }
 
-    /// Takes in the static layer a previous daemon left (a restore that failed).
-    pub fn resume(&mut self, entries: &[Entry]) {
-        // The threads are read afresh at the next prepare; a leftover record is restored by
-        // the daemon before the VM is adopted, so there is nothing of ours on them to keep.
-        let _ = entries;
-    }
-
     /// Everything was put back.
     pub fn restored(&mut self) {
         self.plan = StaticPlan::default();

@@ -65,9 +65,18 @@ struct {
 } feas_msgs SEC(".maps");
 
 /* Per CPU: how deep in timer callbacks and in interrupt handlers this CPU is. */
+/* Which contexts a CPU is in, one bit each: each kind does not nest with itself on a CPU
+ * (hrtimer callbacks run in hard interrupt context, timer_list callbacks in the timer softirq,
+ * and neither softirqs nor hard interrupts nest with their own kind), so a bit set at entry and
+ * cleared at exit needs no depth. A missed exit (a program attached between the two, or not run
+ * while another BPF program ran on the CPU) then lasts only until that kind's next exit; a depth
+ * counter stayed wrong for good, and every later wake-up on that CPU looked like a timer's. */
+enum { CTX_HRTIMER = 1, CTX_TIMER = 2, CTX_SOFTIRQ = 4, CTX_HARDIRQ = 8 };
+#define CTX_TIMERS (CTX_HRTIMER | CTX_TIMER)
+#define CTX_IRQS (CTX_SOFTIRQ | CTX_HARDIRQ)
+
 struct cpu_ctx {
-	u32 timer;
-	u32 irq;
+	u32 in;
 };
 
 struct {
@@ -104,28 +113,20 @@ static __always_inline struct cpu_ctx *ctx_here(void)
 	return bpf_map_lookup_elem(&cpu_ctx, &zero);
 }
 
-static __always_inline void enter(bool timer)
+static __always_inline void enter(u32 kind)
 {
 	struct cpu_ctx *c = ctx_here();
 
-	if (!c)
-		return;
-	if (timer)
-		c->timer++;
-	else
-		c->irq++;
+	if (c)
+		c->in |= kind;
 }
 
-static __always_inline void leave(bool timer)
+static __always_inline void leave(u32 kind)
 {
 	struct cpu_ctx *c = ctx_here();
 
-	if (!c)
-		return;
-	if (timer && c->timer)
-		c->timer--;
-	else if (!timer && c->irq)
-		c->irq--;
+	if (c)
+		c->in &= ~kind;
 }
 
 static __always_inline void send(enum feas_msg_kind kind, s32 tgid, u64 now)
@@ -226,11 +227,11 @@ static __always_inline void on_waking(struct task_struct *p)
 	c = ctx_here();
 	if (!st || !c)
 		return;
-	if (c->timer) {
+	if (c->in & CTX_TIMERS) {
 		st->timer++;
 		return;
 	}
-	if (!c->irq) {
+	if (!(c->in & CTX_IRQS)) {
 		cur = bpf_get_current_pid_tgid();
 		if ((s32)(cur >> 32) == tgid) {
 			s32 waker = (u32)cur;
@@ -328,56 +329,56 @@ int BPF_PROG(btf_switch, bool preempt, struct task_struct *prev, struct task_str
 SEC("tp_btf/hrtimer_expire_entry")
 int BPF_PROG(btf_hrtimer_entry)
 {
-	enter(true);
+	enter(CTX_HRTIMER);
 	return 0;
 }
 
 SEC("tp_btf/hrtimer_expire_exit")
 int BPF_PROG(btf_hrtimer_exit)
 {
-	leave(true);
+	leave(CTX_HRTIMER);
 	return 0;
 }
 
 SEC("tp_btf/timer_expire_entry")
 int BPF_PROG(btf_timer_entry)
 {
-	enter(true);
+	enter(CTX_TIMER);
 	return 0;
 }
 
 SEC("tp_btf/timer_expire_exit")
 int BPF_PROG(btf_timer_exit)
 {
-	leave(true);
+	leave(CTX_TIMER);
 	return 0;
 }
 
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(btf_softirq_entry)
 {
-	enter(false);
+	enter(CTX_SOFTIRQ);
 	return 0;
 }
 
 SEC("tp_btf/softirq_exit")
 int BPF_PROG(btf_softirq_exit)
 {
-	leave(false);
+	leave(CTX_SOFTIRQ);
 	return 0;
 }
 
 SEC("tp_btf/irq_handler_entry")
 int BPF_PROG(btf_irq_entry)
 {
-	enter(false);
+	enter(CTX_HARDIRQ);
 	return 0;
 }
 
 SEC("tp_btf/irq_handler_exit")
 int BPF_PROG(btf_irq_exit)
 {
-	leave(false);
+	leave(CTX_HARDIRQ);
 	return 0;
 }
 
@@ -400,56 +401,56 @@ int BPF_PROG(raw_switch, bool preempt, struct task_struct *prev, struct task_str
 SEC("raw_tp/hrtimer_expire_entry")
 int BPF_PROG(raw_hrtimer_entry)
 {
-	enter(true);
+	enter(CTX_HRTIMER);
 	return 0;
 }
 
 SEC("raw_tp/hrtimer_expire_exit")
 int BPF_PROG(raw_hrtimer_exit)
 {
-	leave(true);
+	leave(CTX_HRTIMER);
 	return 0;
 }
 
 SEC("raw_tp/timer_expire_entry")
 int BPF_PROG(raw_timer_entry)
 {
-	enter(true);
+	enter(CTX_TIMER);
 	return 0;
 }
 
 SEC("raw_tp/timer_expire_exit")
 int BPF_PROG(raw_timer_exit)
 {
-	leave(true);
+	leave(CTX_TIMER);
 	return 0;
 }
 
 SEC("raw_tp/softirq_entry")
 int BPF_PROG(raw_softirq_entry)
 {
-	enter(false);
+	enter(CTX_SOFTIRQ);
 	return 0;
 }
 
 SEC("raw_tp/softirq_exit")
 int BPF_PROG(raw_softirq_exit)
 {
-	leave(false);
+	leave(CTX_SOFTIRQ);
 	return 0;
 }
 
 SEC("raw_tp/irq_handler_entry")
 int BPF_PROG(raw_irq_entry)
 {
-	enter(false);
+	enter(CTX_HARDIRQ);
 	return 0;
 }
 
 SEC("raw_tp/irq_handler_exit")
 int BPF_PROG(raw_irq_exit)
 {
-	leave(false);
+	leave(CTX_HARDIRQ);
 	return 0;
 }
 

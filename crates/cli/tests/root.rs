@@ -575,9 +575,9 @@ fn deadline_and_nice_boost_classes_on_the_real_kernel() {
     eprintln!(
         "SCHED_DEADLINE {DL_RUNTIME_US}/{DL_PERIOD_US} µs {}",
         if admitted {
-            "admitted by this kernel now: checking the boost"
+            "admitted by this kernel at the probe"
         } else {
-            "refused by admission control on this host now (leaked bandwidth?): checking the refusal path"
+            "refused by admission control on this host at the probe (leaked bandwidth?)"
         }
     );
     let reservation = format!("SCHED_DEADLINE {DL_RUNTIME_US}/{DL_PERIOD_US}/{DL_PERIOD_US} us|RESET_ON_FORK");
@@ -590,8 +590,11 @@ fn deadline_and_nice_boost_classes_on_the_real_kernel() {
         vm.register();
         vm.request(Kind::Cpu, 1);
         let vcpu = sched::get(vm.tid("CPU 0/TCG")).unwrap();
-        if class == "deadline" && !admitted {
-            // The daemon must say why and leave the thread as it was.
+        // Which path is taken is the kernel's decision at the daemon's request: leaked
+        // bandwidth comes and goes (seen in CI: refused at the probe, admitted a moment later).
+        if class == "deadline" && vcpu.policy != sched::SCHED_DEADLINE {
+            // The daemon must say why (admission control, nothing else) and leave the thread
+            // as it was.
             assert_eq!(vcpu.to_string(), "SCHED_OTHER nice 0");
             wait_for("the admission error in the log", Duration::from_secs(3), || {
                 std::fs::read_to_string(&d.log)

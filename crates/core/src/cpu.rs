@@ -68,8 +68,10 @@ impl ResourcePolicy for CpuPolicy {
         Resource::Cpu
     }
 
-    fn admit(&mut self, _vm: VmId, facts: VmFacts, value: u64, _now: u64) -> Result<u64, DenyReason> {
-        if self.boosted_vcpus + facts.vcpus > self.capacity {
+    fn admit(&mut self, vm: VmId, facts: VmFacts, value: u64, _now: u64) -> Result<u64, DenyReason> {
+        // A VM boosted already (asking for a new priority) holds its vCPUs: not counted twice.
+        let held = self.boosted.get(&vm).copied().unwrap_or(0);
+        if self.boosted_vcpus - held + facts.vcpus > self.capacity {
             return Err(DenyReason::HostReserve);
         }
         Ok(value)

@@ -430,7 +430,8 @@ pub mod cpu {
     }
 
     pub(crate) fn valid(value: u64) -> bool {
-        value == 0 || (value & !(0xff01 | IRQ) == 0 && value & 1 == 1 && (value >> 8 & 0xff) <= MAX_GUEST_PRIORITY as u64)
+        value == 0
+            || (value & !(0xff01 | IRQ) == 0 && value & 1 == 1 && (value >> 8 & 0xff) <= MAX_GUEST_PRIORITY as u64)
     }
 }
 

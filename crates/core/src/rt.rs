@@ -60,8 +60,9 @@ pub enum PriorityMap {
 pub struct RtConfig {
     pub priority_map: PriorityMap,
     /// Highest host priority a guest's priority maps to, unless set per VM (1..=98; it and
-    /// `other_threads_priority_offset` must stay below `daemon_priority`).
-    pub rt_ceiling: u8,
+    /// `other_threads_priority_offset` must stay below `daemon_priority`). Unset:
+    /// [`DEFAULT_CEILING`], or lower if the daemon's own priority is lower.
+    pub rt_ceiling: Option<u8>,
     /// Whether `WAKE` is honoured (else `DENY(cpu: unsupported)`).
     pub predict: bool,
     /// The least time a predicted boost comes before the predicted wake-up.
@@ -81,9 +82,9 @@ impl Default for RtConfig {
     fn default() -> Self {
         RtConfig {
             priority_map: PriorityMap::Same,
-            rt_ceiling: 49,
+            rt_ceiling: None,
             predict: true,
-            predict_lead_min_us: 200,
+            predict_lead_min_us: 500,
             predict_lead_max_us: 2_000,
             predict_hold_us: 2_000,
             predict_max_delay_ms: 1_000,
@@ -92,9 +93,20 @@ impl Default for RtConfig {
     }
 }
 
+/// The ceiling when `[rt] rt_ceiling` is not set: below the kernel's threaded interrupt handlers
+/// (`SCHED_FIFO` 50), so that a guest cannot hold off the host's interrupts.
+pub const DEFAULT_CEILING: u8 = 49;
+
 impl RtConfig {
+    /// The global ceiling in force.
+    pub fn ceiling(&self) -> u8 {
+        self.rt_ceiling.unwrap_or(DEFAULT_CEILING)
+    }
+
     pub fn validate(&self) -> Result<(), String> {
-        check_priority("[rt] rt_ceiling", self.rt_ceiling)?;
+        if let Some(c) = self.rt_ceiling {
+            check_priority("[rt] rt_ceiling", c)?;
+        }
         if self.predict_lead_min_us > self.predict_lead_max_us {
             return Err(format!(
                 "[rt] predict_lead_min_us = {} must be at most predict_lead_max_us = {}",
@@ -216,6 +228,9 @@ enum State {
 struct Prediction {
     /// When the guest's wake-up is due (host time: arrival of the `WAKE` + its delay).
     due: u64,
+    /// When the boost should be in force: `due - lead`.
+    target: u64,
+    /// When the host acts: `target` less how late the daemon's timer usually is.
     start: u64,
     end: u64,
     priority: u8,
@@ -232,8 +247,11 @@ struct RtVm {
     lead_ns: u64,
     /// `e = arrival of the confirming CPU 1 - due`, ns.
     errors: Samples,
-    /// Planned vs applied, ns (measured by the daemon after its actuators ran).
+    /// Applied vs the target (`due - lead`), ns, measured by the daemon after its actuators ran.
     late: Samples,
+    /// Applied vs when the host acted (the daemon's own wake-up and actuation), ns: the host
+    /// acts this much (its median) before the target.
+    act: Samples,
     /// Unconfirmed predicted boost time over the CPU's budget window.
     unconfirmed: OnTime,
     counters: PredictCounters,
@@ -247,8 +265,8 @@ pub struct Rt {
     ceilings: BTreeMap<String, u8>,
     vms: BTreeMap<VmId, RtVm>,
     deadlines: BTreeSet<(u64, VmId)>,
-    /// Predicted boosts started since the daemon last asked: (VM, planned start).
-    started: Vec<(VmId, u64)>,
+    /// Predicted boosts started since the daemon last asked: (VM, target, acted at).
+    started: Vec<(VmId, u64, u64)>,
     window_ns: u64,
 }
 
@@ -269,7 +287,7 @@ impl Rt {
     }
 
     pub fn ceiling(&self, name: &str) -> u8 {
-        self.ceilings.get(name).copied().unwrap_or(self.cfg.rt_ceiling)
+        self.ceilings.get(name).copied().unwrap_or(self.cfg.ceiling())
     }
 
     fn vm(&mut self, id: VmId) -> &mut RtVm {
@@ -280,6 +298,7 @@ impl Rt {
             lead_ns: lead,
             errors: Samples::default(),
             late: Samples::default(),
+            act: Samples::default(),
             unconfirmed: OnTime::new(w),
             counters: PredictCounters::default(),
         })
@@ -509,9 +528,16 @@ impl Coordinator {
         }
         let v = self.rt.vm(id);
         let due = now + delay;
-        let start = due.saturating_sub(v.lead_ns).max(now);
+        let target = due.saturating_sub(v.lead_ns).max(now);
+        // Once a few are known (the first boost of a VM also writes its state record).
+        let act = match v.act.count {
+            n if n < 8 => 0,
+            _ => v.act.quantile(0.5).unwrap_or(0).clamp(0, (cfg.predict_lead_max_us * US) as i64) as u64,
+        };
+        let start = target.saturating_sub(act).max(now);
         let p = Prediction {
             due,
+            target,
             start,
             end: due + cfg.predict_hold_us * US,
             priority,
@@ -523,7 +549,7 @@ impl Coordinator {
         if start <= now {
             self.start_prediction(id, now, out);
         }
-        Ok(start - now)
+        Ok(target - now)
     }
 
     /// A prediction's start: boost the CPU slot unless the guest holds it already.
@@ -541,7 +567,7 @@ impl Coordinator {
                 let v = self.rt.vm(id);
                 v.counters.applied += 1;
                 v.pred.as_mut().expect("some").state = State::Applied(now);
-                self.rt.started.push((id, p.start));
+                self.rt.started.push((id, p.target, p.start));
                 self.rt.set_deadline(id, Some(p.end));
             }
             Err(_) => {
@@ -599,9 +625,10 @@ impl Coordinator {
         }
     }
 
-    /// Predicted boosts started since the last call: (VM, planned start). The daemon measures
-    /// when its actuators were done and reports it with [`Coordinator::predict_applied`].
-    pub fn predicted_starts(&mut self) -> Vec<(VmId, u64)> {
+    /// Predicted boosts started since the last call: (VM, target, planned start).
+    /// The daemon measures when its actuators were done and reports it with
+    /// [`Coordinator::predict_applied`].
+    pub fn predicted_starts(&mut self) -> Vec<(VmId, u64, u64)> {
         std::mem::take(&mut self.rt.started)
     }
 
@@ -609,10 +636,15 @@ impl Coordinator {
         !self.rt.started.is_empty()
     }
 
-    /// A predicted boost planned for `planned` was applied at `applied`.
-    pub fn predict_applied(&mut self, id: VmId, planned: u64, applied: u64) {
+    /// A predicted boost with `target` and planned `start` (see
+    /// [`Coordinator::predicted_starts`]) was in force at `applied`. `applied - start` is what the
+    /// host takes to act on a deadline (its timer's lateness and the actuators): later
+    /// predictions start that much (its median over the last samples, once there are 8: robust to the
+    /// odd hiccup) before their target.
+    pub fn predict_applied(&mut self, id: VmId, target: u64, start: u64, applied: u64) {
         if let Some(v) = self.rt.vms.get_mut(&id) {
-            v.late.push(applied as i64 - planned as i64);
+            v.late.push(applied as i64 - target as i64);
+            v.act.push(applied as i64 - start as i64);
         }
     }
 

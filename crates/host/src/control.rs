@@ -32,6 +32,11 @@ pub enum Request {
         vm: String,
         priority: u8,
     },
+    /// The highest host priority the VM's guest priorities map to (`[rt]`).
+    Ceiling {
+        vm: String,
+        ceiling: u8,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

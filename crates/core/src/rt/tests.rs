@@ -109,7 +109,7 @@ fn applies(actions: &[Action]) -> Vec<(Level, u64)> {
 }
 
 fn rt(map: PriorityMap, ceiling: u8) -> RtConfig {
-    RtConfig { priority_map: map, rt_ceiling: ceiling, ..RtConfig::default() }
+    RtConfig { priority_map: map, rt_ceiling: Some(ceiling), ..RtConfig::default() }
 }
 
 const fn grant(p: u8) -> u64 {
@@ -219,8 +219,8 @@ fn a_prediction_boosts_at_t_plus_d_minus_lead_is_confirmed_and_ended_by_cpu_0() 
     assert_eq!(log.len(), 1, "{log:?}");
     assert_eq!(log[0].0, 29_800_000);
     assert!(matches!(log[0].1, Action::Apply { level: Level::Boosted, value, .. } if value == grant(49)));
-    assert_eq!(s.c.predicted_starts(), [(VM, 29_800_000)]);
-    s.c.predict_applied(VM, 29_800_000, 29_830_000);
+    assert_eq!(s.c.predicted_starts(), [(VM, 29_800_000, 29_800_000)]);
+    s.c.predict_applied(VM, 29_800_000, 29_800_000, 29_830_000);
     // The guest wakes 50 µs after the predicted time: its CPU 1 confirms; the slot is boosted.
     let out = s.send(Kind::Cpu, Need { priority: 80, irq: false }.encode());
     assert_eq!(applies(&out), [], "already boosted at that priority");
@@ -380,6 +380,28 @@ fn the_lead_adapts_to_guests_that_wake_early() {
     s.now += 8 * MS; // 2 ms early: a confirmation
     s.cpu_rt(50);
     assert_eq!(s.st().lead_us, 2_000.0);
+}
+
+#[test]
+fn the_host_acts_early_by_what_it_takes_to_apply_a_boost() {
+    let mut s = Sim::new(predict());
+    for i in 0..12u64 {
+        let t = s.now;
+        s.wake(10_000, 0);
+        s.advance(t + 10 * MS);
+        let starts = s.c.predicted_starts();
+        assert_eq!(starts.len(), 1);
+        let (_, target, start) = starts[0];
+        assert_eq!(target, t + 9_800_000);
+        // The first 8 are planned at their target; once the host has seen itself take 100 µs
+        // (but 1 ms once), it acts 100 µs before the target.
+        let expect = if i < 8 { 0 } else { 100_000 };
+        assert_eq!(target - start, expect, "round {i}");
+        s.c.predict_applied(VM, target, start, start + if i == 3 { 1_000_000 } else { 100_000 });
+        s.advance(t + 20 * MS);
+    }
+    let st = s.st();
+    assert_eq!(st.predict_apply_late_us.count, 12);
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod clients;
 mod discovery;
 mod events;
 mod os;
+mod predict;
 mod status;
 mod vms;
 
@@ -41,7 +42,8 @@ use self::discovery::Discovery;
 use self::events::EventBoost;
 use self::vms::{VmEntry, Vms};
 use crate::actuator::{
-    weight_hierarchy, Actuator, CpuActuator, Host, IoActuator, IoLever, Outcome, RealSched, WeightHierarchy,
+    actuator_priority, weight_hierarchy, Actuator, CpuActuator, Host, IoActuator, IoLever, Outcome, RealSched,
+    WeightHierarchy,
 };
 use crate::config::HostConfig;
 use crate::control::{Reply, Request};
@@ -56,6 +58,7 @@ const CONTROL: Token = Token(2);
 const METRICS: Token = Token(3);
 const THREADS: Token = Token(4);
 const FEAS: Token = Token(5);
+const TIMER: Token = Token(6);
 /// Reads of 4 KiB from one VM per wake-up: a guest that floods its channel cannot keep the
 /// loop from enforcing budgets, the guard, other VMs and signals; the rest is read next round.
 const READS_PER_WAKEUP: usize = 8;
@@ -111,6 +114,8 @@ pub struct Daemon {
     io: Result<Option<WeightHierarchy>, String>,
     /// Event boosting (FEAS), or why it does not run here.
     events: Result<EventBoost, String>,
+    /// Wakes the loop at the coordinator's next deadline to the µs (predicted boosts).
+    timer: Option<predict::DeadlineTimer>,
     _lock: fs::File,
 }
 
@@ -136,6 +141,9 @@ impl Daemon {
         let (zero, start) = (cosched_hostbpf::feas::monotonic_ns(), Instant::now());
         let events = event_support(&cfg, &poll, zero);
         let coord = coordinator(&cfg, io.is_ok(), events.is_ok());
+        let timer = predict::DeadlineTimer::open(&poll, TIMER, zero)
+            .map_err(|e| warn!("timerfd: {e}: deadlines fall back to epoll's 1 ms resolution"))
+            .ok();
         info!(
             "watching {} for VM sockets; control socket {}; coordination {}",
             cfg.socket_dir.display(),
@@ -178,6 +186,7 @@ impl Daemon {
             next_refresh_ns: 0,
             io,
             events,
+            timer,
             _lock: lock,
         })
     }
@@ -222,6 +231,9 @@ impl Daemon {
         while !self.shutdown {
             let wait = self.next_wakeup().saturating_sub(self.now());
             let timeout = if self.backlog.is_empty() { Duration::from_nanos(wait) } else { Duration::ZERO };
+            if let Some(t) = self.timer.as_mut() {
+                t.arm(self.coord.next_deadline());
+            }
             match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -242,6 +254,7 @@ impl Daemon {
             for ev in events.iter() {
                 match ev.token() {
                     THREADS => {}
+                    TIMER => self.timer.iter_mut().for_each(predict::DeadlineTimer::fired),
                     FEAS => self.on_feas(),
                     INOTIFY => {
                         let opened = self.channels.on_inotify(now, &self.host.procfs);
@@ -501,11 +514,18 @@ impl Daemon {
                     }
                     self.cost.encode_ns += ns_since(t);
                 }
-                Action::Apply { vm, resource, level, priority, .. } => {
+                Action::Apply { vm, resource, level, value, priority } => {
+                    // An RT co-scheduling grant carries its own priority (`actuator::class`).
+                    let priority =
+                        if resource == Resource::Cpu { actuator_priority(value, priority) } else { priority };
                     self.apply(vm.0 as usize, resource, level, priority, rx_ns);
                     self.cost.actuate_ns += ns_since(t);
                 }
             }
+        }
+        if self.coord.has_predicted_starts() {
+            let now = self.now();
+            predict::note_applied(&mut self.coord, now);
         }
     }
 
@@ -663,6 +683,7 @@ impl Daemon {
             Request::Enable { vm, resource } => self.switch(vm, resource, true, &mut actions),
             Request::Disable { vm, resource } => self.switch(vm, resource, false, &mut actions),
             Request::Priority { vm, priority } => self.set_priority(&vm, priority, &mut actions),
+            Request::Ceiling { vm, ceiling } => self.set_ceiling(&vm, ceiling, &mut actions),
         };
         self.execute(&mut actions, None);
         for token in self.vms.tokens() {
@@ -707,6 +728,19 @@ impl Daemon {
         self.vm_command(key, actions, |coord, id, actions| {
             coord.set_vm_priority(id, priority, actions).map_err(Error::Refused)
         })
+    }
+
+    /// Operator: the highest host priority VM `key`'s guest priorities map to (`[rt]`).
+    fn set_ceiling(&mut self, key: &str, ceiling: u8, actions: &mut Vec<Action>) -> Result<(), Error> {
+        let daemon = self.cfg.daemon_priority;
+        if daemon != 0 && ceiling.saturating_add(self.cfg.boost.other_threads_priority_offset) >= daemon {
+            return Err(Error::AboveDaemon { priority: ceiling, ceiling: daemon });
+        }
+        self.vm_command(key, actions, |coord, id, actions| {
+            coord.set_vm_ceiling(id, ceiling, actions).map_err(Error::Refused)
+        })?;
+        info!("operator: {key}: RT ceiling {ceiling}");
+        Ok(())
     }
 
     /// A resource this host supports, by name.
@@ -893,6 +927,15 @@ fn coordinator(cfg: &HostConfig, io: bool, events: bool) -> Coordinator {
         resources.push(Box::new(cosched_core::EventPolicy));
     }
     let mut coord = Coordinator::new(policy, resources);
+    let mut rt = cfg.rt();
+    if rt.priority_map != cosched_core::PriorityMap::Vm && !cfg.boost.policy.needs_rt_guard() {
+        warn!("[rt] priority_map = \"vm\": guest priorities need [boost] policy = \"rr\" or \"fifo\"");
+        rt.priority_map = cosched_core::PriorityMap::Vm;
+    }
+    coord.set_rt(rt);
+    for (name, vm) in &cfg.vm {
+        coord.set_ceiling(name, vm.rt_ceiling);
+    }
     let mut sink = Vec::new();
     for r in Resource::ALL {
         coord.set_enabled(Some(r), cfg.starts_enabled(r), 0, &mut sink);

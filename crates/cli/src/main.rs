@@ -122,6 +122,9 @@ enum VmCmd {
         #[arg(long)]
         shield: Option<String>,
     },
+    /// Highest host RT priority this VM's guest priorities map to ([rt] priority_map; 1..=98,
+    /// with other_threads_priority_offset below daemon_priority)
+    Ceiling { vm: String, ceiling: u8 },
 }
 
 #[derive(clap::Args, Debug)]
@@ -304,6 +307,7 @@ fn print_status(s: &Value) {
                 if d.is_empty() { "-".into() } else { d.join(" ") }
             );
         }
+        print_rt(&vm["resources"]["cpu"]["rt"]);
         for t in vm["threads"].as_array().cloned().unwrap_or_default() {
             // The I/O lever's setting on the thread, if it has one.
             let io = ["ioprio", "blkio", "io_weight"]
@@ -340,6 +344,42 @@ fn print_status(s: &Value) {
         println!(
             "\nsockets not connected (see the daemon's log): {}",
             p.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+}
+
+/// A VM's RT co-scheduling and predictive boost, when it has used them.
+fn print_rt(rt: &Value) {
+    let p = &rt["predictions"];
+    if rt["guest_priority"].as_u64().unwrap_or(0) != 0 || p["received"].as_u64().unwrap_or(0) != 0 {
+        let host = rt["host_priority"].as_u64().map_or("-".to_string(), |h| format!("FIFO {h}"));
+        println!(
+            "    rt: guest priority {} -> host {host} (map {}, ceiling {})",
+            rt["guest_priority"],
+            rt["priority_map"].as_str().unwrap_or("?"),
+            rt["ceiling"]
+        );
+    }
+    if p["received"].as_u64().unwrap_or(0) != 0 {
+        let (e, l) = (&rt["predict_error_us"], &rt["predict_apply_late_us"]);
+        println!(
+            "    predictions: {} received, {} applied, {} covered, {} confirmed ({} early), {} unconfirmed, {} refused, \
+             {} denied, {} cancelled; lead {} µs; error p50 {} / p99 {} µs; applied late p50 {} / p99 {} / max {} µs",
+            p["received"],
+            p["applied"],
+            p["covered"],
+            p["confirmed"],
+            p["early"],
+            p["unconfirmed"],
+            p["refused"],
+            p["denied"],
+            p["cancelled"],
+            rt["lead_us"],
+            e["p50_us"],
+            e["p99_us"],
+            l["p50_us"],
+            l["p99_us"],
+            l["max_us"]
         );
     }
 }
@@ -384,6 +424,7 @@ fn main() {
                     }
                     Request::Static { vm, fifo: fifo.map(|f| f == "on"), shield }
                 }
+                VmCmd::Ceiling { vm, ceiling } => Request::Ceiling { vm, ceiling },
             };
             request(&control(config, control_socket)?, &req).map(drop)
         }

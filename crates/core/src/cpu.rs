@@ -69,8 +69,9 @@ impl ResourcePolicy for CpuPolicy {
     }
 
     fn admit(&mut self, vm: VmId, facts: VmFacts, value: u64, _now: u64) -> Result<u64, DenyReason> {
-        // A boosted VM asking again (a new priority) already holds its vCPUs' share.
-        if !self.boosted.contains_key(&vm) && self.boosted_vcpus + facts.vcpus > self.capacity {
+        // A VM boosted already (asking for a new priority) holds its vCPUs: not counted twice.
+        let held = self.boosted.get(&vm).copied().unwrap_or(0);
+        if self.boosted_vcpus - held + facts.vcpus > self.capacity {
             return Err(DenyReason::HostReserve);
         }
         Ok(value)

@@ -28,6 +28,7 @@ pub mod feas;
 pub mod io;
 pub mod policy;
 pub mod resource;
+pub mod rt;
 pub mod vm;
 pub mod window;
 
@@ -41,6 +42,7 @@ pub use feas::{EventPolicy, EventVms, Feas, FeasConfig, FeasHost};
 pub use io::IoPolicy;
 pub use policy::{check_priority, Limits, LimitsOverride, Policy, VM_PRIORITY};
 pub use resource::{Level, ResourcePolicy, VmFacts};
+pub use rt::{PriorityMap, RtConfig, RtStatus};
 pub use vm::{Counters, Slot, Vm, VmCounters, VmSettings};
 use window::Bucket;
 
@@ -79,6 +81,8 @@ pub struct Coordinator {
     vms: BTreeMap<VmId, Vm>,
     /// (when, VM, resource): the earliest time each boosted slot needs a tick.
     deadlines: BTreeSet<(u64, VmId, Resource)>,
+    /// RT co-scheduling with the guest's priority and predictive boost (`rt.rs`).
+    rt: rt::Rt,
 }
 
 impl Coordinator {
@@ -87,7 +91,16 @@ impl Coordinator {
         let resources: BTreeMap<Resource, Box<dyn ResourcePolicy>> =
             resources.into_iter().map(|p| (p.resource(), p)).collect();
         let limits = resources.keys().map(|r| (*r, policy.limits(*r))).collect();
-        Coordinator { policy, resources, limits, host_disabled: 0, vms: BTreeMap::new(), deadlines: BTreeSet::new() }
+        let rt = rt::Rt::new(RtConfig::default(), policy.limits(Resource::Cpu).window_ns);
+        Coordinator {
+            policy,
+            resources,
+            limits,
+            host_disabled: 0,
+            vms: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            rt,
+        }
     }
 
     /// CPU coordination only, on a host with `host_cpus` CPUs.
@@ -166,6 +179,7 @@ impl Coordinator {
 
     /// The VM's process exited or its channel closed for good: deboost and forget it.
     pub fn vm_gone(&mut self, id: VmId, now: u64, out: &mut Vec<Action>) {
+        self.rt_forget(id, true);
         let resources: Vec<Resource> = self.resources.keys().copied().collect();
         for r in resources {
             self.end_boost(id, r, now, out);
@@ -211,15 +225,7 @@ impl Coordinator {
                 vm.told_disabled = 0;
                 out.push(Action::Send { vm: id, frame: Frame::ack(f.seq, 0) });
             }
-            Kind::Wake => {
-                // Predictive boost is not granted by this host (yet): the prediction is refused
-                // for the CPU resource, which it belongs to.
-                *vm.counters.denied.entry(DenyReason::Unsupported.name()).or_default() += 1;
-                out.push(Action::Send {
-                    vm: id,
-                    frame: Frame::deny_for(f.seq, Resource::Cpu, DenyReason::Unsupported),
-                });
-            }
+            Kind::Wake => self.wake(id, f, now, out),
             kind => {
                 let r = Resource::of_kind(kind).expect("every other guest kind asks for a resource");
                 let granted = vm.registered;
@@ -235,7 +241,12 @@ impl Coordinator {
                     None => deny(vm, DenyReason::NotRegistered, out),
                     Some(g) if g & r.cap() == 0 || !vm.slots.contains_key(&r) => deny(vm, DenyReason::Unsupported, out),
                     Some(_) => {
-                        let _ = self.request(id, r, f.value, now, Some(f.seq), out);
+                        // The CPU's value is what the guest's need maps to (`rt.rs`).
+                        let value =
+                            if r == Resource::Cpu { self.rt_cpu_frame(id, &f, now, out) } else { Some(f.value) };
+                        if let Some(value) = value {
+                            let _ = self.request(id, r, value, now, Some(f.seq), out);
+                        }
                     }
                 }
             }
@@ -400,6 +411,7 @@ impl Coordinator {
 
     /// Ends the boosts the VM's agent asked for (its registration is over).
     fn end_agent_boosts(&mut self, id: VmId, now: u64, out: &mut Vec<Action>) {
+        self.rt_forget(id, false);
         let guest: Vec<Resource> = self.resources.keys().filter(|r| r.request_kind().is_some()).copied().collect();
         for r in guest {
             if let Some(s) = self.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(&r)) {
@@ -473,11 +485,16 @@ impl Coordinator {
 
     /// Earliest time at which [`Coordinator::tick`] has something to do.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.deadlines.first().map(|d| d.0)
+        let slots = self.deadlines.first().map(|d| d.0);
+        match (slots, self.rt.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Enforces budgets and the resources' own rules for every slot whose deadline has come.
     pub fn tick(&mut self, now: u64, out: &mut Vec<Action>) {
+        self.rt_tick(now, out);
         while let Some(&(when, id, r)) = self.deadlines.first() {
             if when > now {
                 break;
@@ -585,6 +602,8 @@ impl Coordinator {
         check_priority("priority", priority)?;
         let vm = self.vms.get_mut(&id).ok_or("no such VM")?;
         vm.settings.priority = priority;
+        self.regrant_value(id); // an RT grant is never below the VM's priority
+        let vm = self.vms.get_mut(&id).expect("found");
         for (r, s) in &vm.slots {
             if s.level.is_boosted() {
                 out.push(Action::Apply { vm: id, resource: *r, level: s.level, value: s.granted, priority });

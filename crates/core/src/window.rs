@@ -51,6 +51,13 @@ impl OnTime {
         }
     }
 
+    /// Adds an on-period `[from, to)` after the fact (not while one is open).
+    pub fn charge(&mut self, from: u64, to: u64) {
+        if to > from {
+            self.add(from, to);
+        }
+    }
+
     /// On-time within the last window, ending at `now`.
     pub fn used(&mut self, now: u64) -> u64 {
         self.advance(now);

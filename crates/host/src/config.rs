@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use cosched_core::{check_priority, FeasConfig, Policy, VmSettings};
+use cosched_core::{check_priority, FeasConfig, Policy, RtConfig, VmSettings};
 use cosched_proto::Resource;
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +26,8 @@ pub struct VmConfig {
     /// Every resource on or off for this VM.
     pub enabled: Option<bool>,
     pub priority: Option<u8>,
+    /// The highest host priority this VM's guest priorities map to (`[rt] rt_ceiling` if unset).
+    pub rt_ceiling: Option<u8>,
     /// One resource on or off for this VM (`[vm.<name>.resources] io = false`); wins over `enabled`.
     pub resources: BTreeMap<String, bool>,
     /// Static real-time tunings for as long as the VM runs (`[vm.<name>.static]`, seed 002).
@@ -147,6 +149,8 @@ pub struct HostConfig {
     /// Event boosting (FEAS) for guests without an agent: which VMs, `n_limit` per cycle, the
     /// slice, the charging.
     pub event: FeasConfig,
+    /// RT co-scheduling with the guest's priority and predictive boost.
+    pub rt: RtConfig,
     /// Where cgroup hierarchies are mounted (v1 controllers at `<dir>/<controller>`, or v2 at
     /// `<dir>`): the `weight` I/O lever makes and weights groups there.
     pub cgroup_root: PathBuf,
@@ -174,6 +178,7 @@ impl Default for HostConfig {
             boost: BoostClass::default(),
             io: IoBoost::default(),
             event: FeasConfig::default(),
+            rt: RtConfig::default(),
             cgroup_root: "/sys/fs/cgroup".into(),
             shield: crate::shield::ShieldConfig::default(),
             vm: BTreeMap::new(),
@@ -245,8 +250,50 @@ impl HostConfig {
                 self.daemon_priority
             );
         }
+        self.validate_rt()?;
         if self.rescan_ms == 0 || self.thread_refresh_ms == 0 {
             bail!("rescan_ms and thread_refresh_ms must be > 0");
+        }
+        Ok(())
+    }
+}
+
+impl HostConfig {
+    /// `[rt]` as the coordinator gets it: an unset `rt_ceiling` is the default (49) or, if the
+    /// daemon's priority is lower, just below it and the other threads' offset.
+    pub fn rt(&self) -> RtConfig {
+        let mut rt = self.rt.clone();
+        if rt.rt_ceiling.is_none() && self.daemon_priority != 0 {
+            let below = self.daemon_priority.saturating_sub(1 + self.boost.other_threads_priority_offset).max(1);
+            rt.rt_ceiling = Some(rt.ceiling().min(below));
+        }
+        rt
+    }
+
+    /// `[rt]` and the per-VM ceilings: in range, and with the other threads' offset below the
+    /// daemon's own priority.
+    fn validate_rt(&self) -> anyhow::Result<()> {
+        self.rt.validate().map_err(anyhow::Error::msg)?;
+        // An unset [rt] rt_ceiling is lowered below the daemon's priority (`HostConfig::rt`).
+        let mut highest = ("[rt] rt_ceiling".to_string(), self.rt().ceiling());
+        for (name, vm) in &self.vm {
+            if let Some(c) = vm.rt_ceiling {
+                let at = format!("[vm.{name}] rt_ceiling");
+                check_priority(&at, c).map_err(anyhow::Error::msg)?;
+                if c > highest.1 {
+                    highest = (at, c);
+                }
+            }
+        }
+        let top = highest.1 + self.boost.other_threads_priority_offset;
+        if self.daemon_priority != 0 && self.daemon_priority <= top {
+            bail!(
+                "{} = {}: with other_threads_priority_offset = {} it reaches {top}, not below daemon_priority = {}",
+                highest.0,
+                highest.1,
+                self.boost.other_threads_priority_offset,
+                self.daemon_priority
+            );
         }
         Ok(())
     }
@@ -295,6 +342,32 @@ mod tests {
         assert!(cfg.vm_settings("other").enabled(Resource::Cpu));
         assert_eq!(cfg.policy.limits(Resource::Io).max_continuous_ns, 50_000_000);
         assert_eq!(cfg.policy.limits(Resource::Cpu).max_continuous_ns, 10_000_000_000);
+    }
+
+    #[test]
+    fn rt_section_and_per_vm_ceilings() {
+        let cfg: HostConfig = toml::from_str(
+            "[rt]\npriority_map = \"linear\"\nrt_ceiling = 60\npredict_hold_us = 500\n[vm.a]\nrt_ceiling = 70\n",
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.rt.priority_map, cosched_core::PriorityMap::Linear);
+        assert_eq!((cfg.rt.rt_ceiling, cfg.rt.predict_hold_us, cfg.vm["a"].rt_ceiling), (Some(60), 500, Some(70)));
+        let bad = |text: &str| format!("{:#}", toml::from_str::<HostConfig>(text).unwrap().validate().unwrap_err());
+        let e = bad("daemon_priority = 50\n[rt]\nrt_ceiling = 50\n");
+        assert!(e.contains("[rt] rt_ceiling = 50") && e.contains("not below daemon_priority = 50"), "{e}");
+        let e = bad("[boost]\nother_threads_priority_offset = 2\n[vm.x]\nrt_ceiling = 97\n");
+        assert!(e.contains("[vm.x] rt_ceiling = 97: with other_threads_priority_offset = 2 it reaches 99"), "{e}");
+        assert!(bad("[vm.x]\nrt_ceiling = 0\n").contains("[vm.x] rt_ceiling = 0: out of range"));
+        // Unset, the ceiling stays below a low daemon priority.
+        let low: HostConfig =
+            toml::from_str("daemon_priority = 20\n[boost]\nother_threads_priority_offset = 1\n").unwrap();
+        low.validate().unwrap();
+        assert_eq!(low.rt().ceiling(), 18);
+        assert_eq!(HostConfig::default().rt().ceiling(), 49);
+        assert!(bad("[rt]\npredict_lead_min_us = 3000\n").contains("predict_lead_min_us = 3000 must be at most"));
+        assert!(toml::from_str::<HostConfig>("[rt]\npriority_map = \"fast\"\n").is_err());
+        assert!(toml::from_str::<HostConfig>("[rt]\nceiling = 5\n").is_err(), "unknown keys are errors");
     }
 
     #[test]

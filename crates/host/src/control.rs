@@ -40,6 +40,11 @@ pub enum Request {
         #[serde(default)]
         shield: Option<String>,
     },
+    /// The highest host priority the VM's guest priorities map to (`[rt]`).
+    Ceiling {
+        vm: String,
+        ceiling: u8,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

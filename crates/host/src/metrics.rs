@@ -190,6 +190,9 @@ pub fn render(status: &Value) -> String {
                 &lr,
                 num(&c["guard_demotions"]),
             );
+            if r == "cpu" {
+                rt_series(&mut add, &lr, &s["rt"]);
+            }
             if r == "event" {
                 for (key, name, help, scale) in [
                     ("events", "cosched_vm_events_total", "Device events for the VM (FEAS).", 1.0),
@@ -232,6 +235,53 @@ pub fn render(status: &Value) -> String {
     out += "# HELP cosched_hint_to_applied_seconds From reading a guest frame to its threads changed.\n# TYPE cosched_hint_to_applied_seconds histogram\n";
     out += &hist;
     out
+}
+
+/// A VM's predictive boost (`cosched_core::rt`): predictions by outcome, the lead, the error and
+/// how late planned boosts were applied (their recent median and 99th percentile).
+fn rt_series(add: &mut impl FnMut(&'static str, &'static str, &'static str, &str, f64), lr: &str, rt: &Value) {
+    let num = |v: &Value| v.as_f64().unwrap_or(0.0);
+    for (outcome, n) in rt["predictions"].as_object().into_iter().flatten() {
+        add(
+            "cosched_vm_predictions_total",
+            "counter",
+            "Predicted RT wake-ups (WAKE) by outcome.",
+            &format!("{lr},outcome=\"{outcome}\""),
+            num(n),
+        );
+    }
+    add(
+        "cosched_vm_predict_lead_seconds",
+        "gauge",
+        "How long before a predicted wake-up its boost comes.",
+        lr,
+        num(&rt["lead_us"]) / 1e6,
+    );
+    for (q, key) in [("0.5", "p50_us"), ("0.99", "p99_us")] {
+        add(
+            "cosched_vm_predict_error_seconds",
+            "gauge",
+            "Arrival of the confirming CPU 1 minus the predicted wake-up (recent quantiles).",
+            &format!("{lr},quantile=\"{q}\""),
+            num(&rt["predict_error_us"][key]) / 1e6,
+        );
+        add(
+            "cosched_vm_predict_apply_late_seconds",
+            "gauge",
+            "Predicted boosts: applied minus planned time (recent quantiles).",
+            &format!("{lr},quantile=\"{q}\""),
+            num(&rt["predict_apply_late_us"][key]) / 1e6,
+        );
+    }
+    if let Some(h) = rt["host_priority"].as_u64() {
+        add(
+            "cosched_vm_rt_host_priority",
+            "gauge",
+            "Host SCHED_FIFO priority of an RT co-scheduling grant.",
+            lr,
+            h as f64,
+        );
+    }
 }
 
 #[cfg(test)]

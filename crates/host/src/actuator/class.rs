@@ -118,7 +118,15 @@ impl BoostClass {
     /// Target attributes of a thread, or `None` for its original ones. `vcpus_known` is false
     /// when QEMU runs without `debug-threads=on`: then every thread but the main one is treated
     /// as a vCPU.
+    ///
+    /// A `priority` marked [`RT_GRANT`] is an RT co-scheduling grant: `SCHED_FIFO` at that
+    /// priority instead of `policy = "rr"` (the other classes stay as they are).
     pub fn target(&self, level: Level, role: ThreadRole, vcpus_known: bool, priority: u8) -> Option<SchedAttr> {
+        let (priority, policy) = match priority & RT_GRANT {
+            0 => (priority, self.policy),
+            _ if self.policy == BoostPolicy::Rr => (priority & !RT_GRANT, BoostPolicy::Fifo),
+            _ => (priority & !RT_GRANT, self.policy),
+        };
         let is_vcpu = is_vcpu(role, vcpus_known);
         let rt = |policy: u32, offset: u8| {
             let prio = (priority as u32 + offset as u32).min(*cosched_core::VM_PRIORITY.end() as u32);
@@ -128,7 +136,7 @@ impl BoostClass {
         if level == Level::Normal {
             return None;
         }
-        Some(match self.policy {
+        Some(match policy {
             BoostPolicy::Rr | BoostPolicy::Fifo if level == Level::Guarded && is_vcpu => {
                 SchedAttr::other(self.guard_nice, SCHED_FLAG_RESET_ON_FORK)
             }
@@ -143,6 +151,17 @@ impl BoostClass {
             BoostPolicy::Nice => SchedAttr::other(self.boost_nice, SCHED_FLAG_RESET_ON_FORK),
         })
     }
+}
+
+/// Marks the priority the CPU actuator is given as an RT co-scheduling grant (the guest named its
+/// priority: `cosched_core::rt`): VM priorities are at most 98, so the top bit is free.
+pub const RT_GRANT: u8 = 0x80;
+
+/// The priority the CPU actuator gets for a CPU grant `value` (`Action::Apply`): the granted
+/// host priority marked [`RT_GRANT`], or the VM's own `vm_priority` for a plain boost.
+pub fn actuator_priority(value: u64, vm_priority: u8) -> u8 {
+    cosched_core::rt::granted_priority(value)
+        .map_or(vm_priority, |p| RT_GRANT | p.min(*cosched_core::VM_PRIORITY.end()))
 }
 
 /// `sched_runtime` below 2^DL_SCALE ns is refused by `__checkparam_dl()`.

@@ -32,7 +32,7 @@ use cosched_proto::Resource;
 use serde::Serialize;
 
 pub use block::{weight_hierarchy, IoActuator, IoBoost, IoLever, WeightHierarchy, IO_LAYER};
-pub use class::{BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
+pub use class::{actuator_priority, BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
 pub use cpu::{CpuActuator, EVENT_REPAY_NICE};
 pub use statics::{ShieldPlan, StaticActuator, StaticPlan};
 

@@ -14,6 +14,7 @@ mod clients;
 mod discovery;
 mod events;
 mod os;
+mod predict;
 mod statics;
 mod status;
 mod vms;
@@ -42,7 +43,8 @@ use self::discovery::Discovery;
 use self::events::EventBoost;
 use self::vms::{VmEntry, Vms};
 use crate::actuator::{
-    weight_hierarchy, Actuator, CpuActuator, Host, IoActuator, IoLever, Outcome, RealSched, WeightHierarchy,
+    actuator_priority, weight_hierarchy, Actuator, CpuActuator, Host, IoActuator, IoLever, Outcome, RealSched,
+    WeightHierarchy,
 };
 use crate::config::HostConfig;
 use crate::control::{Reply, Request};
@@ -57,6 +59,7 @@ const CONTROL: Token = Token(2);
 const METRICS: Token = Token(3);
 const THREADS: Token = Token(4);
 const FEAS: Token = Token(5);
+const TIMER: Token = Token(6);
 /// Reads of 4 KiB from one VM per wake-up: a guest that floods its channel cannot keep the
 /// loop from enforcing budgets, the guard, other VMs and signals; the rest is read next round.
 const READS_PER_WAKEUP: usize = 8;
@@ -116,6 +119,8 @@ pub struct Daemon {
     statics: std::collections::BTreeMap<String, crate::config::StaticConfig>,
     /// CPU shielding's host-wide side (IRQs, the operator's host groups).
     shield: crate::shield::HostShield,
+    /// Wakes the loop at the coordinator's next deadline to the µs (predicted boosts).
+    timer: Option<predict::DeadlineTimer>,
     _lock: fs::File,
 }
 
@@ -148,6 +153,9 @@ impl Daemon {
         let (zero, start) = (cosched_hostbpf::feas::monotonic_ns(), Instant::now());
         let events = event_support(&cfg, &poll, zero);
         let coord = coordinator(&cfg, io.is_ok(), events.is_ok());
+        let timer = predict::DeadlineTimer::open(&poll, TIMER, zero)
+            .map_err(|e| warn!("timerfd: {e}: deadlines fall back to epoll's 1 ms resolution"))
+            .ok();
         info!(
             "watching {} for VM sockets; control socket {}; coordination {}",
             cfg.socket_dir.display(),
@@ -193,6 +201,7 @@ impl Daemon {
             events,
             statics: cfg_statics,
             shield,
+            timer,
             _lock: lock,
         })
     }
@@ -237,6 +246,9 @@ impl Daemon {
         while !self.shutdown {
             let wait = self.next_wakeup().saturating_sub(self.now());
             let timeout = if self.backlog.is_empty() { Duration::from_nanos(wait) } else { Duration::ZERO };
+            if let Some(t) = self.timer.as_mut() {
+                t.arm(self.coord.next_deadline());
+            }
             match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -257,6 +269,7 @@ impl Daemon {
             for ev in events.iter() {
                 match ev.token() {
                     THREADS => {}
+                    TIMER => self.timer.iter_mut().for_each(predict::DeadlineTimer::fired),
                     FEAS => self.on_feas(),
                     INOTIFY => {
                         let opened = self.channels.on_inotify(now, &self.host.procfs);
@@ -518,11 +531,18 @@ impl Daemon {
                     }
                     self.cost.encode_ns += ns_since(t);
                 }
-                Action::Apply { vm, resource, level, priority, .. } => {
+                Action::Apply { vm, resource, level, value, priority } => {
+                    // An RT co-scheduling grant carries its own priority (`actuator::class`).
+                    let priority =
+                        if resource == Resource::Cpu { actuator_priority(value, priority) } else { priority };
                     self.apply(vm.0 as usize, resource, level, priority, rx_ns);
                     self.cost.actuate_ns += ns_since(t);
                 }
             }
+        }
+        if self.coord.has_predicted_starts() {
+            let now = self.now();
+            predict::note_applied(&mut self.coord, now);
         }
     }
 
@@ -682,6 +702,7 @@ impl Daemon {
             Request::Disable { vm, resource } => self.switch(vm, resource, false, &mut actions),
             Request::Priority { vm, priority } => self.set_priority(&vm, priority, &mut actions),
             Request::Static { vm, fifo, shield } => self.set_static(&vm, fifo, shield),
+            Request::Ceiling { vm, ceiling } => self.set_ceiling(&vm, ceiling, &mut actions),
         };
         self.execute(&mut actions, None);
         for token in self.vms.tokens() {
@@ -726,6 +747,19 @@ impl Daemon {
         self.vm_command(key, actions, |coord, id, actions| {
             coord.set_vm_priority(id, priority, actions).map_err(Error::Refused)
         })
+    }
+
+    /// Operator: the highest host priority VM `key`'s guest priorities map to (`[rt]`).
+    fn set_ceiling(&mut self, key: &str, ceiling: u8, actions: &mut Vec<Action>) -> Result<(), Error> {
+        let daemon = self.cfg.daemon_priority;
+        if daemon != 0 && ceiling.saturating_add(self.cfg.boost.other_threads_priority_offset) >= daemon {
+            return Err(Error::AboveDaemon { priority: ceiling, ceiling: daemon });
+        }
+        self.vm_command(key, actions, |coord, id, actions| {
+            coord.set_vm_ceiling(id, ceiling, actions).map_err(Error::Refused)
+        })?;
+        info!("operator: {key}: RT ceiling {ceiling}");
+        Ok(())
     }
 
     /// A resource this host supports, by name.
@@ -913,6 +947,15 @@ fn coordinator(cfg: &HostConfig, io: bool, events: bool) -> Coordinator {
         resources.push(Box::new(cosched_core::EventPolicy));
     }
     let mut coord = Coordinator::new(policy, resources);
+    let mut rt = cfg.rt();
+    if rt.priority_map != cosched_core::PriorityMap::Vm && !cfg.boost.policy.needs_rt_guard() {
+        warn!("[rt] priority_map = \"vm\": guest priorities need [boost] policy = \"rr\" or \"fifo\"");
+        rt.priority_map = cosched_core::PriorityMap::Vm;
+    }
+    coord.set_rt(rt);
+    for (name, vm) in &cfg.vm {
+        coord.set_ceiling(name, vm.rt_ceiling);
+    }
     let mut sink = Vec::new();
     for r in Resource::ALL {
         coord.set_enabled(Some(r), cfg.starts_enabled(r), 0, &mut sink);

@@ -40,7 +40,7 @@ pub fn snapshot(v: &View) -> Value {
                 .map(|(r, s)| {
                     // Every slot is of a resource the coordinator supports, so it has limits.
                     let limits = coord.limits(*r).copied().unwrap_or_else(|| policy.limits(*r));
-                    let v = json!({
+                    let mut v = json!({
                         "enabled": vm.settings.enabled(*r),
                         "active": coord.enabled(*r) && vm.settings.enabled(*r),
                         "level": s.level.name(),
@@ -51,6 +51,10 @@ pub fn snapshot(v: &View) -> Value {
                         "in_cooldown": s.in_cooldown(now),
                         "counters": s.counters,
                     });
+                    if *r == cosched_proto::Resource::Cpu {
+                        // RT co-scheduling and predictions (`cosched_core::rt`).
+                        v["rt"] = json!(coord.rt_status(e.id, now));
+                    }
                     (r.name().to_string(), v)
                 })
                 .collect();
@@ -111,6 +115,7 @@ pub fn snapshot(v: &View) -> Value {
         "io": io_status(v),
         "event": event_status(v),
         "shield": v.shield.report(),
+        "rt": v.cfg.rt(),
         "latency": v.latency.summary(),
         "vms": vms,
         "unconnected_sockets": pending,

@@ -89,13 +89,15 @@ def parse_probe(text):
 
 
 def predictions(r):
-    """The daemon's prediction figures for the VM (zeros without predictions)."""
-    p = (r.get("daemon_cpu") or {}).get("predict") or {}
-    c = p.get("counters") or {}
-    return dict(wakes=c.get("received", 0), predicted=c.get("applied", 0), confirmed=c.get("confirmed", 0),
-                unconfirmed=c.get("unconfirmed", 0), lead_us=p.get("lead_us", 0),
-                error_p50_us=(p.get("error_us") or {}).get("p50", 0), error_p99_us=(p.get("error_us") or {}).get("p99", 0),
-                late_p50_us=(p.get("late_us") or {}).get("p50", 0), late_p99_us=(p.get("late_us") or {}).get("p99", 0))
+    """The daemon's prediction figures for the VM (`resources.cpu.rt` of its status; zeros without)."""
+    p = (r.get("daemon_cpu") or {}).get("rt") or {}
+    c = p.get("predictions") or {}
+    err, late = p.get("predict_error_us") or {}, p.get("predict_apply_late_us") or {}
+    return dict(wakes=c.get("received", 0), predicted=c.get("applied", 0) + c.get("covered", 0),
+                confirmed=c.get("confirmed", 0), unconfirmed=c.get("unconfirmed", 0),
+                lead_us=round(p.get("lead_us", 0)), error_p50_us=round(err.get("p50_us", 0)),
+                error_p99_us=round(err.get("p99_us", 0)), late_p50_us=round(late.get("p50_us", 0)),
+                late_p99_us=round(late.get("p99_us", 0)))
 
 
 def measure(quick, verbose=False):

@@ -13,16 +13,15 @@ use std::collections::BTreeMap;
 
 use cosched_proto::{DenyReason, Resource};
 
+use crate::guard::GuardRule;
 use crate::resource::{Level, ResourcePolicy, VmFacts};
 use crate::vm::Counters;
 use crate::window::OnTime;
-use crate::{Policy, VmId, NS_PER_MS};
+use crate::{Policy, VmId};
 
 #[derive(Debug)]
 pub struct CpuPolicy {
-    /// (real-time allowance per window, share to fall back to before resuming), in ns.
-    guard: Option<(u64, u64)>,
-    guard_window_ns: u64,
+    guard: Option<GuardRule>,
     capacity: u32,
     /// vCPUs of each boosted VM, and their sum: what the reserve is checked against.
     boosted: BTreeMap<VmId, u32>,
@@ -39,8 +38,7 @@ impl CpuPolicy {
             cap => cap,
         };
         CpuPolicy {
-            guard: policy.rt_guard(),
-            guard_window_ns: policy.rt_guard_window_ms.max(1) * NS_PER_MS,
+            guard: GuardRule::from_policy(policy),
             capacity,
             boosted: BTreeMap::new(),
             boosted_vcpus: 0,
@@ -57,9 +55,8 @@ impl CpuPolicy {
         self.boosted_vcpus
     }
 
-    fn rt(&mut self, vm: VmId) -> &mut OnTime {
-        let w = self.guard_window_ns;
-        self.rt.entry(vm).or_insert_with(|| OnTime::new(w))
+    fn rt(&mut self, vm: VmId, rule: GuardRule) -> &mut OnTime {
+        self.rt.entry(vm).or_insert_with(|| rule.on_time())
     }
 }
 
@@ -80,13 +77,10 @@ impl ResourcePolicy for CpuPolicy {
     fn started(&mut self, vm: VmId, facts: VmFacts, now: u64, _counters: &mut Counters) -> Level {
         self.boosted.insert(vm, facts.vcpus);
         self.boosted_vcpus += facts.vcpus;
-        let Some((max, _)) = self.guard else { return Level::Boosted };
-        let rt = self.rt(vm);
-        if rt.used(now) >= max {
-            Level::Guarded
-        } else {
-            rt.start(now);
-            Level::Boosted
+        let Some(rule) = self.guard else { return Level::Boosted };
+        match rule.may_start(self.rt(vm, rule), now) {
+            true => Level::Boosted,
+            false => Level::Guarded,
         }
     }
 
@@ -100,32 +94,29 @@ impl ResourcePolicy for CpuPolicy {
     }
 
     fn tick(&mut self, vm: VmId, level: Level, now: u64, counters: &mut Counters) -> Option<Level> {
-        let (max, resume) = self.guard?;
-        let rt = self.rt(vm);
-        let used = rt.used(now);
-        match level {
-            Level::Boosted if used >= max => {
-                rt.stop(now);
+        let rule = self.guard?;
+        let guarded = match level {
+            Level::Boosted => false,
+            Level::Guarded => true,
+            Level::Normal => return None,
+        };
+        match rule.step(self.rt(vm, rule), guarded, now)? {
+            true => {
                 *counters.events.entry("guard_demotions").or_default() += 1;
                 Some(Level::Guarded)
             }
-            Level::Guarded if used <= resume => {
-                rt.start(now);
-                Some(Level::Boosted)
-            }
-            _ => None,
+            false => Some(Level::Boosted),
         }
     }
 
     fn next_deadline(&mut self, vm: VmId, level: Level, now: u64) -> Option<u64> {
-        let (max, resume) = self.guard?;
-        let used = self.rt(vm).used(now);
-        match level {
-            Level::Boosted => Some(now + max.saturating_sub(used)),
-            // The share falls by at most 1 ns per ns, so this is the earliest resume time.
-            Level::Guarded => Some(now + used.saturating_sub(resume)),
-            Level::Normal => None,
-        }
+        let rule = self.guard?;
+        let guarded = match level {
+            Level::Boosted => false,
+            Level::Guarded => true,
+            Level::Normal => return None,
+        };
+        Some(rule.deadline(self.rt(vm, rule), guarded, now))
     }
 
     fn vm_changed(&mut self, vm: VmId, facts: VmFacts) {

@@ -25,6 +25,7 @@
 
 pub mod cpu;
 pub mod feas;
+pub mod guard;
 pub mod io;
 pub mod policy;
 pub mod resource;

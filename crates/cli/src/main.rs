@@ -121,6 +121,11 @@ enum VmCmd {
         /// threads, the IRQs and [shield] host_groups leave them
         #[arg(long)]
         shield: Option<String>,
+        /// on: the real-time guard bounds the FIFO vCPUs ([policy] rt_guard_*: at most 900 ms of
+        /// every second, the rest at [boost] guard_nice), so the kernel's RT throttling never
+        /// stops the VM; off (default): the throttle bounds them
+        #[arg(long, value_parser = ["on", "off"])]
+        guard: Option<String>,
     },
     /// Highest host RT priority this VM's guest priorities map to ([rt] priority_map; 1..=98,
     /// with other_threads_priority_offset below daemon_priority)
@@ -327,6 +332,16 @@ fn print_status(s: &Value) {
         if st["tuning"].as_str().is_some_and(|t| t != "none") {
             println!("    static tuning: {}", st["tuning"].as_str().unwrap_or("?"));
         }
+        if let Some(g) = st["guard"].as_object() {
+            println!(
+                "    static guard: {} ms at FIFO of {} ms allowed per {} ms, {} demotion(s){}",
+                g["rt_ms"].as_f64().unwrap_or(0.0).round(),
+                g["max_ms"].as_f64().unwrap_or(0.0),
+                g["window_ms"].as_f64().unwrap_or(0.0),
+                g["demotions"],
+                if g["guarded"].as_bool() == Some(true) { ", guarding now" } else { "" }
+            );
+        }
         for n in st["notes"].as_array().cloned().unwrap_or_default() {
             println!("    static tuning: {}", n.as_str().unwrap_or("?"));
         }
@@ -418,11 +433,11 @@ fn main() {
                 VmCmd::Enable { vm, resource } => Request::Enable { vm: Some(vm), resource },
                 VmCmd::Disable { vm, resource } => Request::Disable { vm: Some(vm), resource },
                 VmCmd::Priority { vm, priority } => Request::Priority { vm, priority },
-                VmCmd::Static { vm, fifo, shield } => {
-                    if fifo.is_none() && shield.is_none() {
-                        anyhow::bail!("say what to change: --fifo on|off and/or --shield CPUS|off");
+                VmCmd::Static { vm, fifo, shield, guard } => {
+                    if fifo.is_none() && shield.is_none() && guard.is_none() {
+                        anyhow::bail!("say what to change: --fifo on|off, --guard on|off and/or --shield CPUS|off");
                     }
-                    Request::Static { vm, fifo: fifo.map(|f| f == "on"), shield }
+                    Request::Static { vm, fifo: fifo.map(|f| f == "on"), shield, guard: guard.map(|g| g == "on") }
                 }
                 VmCmd::Ceiling { vm, ceiling } => Request::Ceiling { vm, ceiling },
             };

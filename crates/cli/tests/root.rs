@@ -1872,3 +1872,68 @@ fn a_predicted_wake_up_boosts_the_vcpu_just_before_it_and_ends_after_the_hold() 
         "{metrics}"
     );
 }
+
+#[test]
+fn static_fifo_with_the_guard_alternates_the_vcpu_within_its_share_and_is_undone_after_kill_9() {
+    if !have_root() {
+        return;
+    }
+    // A short window so the test sees many demotions: FIFO at most 100 ms of every 200 ms.
+    let policy = "[policy]\nmax_continuous_boost_ms = 0\nmax_boost_share_permille = 1000\nhost_reserve_cpus = 0\n\
+                  rt_guard_window_ms = 200\nrt_guard_max_share_permille = 500\nrt_guard_hysteresis_ms = 20\n";
+    let w = World::new();
+    let mut d = w.daemon(&format!("{policy}[vm.vm1.static]\nfifo = true\nguard = true\n"));
+    let vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    let (vcpu, io) = (vm.tid("CPU 0/TCG"), vm.tid("IO iothread0"));
+    wait_for("vCPU at FIFO 97", Duration::from_secs(5), || sched::get(vcpu).unwrap().same_as(&fifo(97)).then_some(()));
+    // Sample for 2 s: the vCPU alternates between FIFO 97 and the guard's nice -20, and is at
+    // FIFO for about the share; the other threads stay at FIFO 98 throughout.
+    let guarded = SchedAttr::other(-20, SCHED_FLAG_RESET_ON_FORK);
+    let s = sample(vcpu, Duration::from_secs(2));
+    let at_fifo = s.iter().filter(|(_, a)| a.same_as(&fifo(97))).count();
+    let at_guard = s.iter().filter(|(_, a)| a.same_as(&guarded)).count();
+    assert_eq!(at_fifo + at_guard, s.len(), "only the two states: {:?}", s.iter().find(|(_, a)| !a.same_as(&guarded)));
+    let share = at_fifo as f64 / s.len() as f64;
+    assert!((0.35..=0.6).contains(&share), "FIFO share {share:.2} of the samples (the rule: 0.5)");
+    let flips = s.windows(2).filter(|p| p[0].1.same_as(&guarded) != p[1].1.same_as(&guarded)).count();
+    assert!(flips >= 8, "{flips} changes in 2 s (expected ~20)");
+    assert!(sched::get(io).unwrap().same_as(&fifo(98)));
+    let st = d.vm_status("vm1").unwrap();
+    assert!(st["static"]["guard"]["demotions"].as_u64().unwrap() >= 4, "{st}");
+    // No stall: the longest FIFO run is the allowance (100 ms), give or take the loop's 1 ms
+    // and the sampling's jitter, never the window.
+    let mut longest = Duration::ZERO;
+    let mut from = None;
+    for (t, a) in &s {
+        match (a.same_as(&fifo(97)), from) {
+            (true, None) => from = Some(*t),
+            (false, Some(f)) => {
+                longest = longest.max(*t - f);
+                from = None;
+            }
+            _ => {}
+        }
+    }
+    assert!(longest < Duration::from_millis(150), "longest FIFO run {longest:?}");
+    // kill -9 at any moment: a restarted daemon puts every thread back (from FIFO or guarded).
+    d.signal(libc::SIGKILL);
+    let d2 = w.daemon(QUIET_POLICY);
+    wait_for("originals", Duration::from_secs(3), || vm.none_realtime().then_some(()));
+    assert!(vm.attrs().iter().all(|(_, a)| a.same_as(&SchedAttr::other(0, 0))), "{:?}", vm.attrs());
+    // The operator turns the guard on and off on a running VM.
+    drop(d2);
+    let d = w.daemon(policy);
+    d.wait_vm("vm1");
+    let out = d.cli(&["vm", "static", "vm1", "--fifo", "on", "--guard", "on"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_for("guarded", Duration::from_secs(2), || sched::get(vcpu).unwrap().same_as(&guarded).then_some(()));
+    let out = d.cli(&["vm", "static", "vm1", "--guard", "off"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(sched::get(vcpu).unwrap().same_as(&fifo(97)), "guard off: FIFO for good");
+    let s = sample(vcpu, Duration::from_millis(400));
+    assert!(s.iter().all(|(_, a)| a.same_as(&fifo(97))), "no guard any more");
+    assert!(d.vm_status("vm1").unwrap()["static"]["guard"].is_null());
+    drop(d);
+    assert!(vm.attrs().iter().all(|(_, a)| a.same_as(&SchedAttr::other(0, 0))), "{:?}", vm.attrs());
+}

@@ -47,11 +47,15 @@ pub struct StaticConfig {
     /// Dedicated host CPUs for the vCPU threads (a CPU list: `"1"`, `"2-3"`); the VM's other
     /// threads, IRQs and `[shield] host_groups` leave them.
     pub shield: Option<String>,
+    /// The real-time guard on the static FIFO vCPUs (`[policy] rt_guard_*`): at most that share
+    /// of every window at `SCHED_FIFO`, the rest at `[boost] guard_nice`, so that the kernel's RT
+    /// throttling never stops the VM. Off: the throttle bounds them (seed 002's tuning as is).
+    pub guard: bool,
 }
 
 impl Default for StaticConfig {
     fn default() -> Self {
-        StaticConfig { fifo: false, vcpu_priority: 97, other_priority: 98, shield: None }
+        StaticConfig { fifo: false, vcpu_priority: 97, other_priority: 98, shield: None, guard: false }
     }
 }
 
@@ -225,6 +229,11 @@ impl HostConfig {
             }
             check_resource_names(&format!("[vm.{name}.resources]"), vm.resources.keys())?;
             vm.statics.validate(&format!("[vm.{name}.static]"), self.daemon_priority)?;
+            if vm.statics.guard && self.policy.rt_guard().is_none() {
+                bail!(
+                    "[vm.{name}.static] guard = true needs the guard's rule: [policy] rt_guard_max_share_permille > 0"
+                );
+            }
         }
         if let Some(hk) = &self.shield.housekeeping_cpus {
             crate::shield::parse_cpus(hk).map_err(|e| anyhow::anyhow!("[shield] housekeeping_cpus: {e}"))?;
@@ -324,6 +333,18 @@ mod tests {
         assert_eq!(cfg.policy.max_continuous_boost_ms, 500);
         assert_eq!(cfg.vm["web1"].enabled, Some(false));
         assert_eq!(cfg.vm["rt"].priority, Some(10));
+    }
+
+    #[test]
+    fn a_static_guard_needs_the_guards_rule() {
+        let cfg: HostConfig = toml::from_str("[vm.a.static]\nfifo = true\nguard = true\n").unwrap();
+        cfg.validate().unwrap();
+        assert!(cfg.vm["a"].statics.guard);
+        let cfg: HostConfig =
+            toml::from_str("[policy]\nrt_guard_max_share_permille = 0\n[vm.a.static]\nfifo = true\nguard = true\n")
+                .unwrap();
+        let e = format!("{:#}", cfg.validate().unwrap_err());
+        assert!(e.contains("guard = true needs") && e.contains("rt_guard_max_share_permille"), "{e}");
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub enum Request {
         fifo: Option<bool>,
         #[serde(default)]
         shield: Option<String>,
+        /// The real-time guard on the static FIFO vCPUs.
+        #[serde(default)]
+        guard: Option<bool>,
     },
     /// The highest host priority the VM's guest priorities map to (`[rt]`).
     Ceiling {

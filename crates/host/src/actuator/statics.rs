@@ -33,6 +33,9 @@ pub const SHIELD_GROUP_PREFIX: &str = "cosched-shield-";
 pub struct StaticPlan {
     /// (vCPU priority, other threads' priority) at `SCHED_FIFO`.
     pub fifo: Option<(u8, u8)>,
+    /// The static guard holds the vCPU threads at this nice (`SCHED_OTHER`) instead of FIFO.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guarded: Option<i32>,
     pub shield: Option<ShieldPlan>,
 }
 
@@ -52,8 +55,10 @@ impl StaticPlan {
     /// `fifo 97/98, shield 1 (housekeeping 0)`, for status and logs.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
-        if let Some((v, o)) = self.fifo {
-            parts.push(format!("fifo {v}/{o}"));
+        match (self.fifo, self.guarded) {
+            (Some((v, o)), None) => parts.push(format!("fifo {v}/{o}")),
+            (Some((_, o)), Some(n)) => parts.push(format!("fifo guarded (vCPUs at nice {n})/{o}")),
+            _ => {}
         }
         if let Some(s) = &self.shield {
             parts.push(format!("shield {} (housekeeping {})", format_cpus(&s.vcpus), format_cpus(&s.housekeeping)));
@@ -253,6 +258,9 @@ impl StaticActuator {
             let vcpu = is_vcpu(t.role, vcpus_known);
             let sched = match plan.fifo {
                 _ if t.sched.original.is_realtime() => None, // someone else's real-time class stays
+                Some(_) if vcpu && plan.guarded.is_some() => {
+                    Some(SchedAttr::other(plan.guarded.unwrap_or(0), SCHED_FLAG_RESET_ON_FORK))
+                }
                 Some((v, o)) => {
                     Some(SchedAttr::rt(SCHED_FIFO, if vcpu { v } else { o } as u32, SCHED_FLAG_RESET_ON_FORK))
                 }

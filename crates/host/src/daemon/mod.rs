@@ -223,7 +223,7 @@ impl Daemon {
     }
 
     /// When the loop must wake up at the latest.
-    fn next_wakeup(&self) -> u64 {
+    fn next_wakeup(&mut self) -> u64 {
         let mut next = self.next_rescan_ns;
         if !self.discovery.live() {
             next = next.min(self.next_refresh_ns);
@@ -235,6 +235,9 @@ impl Daemon {
             next = next.min(d);
         }
         if let Some(d) = self.events.as_ref().ok().and_then(|e| e.feas.next_deadline()) {
+            next = next.min(d);
+        }
+        if let Some(d) = self.next_static_guard() {
             next = next.min(d);
         }
         next
@@ -295,6 +298,7 @@ impl Daemon {
             let mut actions = std::mem::take(&mut self.scratch_actions);
             let now = self.now();
             self.coord.tick(now, &mut actions);
+            self.tick_static_guards(now);
             if let Ok(ev) = self.events.as_mut() {
                 if ev.feas.next_deadline().is_some_and(|d| d <= now) {
                     let (feas, mut probe) = ev.parts(&self.vms);
@@ -701,7 +705,7 @@ impl Daemon {
             Request::Enable { vm, resource } => self.switch(vm, resource, true, &mut actions),
             Request::Disable { vm, resource } => self.switch(vm, resource, false, &mut actions),
             Request::Priority { vm, priority } => self.set_priority(&vm, priority, &mut actions),
-            Request::Static { vm, fifo, shield } => self.set_static(&vm, fifo, shield),
+            Request::Static { vm, fifo, shield, guard } => self.set_static(&vm, fifo, shield, guard),
             Request::Ceiling { vm, ceiling } => self.set_ceiling(&vm, ceiling, &mut actions),
         };
         self.execute(&mut actions, None);

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use cosched_core::guard::{GuardRule, StaticGuard};
+
 use crate::actuator::{ShieldPlan, StaticPlan};
 use crate::config::StaticConfig;
 use crate::error::Error;
@@ -27,7 +29,11 @@ impl Daemon {
 
     /// `cfg` resolved for VM `name`: CPUs checked against the host and the other VMs' shields.
     fn resolve_static(&self, name: &str, cfg: &StaticConfig) -> Result<StaticPlan, String> {
-        let mut plan = StaticPlan { fifo: cfg.fifo.then_some((cfg.vcpu_priority, cfg.other_priority)), shield: None };
+        let mut plan = StaticPlan {
+            fifo: cfg.fifo.then_some((cfg.vcpu_priority, cfg.other_priority)),
+            guarded: None,
+            shield: None,
+        };
         let Some(list) = &cfg.shield else { return Ok(plan) };
         let vcpus = parse_cpus(list)?;
         let host = crate::shield::host_cpus(self.host.sched.cgroups());
@@ -58,7 +64,11 @@ impl Daemon {
         let (plan, err) = match plan {
             Ok(p) => (p, None),
             Err(e) => (
-                StaticPlan { fifo: cfg.fifo.then_some((cfg.vcpu_priority, cfg.other_priority)), shield: None },
+                StaticPlan {
+                    fifo: cfg.fifo.then_some((cfg.vcpu_priority, cfg.other_priority)),
+                    guarded: None,
+                    shield: None,
+                },
                 Some(e),
             ),
         };
@@ -69,8 +79,16 @@ impl Daemon {
             all.extend(sh.vcpus.iter().copied());
             self.shield.apply(&all);
         }
-        let now = self.now();
+        let (mut plan, now) = (plan, self.now());
         let vm = self.vms.get_mut(token).expect("checked");
+        // The guard's state carries over a change of the rest (a new shield keeps its window).
+        match GuardRule::from_policy(&self.cfg.policy).filter(|_| cfg.fifo && cfg.guard) {
+            Some(rule) => {
+                let g = vm.static_guard.get_or_insert_with(|| StaticGuard::new(rule, now));
+                plan.guarded = g.guarded().then_some(self.cfg.boost.guard_nice);
+            }
+            None => vm.static_guard = None,
+        }
         let out = vm.threads.set_static(&mut self.host, &plan);
         vm.note(&out, now);
         info!("{name}: static tuning {}", plan.describe());
@@ -126,7 +144,13 @@ impl Daemon {
 
     /// `cosched vm static NAME ...`: changes what was set (`None`: kept), applies it, and keeps
     /// it by name across the VM's restarts.
-    pub(super) fn set_static(&mut self, key: &str, fifo: Option<bool>, shield: Option<String>) -> Result<(), Error> {
+    pub(super) fn set_static(
+        &mut self,
+        key: &str,
+        fifo: Option<bool>,
+        shield: Option<String>,
+        guard: Option<bool>,
+    ) -> Result<(), Error> {
         let id = self.vms.find(key)?;
         let token = id.0 as usize;
         let name = self.vms.get(token).map(|v| v.name().to_string()).unwrap_or_default();
@@ -141,13 +165,45 @@ impl Daemon {
                 list => Some(list.to_string()),
             };
         }
+        if let Some(g) = guard {
+            if g && self.cfg.policy.rt_guard().is_none() {
+                return Err(Error::Refused("the guard's rule is off: [policy] rt_guard_max_share_permille = 0".into()));
+            }
+            cfg.guard = g;
+        }
         cfg.validate(&format!("vm {name}:"), self.cfg.daemon_priority).map_err(|e| Error::Refused(format!("{e:#}")))?;
         if let Some(list) = &cfg.shield {
             // Refuse before changing anything: the whole request or nothing.
             self.resolve_static(&name, &cfg).map_err(|e| Error::Refused(format!("vm {name}: {e} ({list})")))?;
         }
-        info!("operator: {name}: static tuning fifo {} shield {}", cfg.fifo, cfg.shield.as_deref().unwrap_or("off"));
+        info!(
+            "operator: {name}: static tuning fifo {} guard {} shield {}",
+            cfg.fifo,
+            cfg.guard,
+            cfg.shield.as_deref().unwrap_or("off")
+        );
         self.statics.insert(name, cfg);
         self.apply_statics(token).map_err(Error::Refused)
+    }
+}
+
+impl Daemon {
+    /// When a static guard next has something to do.
+    pub(super) fn next_static_guard(&mut self) -> Option<u64> {
+        let now = self.now();
+        self.vms.iter_mut().filter_map(|(_, vm)| vm.static_guard.as_mut().map(|g| g.next_deadline(now))).min()
+    }
+
+    /// Moves the static FIFO vCPUs whose guard says so to the guard's class, or back to FIFO.
+    pub(super) fn tick_static_guards(&mut self, now: u64) {
+        let nice = self.cfg.boost.guard_nice;
+        for (_, vm) in self.vms.iter_mut() {
+            let Some(guarded) = vm.static_guard.as_mut().and_then(|g| g.tick(now)) else { continue };
+            let mut plan = vm.threads.static_plan().clone();
+            plan.guarded = guarded.then_some(nice);
+            debug!("{}: static guard: vCPUs {}", vm.name(), if guarded { "guarded" } else { "back at FIFO" });
+            let out = vm.threads.set_static(&mut self.host, &plan);
+            vm.note(&out, now);
+        }
     }
 }

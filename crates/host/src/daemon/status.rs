@@ -81,6 +81,7 @@ pub fn snapshot(v: &View) -> Value {
                     "tuning": e.threads.static_plan().describe(),
                     "plan": e.threads.static_plan(),
                     "notes": e.threads.static_notes(),
+                    "guard": e.static_guard.clone().map(|mut g| g.status(now)),
                 },
             })
         })

@@ -587,13 +587,16 @@ def parse_ping(out):
 
 
 def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agent_args="",
-        host_job=None, layers=(), tools=False, start_agent=True, verbose=False):
+        host_job=None, layers=(), tools=False, start_agent=True, pin_host=False, verbose=False):
     """One boot of the test guest under a host load and a host policy (see POLICIES).
 
     body        the guest's measurement script (see cyclictest_body); prints COSCHED-MEASURE-START/END
     host_job    a command run on the host from MEASURE-START until it exits; its wall time is
                 returned as job_s
-    start_agent with policy "cosched": start the guest agent before `body` (False: `body` does)
+    start_agent with policy "cosched": start the guest agent before `body` (False: `body` does, or
+                no agent: the daemon finds the VM by its channel, e.g. for `[vm.bench.static]`)
+    pin_host    keep the host hogs and `host_job` off the last CPU, as the shield policies do (for a
+                shield the daemon makes: it moves only the VM's threads and IRQs)
     tools       add cosched-tools to the guest (/usr/bin/cosched-tools)
     Returns a dict: console, job_s, measure_s (host clock between the two lines), hog_cpu_s (CPU
     time the host hogs got meanwhile), and for "cosched" the daemon's counters and hint-to-applied
@@ -602,7 +605,7 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r} (one of {POLICIES})")
     result = {"policy": policy, "host_hogs": host_hogs_n, "guest_hogs": guest_hogs}
-    others = shield_cpus()[0] if policy in ("shield", "shield_fifo") else None
+    others = shield_cpus()[0] if policy in ("shield", "shield_fifo") or pin_host else None
     with tempfile.TemporaryDirectory(prefix="cosched-run-") as tmp, host_hogs(host_hogs_n, cpus=others) as hogs:
         daemon = Daemon(tmp, daemon_config) if policy == "cosched" else None
         marks = {}
@@ -633,6 +636,7 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
                         # The VM's channel counters and its CPU resource's, in one dict.
                         result["daemon"] = {**vm["counters"], **cpu["counters"]}
                         result["daemon_cpu"] = cpu
+                        result["daemon_static"] = vm.get("static")
                         result["hint_to_applied_us"] = vm["latency"]
                         result["actuation_errors"] = vm["actuation_errors"]
                         result["boosted_for_ms"] = cpu.get("boosted_for_ms", 0)

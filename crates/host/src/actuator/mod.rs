@@ -650,3 +650,5 @@ impl VmThreads {
 mod tests;
 #[cfg(test)]
 mod tests_io;
+#[cfg(test)]
+mod tests_static;

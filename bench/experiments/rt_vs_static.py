@@ -52,7 +52,8 @@ LABEL = {v[0]: v[3] for v in VARIANTS}
 # The daemon's IRQ moves stay inside the run: it puts them back when it stops (SIGTERM).
 STATIC_CONFIG = harness.NO_BUDGETS + "[shield]\nirqs = true\n[vm.bench.static]\n"
 COLUMNS = ["policy", "rep", "gzip_s", "bzip2_s", "avg_us", "p99_us", "max_us", "samples", "kthread_avg_us",
-           "kthread_max_us", "wakes", "predicted", "confirmed", "unconfirmed", "lead_us", "error_p50_us",
+           "kthread_max_us", "wakes", "predicted", "confirmed", "unconfirmed", "late", "lead_us", "hold_us",
+           "error_p50_us",
            "error_p99_us", "late_p50_us", "late_p99_us"]
 
 
@@ -102,8 +103,8 @@ def predictions(r):
     c = p.get("predictions") or {}
     err, late = p.get("predict_error_us") or {}, p.get("predict_apply_late_us") or {}
     return dict(wakes=c.get("received", 0), predicted=c.get("applied", 0) + c.get("covered", 0),
-                confirmed=c.get("confirmed", 0), unconfirmed=c.get("unconfirmed", 0),
-                lead_us=round(p.get("lead_us", 0)), error_p50_us=round(err.get("p50_us", 0)),
+                confirmed=c.get("confirmed", 0), unconfirmed=c.get("unconfirmed", 0), late=c.get("late", 0),
+                lead_us=round(p.get("lead_us", 0)), hold_us=round(p.get("hold_us", 0)), error_p50_us=round(err.get("p50_us", 0)),
                 error_p99_us=round(err.get("p99_us", 0)), late_p50_us=round(late.get("p50_us", 0)),
                 late_p99_us=round(late.get("p99_us", 0)))
 
@@ -143,7 +144,8 @@ def measure(quick, verbose=False):
                 log(f"{policy} rep {rep}: gzip {t['gzip']:.2f} s bzip2 {t['bzip2']:.2f} s; "
                     f"guest avg {s['avg']} max {s['max']} µs; per-CPU kthread stand-in avg {k_avg} max {k_max} µs"
                     + (f"; WAKE {pr['wakes']} predicted {pr['predicted']} confirmed {pr['confirmed']} "
-                       f"unconfirmed {pr['unconfirmed']} lead {pr['lead_us']} µs error p50 {pr['error_p50_us']} µs "
+                       f"unconfirmed {pr['unconfirmed']} (late {pr['late']}) lead {pr['lead_us']} µs "
+                       f"hold {pr['hold_us']} µs error p50 {pr['error_p50_us']} µs "
                        f"late p50/p99 {pr['late_p50_us']}/{pr['late_p99_us']} µs" if pr["wakes"] else ""))
     return rows
 
@@ -165,7 +167,8 @@ def aggregate(rows):
                         error_p50_us=statistics.median(r["error_p50_us"] for r in rs),
                         late_p50_us=statistics.median(r["late_p50_us"] for r in rs),
                         late_p99_us=max(r["late_p99_us"] for r in rs),
-                        lead_us=statistics.median(r["lead_us"] for r in rs)))
+                        lead_us=statistics.median(r["lead_us"] for r in rs),
+                        late=sum(r["late"] for r in rs), hold_us=statistics.median(r["hold_us"] for r in rs)))
     return out
 
 
@@ -243,8 +246,9 @@ Targets, in this run:
 
 Predictions (all runs of the predictive mode): {pred["wakes"]} `WAKE` frames, {pred["predicted"]} predicted
 boosts applied, {pred["confirmed"]} confirmed by the guest's `CPU 1`, {pred["unconfirmed"]} unconfirmed
-(ended after the hold, charged to the prediction budget); lead {pred["lead_us"]:.0f} µs (median of the
-runs' final adapted lead); the guest's `CPU 1` came {pred["error_p50_us"]:.0f} µs after the predicted
+(ended after the hold, charged to the prediction budget; the guest's `CPU 1` came after the hold
+for {pred["late"]} of them); lead {pred["lead_us"]:.0f} µs and hold {pred["hold_us"]:.0f} µs (medians of the
+runs' final adapted values); the guest's `CPU 1` came {pred["error_p50_us"]:.0f} µs after the predicted
 time (median of the runs' p50); a planned boost was applied {pred["late_p50_us"]:.0f} µs late at the
 median, {pred["late_p99_us"]:.0f} µs at the worst run's p99.
 

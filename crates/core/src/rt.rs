@@ -69,8 +69,11 @@ pub struct RtConfig {
     pub predict_lead_min_us: u64,
     /// The most, however early guests have woken.
     pub predict_lead_max_us: u64,
-    /// A predicted boost not confirmed this long after the predicted wake-up ends by itself.
+    /// A predicted boost not confirmed this long after the predicted wake-up ends by itself, at
+    /// least: the hold grows to `p99` of how late the guest's confirmations came, ...
     pub predict_hold_us: u64,
+    /// ... and at most this long.
+    pub predict_hold_max_us: u64,
     /// A `WAKE` further ahead than this is refused (`DENY(cpu: budget)`).
     pub predict_max_delay_ms: u64,
     /// Unconfirmed predicted boost time a VM may hold per CPU budget window, in permille of it
@@ -87,6 +90,7 @@ impl Default for RtConfig {
             predict_lead_min_us: 500,
             predict_lead_max_us: 2_000,
             predict_hold_us: 2_000,
+            predict_hold_max_us: 10_000,
             predict_max_delay_ms: 1_000,
             predict_max_share_permille: 100,
         }
@@ -111,6 +115,12 @@ impl RtConfig {
             return Err(format!(
                 "[rt] predict_lead_min_us = {} must be at most predict_lead_max_us = {}",
                 self.predict_lead_min_us, self.predict_lead_max_us
+            ));
+        }
+        if self.predict_hold_us > self.predict_hold_max_us {
+            return Err(format!(
+                "[rt] predict_hold_us = {} must be at most predict_hold_max_us = {}",
+                self.predict_hold_us, self.predict_hold_max_us
             ));
         }
         if self.predict_max_delay_ms == 0 || self.predict_max_delay_ms > u32::MAX as u64 / 1000 {
@@ -208,6 +218,8 @@ pub struct PredictCounters {
     pub early: u64,
     /// Ended by themselves after the hold, charged to the prediction budget.
     pub unconfirmed: u64,
+    /// ... of which the guest's `CPU 1` came after the hold (its error then lengthens the hold).
+    pub late: u64,
     /// `WAKE` refused.
     pub denied: u64,
     /// Withdrawn by `WAKE 0` or replaced by a new `WAKE`.
@@ -245,6 +257,12 @@ struct RtVm {
     need: u64,
     pred: Option<Prediction>,
     lead_ns: u64,
+    /// How long an applied prediction waits for its confirmation after the predicted wake-up.
+    hold_ns: u64,
+    /// The predicted wake-up of the last prediction that ended unconfirmed after its hold: a
+    /// `CPU 1` soon after is its late confirmation, and its error is kept (else the errors
+    /// would only ever show confirmations that came within the hold).
+    missed_due: Option<u64>,
     /// `e = arrival of the confirming CPU 1 - due`, ns.
     errors: Samples,
     /// Applied vs the target (`due - lead`), ns, measured by the daemon after its actuators ran.
@@ -291,11 +309,13 @@ impl Rt {
     }
 
     fn vm(&mut self, id: VmId) -> &mut RtVm {
-        let (lead, w) = (self.cfg.predict_lead_min_us * US, self.window_ns);
+        let (lead, hold, w) = (self.cfg.predict_lead_min_us * US, self.cfg.predict_hold_us * US, self.window_ns);
         self.vms.entry(id).or_insert_with(|| RtVm {
             need: 0,
             pred: None,
             lead_ns: lead,
+            hold_ns: hold,
+            missed_due: None,
             errors: Samples::default(),
             late: Samples::default(),
             act: Samples::default(),
@@ -328,9 +348,12 @@ impl Rt {
 
     fn adapt(&mut self, id: VmId) {
         let (min, max) = (self.cfg.predict_lead_min_us * US, self.cfg.predict_lead_max_us * US);
+        let (hold_min, hold_max) = (self.cfg.predict_hold_us * US, self.cfg.predict_hold_max_us * US);
         let v = self.vm(id);
         let early = v.errors.quantile(0.01).map_or(0, |e| (-e).max(0) as u64);
         v.lead_ns = (min + early).min(max);
+        let late = v.errors.quantile(0.99).map_or(0, |e| e.max(0) as u64);
+        v.hold_ns = late.clamp(hold_min, hold_max);
     }
 }
 
@@ -345,6 +368,8 @@ pub struct RtStatus {
     pub host_priority: Option<u8>,
     pub predictions: PredictCounters,
     pub lead_us: f64,
+    /// How long an applied prediction now waits for its confirmation after the wake-up.
+    pub hold_us: f64,
     /// `arrival of the confirming CPU 1 - predicted wake-up`.
     pub predict_error_us: SamplesSummary,
     /// Planned vs applied start of predicted boosts, measured after the actuators ran.
@@ -431,6 +456,7 @@ impl Coordinator {
     /// (a `CPU 0` that leaves a prediction holding the boost: acknowledged here).
     pub(crate) fn rt_cpu_frame(&mut self, id: VmId, f: &Frame, now: u64, out: &mut Vec<Action>) -> Option<u64> {
         let lead_max = self.rt.cfg.predict_lead_max_us * US;
+        let hold_max = self.rt.cfg.predict_hold_max_us * US;
         let v = self.rt.vm(id);
         v.need = f.value;
         let state = v.pred.as_ref().map(|p| (p.state, p.due));
@@ -453,8 +479,18 @@ impl Coordinator {
                 v.counters.confirmed += 1;
                 v.counters.early += early as u64;
                 v.errors.push(now as i64 - due as i64);
+                v.missed_due = None;
                 self.rt.drop_prediction(id);
                 self.rt.adapt(id);
+            }
+            None if f.value != 0 => {
+                // The late confirmation of a prediction whose hold ran out (within the most the
+                // hold may grow to): its error is kept, so the hold learns to wait that long.
+                if let Some(due) = v.missed_due.take().filter(|&d| now >= d && now - d <= hold_max) {
+                    v.counters.late += 1;
+                    v.errors.push((now - due) as i64);
+                    self.rt.adapt(id);
+                }
             }
             _ => {}
         }
@@ -517,7 +553,7 @@ impl Coordinator {
         let limit = limits.window_ns * cfg.predict_max_share_permille / 1000;
         let v = self.rt.vm(id);
         v.counters.received += 1;
-        let reserve = v.lead_ns + cfg.predict_hold_us * US;
+        let reserve = v.lead_ns + v.hold_ns;
         if delay > cfg.predict_max_delay_ms * crate::NS_PER_MS
             || (cfg.predict_max_share_permille < 1000 && v.unconfirmed.used(now) + reserve > limit)
         {
@@ -535,15 +571,8 @@ impl Coordinator {
             _ => v.act.quantile(0.5).unwrap_or(0).clamp(0, (cfg.predict_lead_max_us * US) as i64) as u64,
         };
         let start = target.saturating_sub(act).max(now);
-        let p = Prediction {
-            due,
-            target,
-            start,
-            end: due + cfg.predict_hold_us * US,
-            priority,
-            state: State::Planned,
-            deadline: start,
-        };
+        let p =
+            Prediction { due, target, start, end: due + v.hold_ns, priority, state: State::Planned, deadline: start };
         v.pred = Some(p);
         self.rt.deadlines.insert((start, id));
         if start <= now {
@@ -589,6 +618,7 @@ impl Coordinator {
                     v.counters.cancelled += 1;
                 } else {
                     v.counters.unconfirmed += 1;
+                    v.missed_due = Some(p.due);
                 }
                 if self.cpu_boosted(id) {
                     let _ = self.request(id, Resource::Cpu, 0, now, None, out);
@@ -659,6 +689,7 @@ impl Coordinator {
             host_priority: granted_priority(granted),
             predictions: PredictCounters::default(),
             lead_us: self.rt.cfg.predict_lead_min_us as f64,
+            hold_us: self.rt.cfg.predict_hold_us as f64,
             predict_error_us: SamplesSummary::default(),
             predict_apply_late_us: SamplesSummary::default(),
             unconfirmed_ms: 0.0,
@@ -668,6 +699,7 @@ impl Coordinator {
             st.guest_priority = Need::decode(v.need).map_or(0, |n| n.priority);
             st.predictions = v.counters.clone();
             st.lead_us = v.lead_ns as f64 / 1e3;
+            st.hold_us = v.hold_ns as f64 / 1e3;
             st.predict_error_us = v.errors.summary_us();
             st.predict_apply_late_us = v.late.summary_us();
             st.unconfirmed_ms = v.unconfirmed.clone().used(now) as f64 / 1e6;

@@ -262,6 +262,47 @@ fn an_unconfirmed_prediction_ends_after_the_hold_and_is_charged() {
 }
 
 #[test]
+fn a_confirmation_after_the_hold_lengthens_the_hold_up_to_its_maximum() {
+    let mut s = Sim::new(predict());
+    s.wake(5_000, 0);
+    s.advance(7 * MS); // boosted at 4.8 ms, ended unconfirmed at 6 ms (1 ms hold)
+    assert_eq!(s.level(), Level::Normal);
+    // The guest's CPU 1 comes 3 ms after the predicted wake-up: a late confirmation.
+    s.now = 8 * MS;
+    s.cpu_rt(10);
+    let st = s.st();
+    assert_eq!((st.predictions.unconfirmed, st.predictions.late, st.predictions.confirmed), (1, 1, 0));
+    assert_eq!((st.predict_error_us.max_us, st.hold_us), (3_000.0, 3_000.0));
+    s.send(Kind::Cpu, 0);
+    // The next prediction waits 3 ms after its wake-up before it ends by itself.
+    s.now = 20 * MS;
+    s.wake(5_000, 0);
+    let ends: Vec<u64> = s
+        .advance(40 * MS)
+        .iter()
+        .filter_map(|(t, a)| matches!(a, Action::Apply { level: Level::Normal, .. }).then_some(*t))
+        .collect();
+    assert_eq!(ends, [28 * MS]);
+    // A CPU 1 further after the wake-up than the hold may grow (10 ms) is no confirmation.
+    s.now = 39 * MS;
+    s.cpu_rt(10);
+    assert_eq!(s.st().predictions.late, 1, "not counted");
+    s.send(Kind::Cpu, 0);
+    // A guest 9.5 ms late every time: the hold follows it (p99 of the errors), within the most
+    // it may grow (predict_hold_max_us, 10 ms).
+    for k in 0..20u64 {
+        let t = (100 + 20 * k) * MS;
+        s.now = t;
+        s.wake(1_000, 0);
+        s.advance(t + MS + 9_400_000);
+        s.now = t + MS + 9_500_000;
+        s.cpu_rt(10);
+        s.send(Kind::Cpu, 0);
+    }
+    assert_eq!(s.st().hold_us, 9_500.0);
+}
+
+#[test]
 fn the_prediction_budget_denies_and_the_delay_is_bounded() {
     // 20 s window, 1 permille: 20 ms of unconfirmed boost; each prediction reserves lead + hold
     // (1.2 ms) and is charged what it held.

@@ -798,36 +798,42 @@ def wake_predictions(agent):
 
 
 class PredictiveBoost(unittest.TestCase):
-    """Issue 12, the guest's side, in the real guest: cyclictest -p 80 -i 10000 (seed 002's
-    workload) with the agent in seed 002's mode (`--hold-periodic-max-us 0 --idle-deboost-ms 1`:
-    deboosted between activations) and predictions on. Judged by what the daemon received (its
-    `-v` log): CPU 1 frames naming priority 80, and WAKE frames predicting the next activation.
-    This host refuses WAKE (`DENY(cpu: unsupported)`), after which the agent stops predicting
-    until it registers again: each of the rounds starts the agent afresh, for one WAKE each."""
+    """Issue 12 in the real guest, both sides: cyclictest -p 80 -i 10000 (seed 002's workload)
+    with the agent in seed 002's mode (`--hold-periodic-max-us 0 --idle-deboost-ms 1`: deboosted
+    between activations) and predictions on. Judged by what the daemon received (its `-v` log):
+    CPU 1 frames naming priority 80, and WAKE frames predicting the next activation; and by what
+    it did with them (its status, read while the guest still runs): predicted boosts applied and
+    confirmed by the guest's CPU 1 at its wake-up, at the guest's priority capped by the ceiling."""
 
-    ROUNDS = 4
+    LOOPS = 200
 
-    def test_cpu_frames_carry_the_priority_and_wakes_predict_the_next_activation(self):
+    def test_the_guests_priority_and_predicted_wake_ups_are_boosted_and_confirmed(self):
         need_root(self)
         workload = f"""#!/bin/sh
-for r in $(seq {self.ROUNDS}); do
-    cosched guest -v --hold-periodic-max-us 0 --idle-deboost-ms 1 --predict-horizon-ms 1000 \\
-        2>/tmp/agent.$r.log &
-    AGENT=$!
-    i=0
-    until grep -q "detectors attached" /tmp/agent.$r.log 2>/dev/null; do
-        i=$((i+1)); [ $i -gt 200 ] && {{ echo "COSCHED-GUEST: the agent did not attach"; break; }}
-        sleep 0.05
-    done
-    cyclictest -p 80 -i 10000 -l 100 -q >/dev/null
-    kill $AGENT; wait $AGENT
-    sed 's/^/COSCHED-AGENT: /' /tmp/agent.$r.log
+cosched guest -v --hold-periodic-max-us 0 --idle-deboost-ms 1 --predict-horizon-ms 1000 2>/tmp/agent.log &
+AGENT=$!
+i=0
+until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do
+    i=$((i+1)); [ $i -gt 200 ] && {{ echo "COSCHED-GUEST: the agent did not attach"; break; }}
+    sleep 0.05
 done
+cyclictest -p 80 -i 10000 -l {self.LOOPS} -q >/dev/null
+echo COSCHED-PREDICT-DONE
+sleep 1
+kill $AGENT; wait $AGENT
+sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
 """
         with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp:
             d = cb.Daemon(tmp, args=["-v"])
+            seen = {}
+
+            def on_line(line, _pid):
+                if line.strip() == "COSCHED-PREDICT-DONE":
+                    vms = (d.status() or {}).get("vms", [])
+                    seen["rt"] = vms[0]["resources"]["cpu"].get("rt") if vms else None
+
             try:
-                console, _ = cb.boot_guest(workload, sock=d.socket_dir / "e2e.sock")
+                console, _ = cb.boot_guest(workload, sock=d.socket_dir / "e2e.sock", on_line=on_line)
             finally:
                 d.stop()
             log = (Path(tmp) / "daemon.log").read_text()
@@ -838,36 +844,41 @@ done
         irq = [v for v in boosts if v >> 8 & 0xff == 80 and v & (1 << 16)]
         wakes = [(v & 0xffffffff, v >> 32 & 0xff) for k, v in frames if k == "WAKE"]
         errors = sorted(prediction_errors_us(agent))
-        why = f"CPU 1 priorities {prio}\nWAKEs {wakes} {wake_predictions(agent)}\nagent:\n{agent[-6000:]}"
-        print(f"\n  {len(boosts)} CPU 1: {prio.count(80)} at priority 80 ({len(irq)} woken from an interrupt), "
-              f"{prio.count(0)} at 0 (new tasks); WAKEs (µs predicted ahead, µs sent, priority) "
-              f"{wake_predictions(agent)}; prediction - boost "
-              f"over {len(errors)} activations: median {errors[len(errors) // 2] if errors else None} µs, "
-              f"min {errors[0] if errors else None}, max {errors[-1] if errors else None}", file=sys.stderr)
-        # cyclictest's ~100 activations a round each boost the VM (it is deboosted between them).
-        self.assertGreaterEqual(prio.count(80), 50 * self.ROUNDS, why)
-        # Its thread is woken by its timer's interrupt.
+        rt = seen.get("rt") or {}
+        pr = rt.get("predictions") or {}
+        why = (f"CPU 1 priorities {prio}\nWAKEs {wakes[:20]}...\nhost rt status {rt}\n"
+               f"agent:\n{agent[-6000:]}")
+        print(f"\n  {len(boosts)} CPU 1: {prio.count(80)} at priority 80 ({len(irq)} woken from an interrupt); "
+              f"{len(wakes)} WAKEs; host: {pr}, lead {rt.get('lead_us')} µs, hold {rt.get('hold_us')} µs, "
+              f"error {rt.get('predict_error_us')}, applied late {rt.get('predict_apply_late_us')}; agent's "
+              f"prediction - boost over {len(errors)} activations: median "
+              f"{errors[len(errors) // 2] if errors else None} µs", file=sys.stderr)
+        # cyclictest's activations each boost the VM (it is deboosted between them)...
+        self.assertGreaterEqual(prio.count(80), self.LOOPS // 2, why)
+        # ... its thread woken by its timer's interrupt.
         self.assertGreaterEqual(len(irq), prio.count(80) // 2, why)
         self.assertTrue(set(prio) <= {0, 80, 99}, why)  # 99: the guest's migration/N (stopper)
-        # One WAKE per registration (then DENY(cpu: unsupported) stops them), each predicting the
-        # next activation: under 10 ms away (the deboost comes after an activation), for priority 80.
-        self.assertEqual(len(wakes), self.ROUNDS, why)
-        # Each WAKE the agent sent is the prediction it logged just before (D µs ahead), less the
-        # transit estimate (half the smoothed round trip, which includes the host's boosting and
-        # the agent's own wake-up: up to a few ms under TCG).
+        # A WAKE after (about) every activation, each the prediction the agent logged (D µs
+        # ahead) less the transit estimate, for priority 80 and the activation that follows.
+        self.assertGreaterEqual(len(wakes), self.LOOPS // 2, why)
         sent = wake_predictions(agent)
         self.assertEqual([(w, p) for _, w, p in sent], wakes, why)
         for ahead_us, delay_us, p in sent:
             self.assertEqual(p, 80, why)
             self.assertLessEqual(ahead_us, 10_000, why)
             self.assertTrue(0 < delay_us <= ahead_us <= delay_us + 5_000, why)
-        self.assertEqual(log.count("-> DENY(cpu: unsupported)"), self.ROUNDS, log[-3000:])
-        self.assertEqual(agent.count("the host does not support WAKE"), self.ROUNDS, why)
-        # The denial touched predictions only: the CPU detector stayed and CPU frames went on.
-        self.assertNotIn("no longer supports it", agent, why)
-        self.assertEqual(agent.count("detectors attached"), self.ROUNDS, why)
-        # The agent logs a prediction at every CPU 0 (-v): each one is for the activation that
-        # follows. Under TCG on a shared machine that comes late by the guest's wake-up latency;
-        # a prediction off by a period (10 ms) would be a wrong one.
-        self.assertGreaterEqual(len(errors), 50 * self.ROUNDS, why)
+        self.assertNotIn("the host does not support WAKE", agent, why)
+        self.assertNotIn("-> DENY(cpu: unsupported)", log)
+        # The host planned them, boosted the VM ahead of the wake-ups (or found it boosted), and
+        # the guest's CPU 1 at its wake-up confirmed most of them.
+        self.assertGreaterEqual(pr.get("received", 0), self.LOOPS // 2, why)
+        done = pr.get("applied", 0) + pr.get("covered", 0)
+        self.assertGreaterEqual(done, pr["received"] * 8 // 10, why)
+        self.assertGreaterEqual(pr.get("confirmed", 0), done * 8 // 10, why)
+        self.assertEqual(pr.get("denied", 0) + pr.get("refused", 0), 0, why)
+        # The guest's confirmation comes within a few ms of the predicted wake-up (a prediction
+        # off by a period, 10 ms, would be a wrong one).
+        self.assertLess(abs(rt["predict_error_us"]["p50_us"]), 5_000, why)
+        # The agent's own view: each prediction is for the activation that follows.
+        self.assertGreaterEqual(len(errors), self.LOOPS // 2, why)
         self.assertLess(abs(errors[len(errors) // 2]), 2_000, errors)

@@ -128,8 +128,9 @@ class WatchList(unittest.TestCase):
     much of the measured window the host kept the VM boosted (idle host: fast, and the boost is
     what is observed, not its effect)."""
 
-    def boosted_share(self, body):
-        r = harness.run(body, guest_hogs=1, policy="cosched", daemon_config=harness.NO_BUDGETS)
+    def boosted_share(self, body, agent_args=""):
+        r = harness.run(body, guest_hogs=1, policy="cosched", daemon_config=harness.NO_BUDGETS,
+                        agent_args=agent_args + " --stats-interval-s 1000")
         self.assertTrue(r.get("registered"), r.get("agent_log"))
         self.assertGreaterEqual(r["daemon"]["frames"], 2, r.get("agent_log"))
         share = r["boosted_share"]
@@ -153,6 +154,31 @@ class WatchList(unittest.TestCase):
         share, _ = self.boosted_share("echo COSCHED-MEASURE-START\ntimeout 4 sh -c 'while :; do :; done'\n"
                                       "echo COSCHED-MEASURE-END\n")
         self.assertLess(share, 0.3)
+
+    # Budget mode (issue 13, opt-in): 200 ms of a new task's own run time.
+    BUDGET = "--watch-budget-ms 200"
+
+    def test_budget_mode_keeps_a_sleeping_task_boosted(self):
+        """cyclictest runs a few µs per wake-up and earns 2 ms back with each: it never runs out."""
+        need_root(self)
+        share, stats = self.boosted_share("echo COSCHED-MEASURE-START\ncyclictest -i 1000 -l 6000 -q >/dev/null\n"
+                                          "echo COSCHED-MEASURE-END\n", self.BUDGET)
+        self.assertGreater(share, 0.8, stats)
+
+    def test_budget_mode_releases_a_cpu_bound_newcomer_within_its_budget(self):
+        """A new CPU hog beside the guest's hog gets half the vCPU: its 200 ms of run time last
+        about 0.4 s of the 4 s, then it leaves the list (watch_spent), and a newcomer started every
+        second costs each time no more than its own budget."""
+        need_root(self)
+        share, stats = self.boosted_share("echo COSCHED-MEASURE-START\ntimeout 4 sh -c 'while :; do :; done'\n"
+                                          "echo COSCHED-MEASURE-END\n", self.BUDGET)
+        self.assertLess(share, 0.3, stats)
+        self.assertTrue(any("watch_spent=" in l and "watch_spent=0 " not in l + " " for l in stats), stats)
+        share, stats = self.boosted_share(
+            "echo COSCHED-MEASURE-START\nfor i in 1 2 3 4; do timeout 1 sh -c 'while :; do :; done'; done\n"
+            "echo COSCHED-MEASURE-END\n", self.BUDGET)
+        # Each newcomer: at most 200 ms of its run time, ~0.4 s of wall time beside the hog.
+        self.assertLess(share, 0.6, stats)
 
 
 class RtHold(unittest.TestCase):

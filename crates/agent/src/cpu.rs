@@ -56,6 +56,8 @@ crate::stats_fields!(
     sleeps_predicted,
     withdrawals,
     timer_deboosts_deferred,
+    watch_full,
+    watch_spent,
 );
 
 fn reason_name(e: &types::cosched_event) -> &'static str {
@@ -86,6 +88,12 @@ unsafe fn open_skel(storage: &ObjectStorage, opts: &Options) -> anyhow::Result<O
     ro.hold_periodic_max_ns = opts.hold_periodic_max_us * 1_000;
     ro.idle_deboost_ns = opts.idle_deboost_ms * 1_000_000;
     ro.watch_count = opts.watch_count;
+    ro.watch_budget_ns = opts.watch_budget_ms * 1_000_000;
+    ro.watch_refill_ns = opts.watch_refill_us * 1_000;
+    if opts.watch_budget_ms > 0 {
+        // The map's room is the cap on tasks watched at once.
+        open.maps.watch.set_max_entries(opts.watch_max).context("sizing the watch map")?;
+    }
     ro.agent_tgid = std::process::id();
     ro.hrtimer_wakeup_addr = if opts.predict { hrtimer_wakeup_addr() } else { 0 };
     Ok(open)
@@ -319,7 +327,7 @@ mod tests {
             s,
             "switches=7 need_rt=0 need_watched=0 boosts=1 deboosts=0 timer_deboosts=0 watch_added=0 \
              events_dropped=5 watch_agent_returns=2 prio_changes=0 irq_wakeups=0 sleeps_predicted=0 withdrawals=0 \
-             timer_deboosts_deferred=0"
+             timer_deboosts_deferred=0 watch_full=0 watch_spent=0"
         );
     }
 

@@ -62,6 +62,18 @@ pub struct Options {
     /// the new-task heuristic off
     #[arg(long, default_value_t = 8)]
     pub watch_count: u32,
+    /// Budget mode of the new-task heuristic (0: off, the watch count applies): a new task keeps
+    /// its VM boosted for this much of its own run time, plus what its sleeps earn back
+    /// (--watch-refill-us each); at most --watch-max tasks are watched at once
+    #[arg(long, default_value_t = 0)]
+    pub watch_budget_ms: u64,
+    /// Budget mode: run time a watched task earns back with each wake-up from a sleep (up to its
+    /// whole budget)
+    #[arg(long, default_value_t = 2_000)]
+    pub watch_refill_us: u64,
+    /// Budget mode: the most tasks watched at once; newcomers past it are not watched
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub watch_max: u32,
     /// I/O: report that the guest's BFQ has no weight-raised busy queue left (`IO 0`) only once
     /// none has been seen for this long (0: at once, as in the paper). An application's queue
     /// empties between its reads while other queues are served, so without a hold one

@@ -8,6 +8,10 @@
  *   - a new task (sched_wakeup_new) enters a watch list with a counter of watch_count; each
  *     switch-in of a watched task uses one unit and needs a boost, each wake-up from a sleep
  *     gives one back (up to watch_count); at 0 the task leaves the list.
+ *     Budget mode (watch_budget_ns > 0) instead: a new task gets watch_budget_ns of run time,
+ *     charged from each switch-in to the switch-out; each wake-up from a sleep earns back
+ *     watch_refill_ns (up to watch_budget_ns); at 0 the task leaves the list. At most watch_max
+ *     tasks are watched at once (the map's size); an exiting task leaves the list.
  * State machine, per CPU: on need -> remember the time, send boost if not boosted; otherwise, if
  * boosted and now >= last_need + hold -> send deboost. The need lasts until the needing task leaves
  * the CPU, so the hold counts from then. hold is MIN_BOOST_TIME (min_boost_ns), or,
@@ -45,6 +49,8 @@ const volatile u64 min_boost_ns = 500000;
 const volatile u64 idle_deboost_ns = 20000000;
 const volatile u64 hold_periodic_max_ns = 25000000;
 const volatile u32 watch_count = 8;
+const volatile u64 watch_budget_ns = 0;
+const volatile u64 watch_refill_ns = 0;
 const volatile u32 agent_tgid = 0;
 /* Address of hrtimer_wakeup (the agent reads /proc/kallsyms); 0: no timer predictions. */
 const volatile u64 hrtimer_wakeup_addr = 0;
@@ -71,11 +77,12 @@ struct {
 	__type(value, struct cpu_state);
 } cpu_states SEC(".maps");
 
+/* Sized by the agent before load (watch_max in budget mode); a full map watches no newcomer. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
 	__type(key, u32);	/* pid (thread id) */
-	__type(value, u32);	/* remaining boosted switch-ins */
+	__type(value, struct watched);
 } watch SEC(".maps");
 
 struct {
@@ -222,30 +229,63 @@ static int idle_timer_cb(void *map, u32 *key, struct cpu_state *st)
  * The watch list, at the switch-in of a task that is not RT: returns COSCHED_REASON_WATCHED if
  * `pid` is watched with units left, and charges it one unit (but see back_from_agent).
  */
-static __always_inline u32 watch_charge(struct cosched_stats *s, u32 pid, bool back_from_agent)
+static __always_inline u32 watch_charge(struct cosched_stats *s, u32 pid, bool back_from_agent, u64 now)
 {
 	u32 reason = COSCHED_REASON_NONE;
+	struct watched *w;
 	u32 *cnt;
 
-	cnt = bpf_map_lookup_elem(&watch, &pid);
-	if (cnt) {
-		if (*cnt > 0) {
-			reason = COSCHED_REASON_WATCHED;
+	w = bpf_map_lookup_elem(&watch, &pid);
+	if (!w)
+		return reason;
+	if (watch_budget_ns) {
+		/* Budget mode: charged at the switch-out (watch_run_out). */
+		if (w->budget_ns > 0) {
+			w->since_ns = now;
 			s->need_watched++;
-			/* Every hint wakes the agent, which preempts the task that caused it: coming
-			 * back from the agent is not the task's doing, and charging it would make a
-			 * task leave the list in proportion to the hints it caused. Only a direct
-			 * return is free: after task -> kworker -> agent -> task, the task pays for
-			 * the kworker's preemption as usual. */
-			if (back_from_agent)
-				s->watch_agent_returns++;
-			else
-				__sync_fetch_and_add(cnt, -1); /* BPF has no atomic sub */
+			return COSCHED_REASON_WATCHED;
 		}
-		if (*cnt == 0)
-			bpf_map_delete_elem(&watch, &pid);
+		bpf_map_delete_elem(&watch, &pid);
+		return reason;
 	}
+	cnt = &w->count;
+	if (*cnt > 0) {
+		reason = COSCHED_REASON_WATCHED;
+		s->need_watched++;
+		/* Every hint wakes the agent, which preempts the task that caused it: coming back
+		 * from the agent is not the task's doing, and charging it would make a task leave
+		 * the list in proportion to the hints it caused. Only a direct return is free:
+		 * after task -> kworker -> agent -> task, the task pays for the kworker's
+		 * preemption as usual. */
+		if (back_from_agent)
+			s->watch_agent_returns++;
+		else
+			__sync_fetch_and_add(cnt, -1); /* BPF has no atomic sub */
+	}
+	if (*cnt == 0)
+		bpf_map_delete_elem(&watch, &pid);
 	return reason;
+}
+
+/* Budget mode, at a watched task's switch-out: its run since the switch-in is charged. */
+static __always_inline void watch_run_out(struct cosched_stats *s, u32 pid, u64 now)
+{
+	struct watched *w;
+	u64 ran;
+
+	if (!watch_budget_ns)
+		return;
+	w = bpf_map_lookup_elem(&watch, &pid);
+	if (!w || !w->since_ns)
+		return;
+	ran = now > w->since_ns ? now - w->since_ns : 0;
+	w->since_ns = 0;
+	if (ran >= w->budget_ns) {
+		s->watch_spent++;
+		bpf_map_delete_elem(&watch, &pid);
+	} else {
+		w->budget_ns -= ran;
+	}
 }
 
 /* A switch to a task that needs a boost: track the episodes (and their period) of this CPU. */
@@ -380,6 +420,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	}
 	if (hrtimer_wakeup_addr && !preempt && prev->prio < MAX_RT_PRIO && prev->__state != 0 /* TASK_RUNNING */)
 		note_sleep(prev, s, now);
+	watch_run_out(s, prev->pid, now);
 	/* The agent's own wake-ups say nothing about the guest's needs. */
 	if (agent_tgid && next->tgid == agent_tgid) {
 		st->agent_victim = prev->pid;
@@ -400,7 +441,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			bpf_map_delete_elem(&irq_woken, &pid);
 		}
 	} else {
-		reason = watch_charge(s, pid, back_from_agent);
+		reason = watch_charge(s, pid, back_from_agent, now);
 	}
 
 	if (reason != COSCHED_REASON_NONE) {
@@ -427,15 +468,29 @@ SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(on_wakeup_new, struct task_struct *p)
 {
 	u32 pid = p->pid;
-	u32 n = watch_count;
+	struct watched w = { .budget_ns = watch_budget_ns, .count = watch_count };
 	struct cosched_stats *s;
 
-	if (!n || (agent_tgid && p->tgid == agent_tgid))
+	if (!(watch_budget_ns ? watch_budget_ns : watch_count) || (agent_tgid && p->tgid == agent_tgid))
 		return 0;
-	bpf_map_update_elem(&watch, &pid, &n, BPF_ANY);
 	s = stats_get();
+	if (bpf_map_update_elem(&watch, &pid, &w, BPF_ANY)) {
+		if (s)
+			s->watch_full++; /* watch_max tasks watched already */
+		return 0;
+	}
 	if (s)
 		s->watch_added++;
+	return 0;
+}
+
+/* An exiting task leaves the watch list (the map is no LRU: its room is the cap). */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *p)
+{
+	u32 pid = p->pid;
+
+	bpf_map_delete_elem(&watch, &pid);
 	return 0;
 }
 
@@ -443,11 +498,18 @@ SEC("tp_btf/sched_wakeup")
 int BPF_PROG(on_wakeup, struct task_struct *p)
 {
 	u32 pid = p->pid;
-	u32 *cnt = bpf_map_lookup_elem(&watch, &pid);
+	struct watched *w = bpf_map_lookup_elem(&watch, &pid);
 
 	/* A wake-up ends a sleep the task chose (I/O, timer): it stays interactive. */
-	if (cnt && *cnt < watch_count)
-		__sync_fetch_and_add(cnt, 1);
+	if (!w)
+		return 0;
+	if (watch_budget_ns) {
+		u64 b = w->budget_ns + watch_refill_ns;
+
+		w->budget_ns = b < watch_budget_ns ? b : watch_budget_ns;
+	} else if (w->count < watch_count) {
+		__sync_fetch_and_add(&w->count, 1);
+	}
 	return 0;
 }
 

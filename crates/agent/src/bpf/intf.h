@@ -53,6 +53,17 @@ struct cosched_stats {
 	unsigned long long withdrawals;		/* ... of which woken before their timer */
 	unsigned long long timer_deboosts_deferred;	/* the no-switch timer found an RT/DL task
 							 * queued or an interrupt under way */
+	unsigned long long watch_full;		/* new tasks not watched: watch_max already are */
+	unsigned long long watch_spent;		/* watched tasks that used up their budget */
+};
+
+/* A watched task (the watch map's value). Count mode: `count` boosted switch-ins left. Budget
+ * mode (watch_budget_ns > 0): `budget_ns` of run time left, `since_ns` its current switch-in. */
+struct watched {
+	unsigned long long budget_ns;
+	unsigned long long since_ns;
+	unsigned int count;
+	unsigned int pad;
 };
 
 /* Where a sleeper stands (sleeper.state). */

@@ -476,7 +476,11 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
         self.assertTrue(restored and int(restored.group(1)) >= 1, seen["restore_log"])
         self.assertTrue(seen["second"] and seen["second"]["registered"], (seen.get("second"), agent))
         self.assertGreaterEqual(seen["second"]["counters"]["boosts"], 1, agent)
-        self.assertIn("registering again", agent)
+        # The agent registered again, by either path: the new daemon told it it was not
+        # registered, or its own write failed while no daemon listened and it found the channel
+        # back (a fresh-clone CI run took the second).
+        self.assertTrue("registering again" in agent or "the host channel is back" in agent, agent)
+        self.assertGreaterEqual(agent.count("registered with the host"), 2, agent)
         self.assertEqual(userspace_rt_threads() - before, set(), "threads left at a real-time policy")
 
 

@@ -1,6 +1,7 @@
 //! Builds the BPF programs and their Rust skeletons (clang is required; see README): the CPU
 //! detector (`src/bpf/cosched.bpf.c`) and the I/O detector (`src/bpf/io.bpf.c`), one skeleton
-//! each.
+//! each; and the watch list's arithmetic (`src/bpf/watch.h`) compiled for the host, a static
+//! library only the unit tests link (`src/watch_model.rs`).
 
 use std::env;
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use libbpf_cargo::SkeletonBuilder;
 
 /// (source, skeleton file name, headers it includes besides vmlinux.h).
 const PROGRAMS: &[(&str, &str, &[&str])] = &[
-    ("src/bpf/cosched.bpf.c", "cosched.skel.rs", &["src/bpf/intf.h"]),
+    ("src/bpf/cosched.bpf.c", "cosched.skel.rs", &["src/bpf/intf.h", "src/bpf/watch.h"]),
     ("src/bpf/io.bpf.c", "io.skel.rs", &["src/bpf/io_intf.h", "src/bpf/bfq.h"]),
 ];
 
@@ -28,4 +29,17 @@ fn main() {
         }
     }
     println!("cargo:rerun-if-changed=src/bpf/vmlinux.h");
+
+    // The unit tests' link to watch.h; no cargo metadata, so that only `#[link]` (in the tests)
+    // pulls it in.
+    cc::Build::new()
+        .file("src/bpf/watch_host.c")
+        .include("src/bpf")
+        .warnings(true)
+        .extra_warnings(true)
+        .cargo_metadata(false)
+        .compile("cosched_watch_host");
+    println!("cargo:rustc-link-search=native={}", out_dir.display());
+    println!("cargo:rerun-if-changed=src/bpf/watch_host.c");
+    println!("cargo:rerun-if-changed=src/bpf/watch.h");
 }

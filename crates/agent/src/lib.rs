@@ -18,6 +18,8 @@ pub mod core;
 mod cpu;
 mod detector;
 mod io;
+#[cfg(test)]
+mod watch_model;
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -37,6 +37,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "intf.h"
+#include "watch.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -227,64 +228,40 @@ static int idle_timer_cb(void *map, u32 *key, struct cpu_state *st)
 
 /*
  * The watch list, at the switch-in of a task that is not RT: returns COSCHED_REASON_WATCHED if
- * `pid` is watched with units left, and charges it one unit (but see back_from_agent).
+ * `pid` is watched with units (count mode) or run time (budget mode) left. The arithmetic is
+ * watch.h's.
  */
 static __always_inline u32 watch_charge(struct cosched_stats *s, u32 pid, bool back_from_agent, u64 now)
 {
-	u32 reason = COSCHED_REASON_NONE;
 	struct watched *w;
-	u32 *cnt;
+	u32 r;
 
 	w = bpf_map_lookup_elem(&watch, &pid);
 	if (!w)
-		return reason;
-	if (watch_budget_ns) {
-		/* Budget mode: charged at the switch-out (watch_run_out). */
-		if (w->budget_ns > 0) {
-			w->since_ns = now;
-			s->need_watched++;
-			return COSCHED_REASON_WATCHED;
-		}
-		bpf_map_delete_elem(&watch, &pid);
-		return reason;
-	}
-	cnt = &w->count;
-	if (*cnt > 0) {
-		reason = COSCHED_REASON_WATCHED;
+		return COSCHED_REASON_NONE;
+	r = watch_in(w, watch_budget_ns, back_from_agent, now);
+	if (r & WATCH_BOOST)
 		s->need_watched++;
-		/* Every hint wakes the agent, which preempts the task that caused it: coming back
-		 * from the agent is not the task's doing, and charging it would make a task leave
-		 * the list in proportion to the hints it caused. Only a direct return is free:
-		 * after task -> kworker -> agent -> task, the task pays for the kworker's
-		 * preemption as usual. */
-		if (back_from_agent)
-			s->watch_agent_returns++;
-		else
-			__sync_fetch_and_add(cnt, -1); /* BPF has no atomic sub */
-	}
-	if (*cnt == 0)
+	if (r & WATCH_FREE)
+		s->watch_agent_returns++;
+	if (r & WATCH_DROP)
 		bpf_map_delete_elem(&watch, &pid);
-	return reason;
+	return r & WATCH_BOOST ? COSCHED_REASON_WATCHED : COSCHED_REASON_NONE;
 }
 
 /* Budget mode, at a watched task's switch-out: its run since the switch-in is charged. */
 static __always_inline void watch_run_out(struct cosched_stats *s, u32 pid, u64 now)
 {
 	struct watched *w;
-	u64 ran;
 
 	if (!watch_budget_ns)
 		return;
 	w = bpf_map_lookup_elem(&watch, &pid);
-	if (!w || !w->since_ns)
+	if (!w)
 		return;
-	ran = now > w->since_ns ? now - w->since_ns : 0;
-	w->since_ns = 0;
-	if (ran >= w->budget_ns) {
+	if (watch_out(w, now) & WATCH_SPENT) {
 		s->watch_spent++;
 		bpf_map_delete_elem(&watch, &pid);
-	} else {
-		w->budget_ns -= ran;
 	}
 }
 
@@ -468,10 +445,10 @@ SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(on_wakeup_new, struct task_struct *p)
 {
 	u32 pid = p->pid;
-	struct watched w = { .budget_ns = watch_budget_ns, .count = watch_count };
+	struct watched w = watch_new(watch_budget_ns, watch_count);
 	struct cosched_stats *s;
 
-	if (!(watch_budget_ns ? watch_budget_ns : watch_count) || (agent_tgid && p->tgid == agent_tgid))
+	if (!watch_is_on(watch_budget_ns, watch_count) || (agent_tgid && p->tgid == agent_tgid))
 		return 0;
 	s = stats_get();
 	if (bpf_map_update_elem(&watch, &pid, &w, BPF_ANY)) {
@@ -501,15 +478,8 @@ int BPF_PROG(on_wakeup, struct task_struct *p)
 	struct watched *w = bpf_map_lookup_elem(&watch, &pid);
 
 	/* A wake-up ends a sleep the task chose (I/O, timer): it stays interactive. */
-	if (!w)
-		return 0;
-	if (watch_budget_ns) {
-		u64 b = w->budget_ns + watch_refill_ns;
-
-		w->budget_ns = b < watch_budget_ns ? b : watch_budget_ns;
-	} else if (w->count < watch_count) {
-		__sync_fetch_and_add(&w->count, 1);
-	}
+	if (w)
+		watch_wake(w, watch_budget_ns, watch_refill_ns, watch_count);
 	return 0;
 }
 

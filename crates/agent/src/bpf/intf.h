@@ -57,14 +57,7 @@ struct cosched_stats {
 	unsigned long long watch_spent;		/* watched tasks that used up their budget */
 };
 
-/* A watched task (the watch map's value). Count mode: `count` boosted switch-ins left. Budget
- * mode (watch_budget_ns > 0): `budget_ns` of run time left, `since_ns` its current switch-in. */
-struct watched {
-	unsigned long long budget_ns;
-	unsigned long long since_ns;
-	unsigned int count;
-	unsigned int pad;
-};
+/* The watch map's value, struct watched, is in watch.h with the heuristic's arithmetic. */
 
 /* Where a sleeper stands (sleeper.state). */
 enum cosched_sleeper_state {

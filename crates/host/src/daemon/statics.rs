@@ -29,11 +29,7 @@ impl Daemon {
 
     /// `cfg` resolved for VM `name`: CPUs checked against the host and the other VMs' shields.
     fn resolve_static(&self, name: &str, cfg: &StaticConfig) -> Result<StaticPlan, String> {
-        let mut plan = StaticPlan {
-            fifo: cfg.fifo.then_some((cfg.vcpu_priority, cfg.other_priority)),
-            guarded: None,
-            shield: None,
-        };
+        let mut plan = fifo_plan(cfg);
         let Some(list) = &cfg.shield else { return Ok(plan) };
         let vcpus = parse_cpus(list)?;
         let host = crate::shield::host_cpus(self.host.sched.cgroups());
@@ -63,14 +59,7 @@ impl Daemon {
         // A shield that cannot be had: the rest (FIFO) still applies, and the error is told.
         let (plan, err) = match plan {
             Ok(p) => (p, None),
-            Err(e) => (
-                StaticPlan {
-                    fifo: cfg.fifo.then_some((cfg.vcpu_priority, cfg.other_priority)),
-                    guarded: None,
-                    shield: None,
-                },
-                Some(e),
-            ),
+            Err(e) => (fifo_plan(&cfg), Some(e)),
         };
         if let Some(sh) = &plan.shield {
             // The host leaves the CPUs before the VM's vCPU group claims them (v1 refuses an
@@ -206,4 +195,10 @@ impl Daemon {
             vm.note(&out, now);
         }
     }
+}
+
+/// The plan of `cfg`'s FIFO alone (no guard, no shield): what a VM gets before its shield is
+/// resolved, or when its shield cannot be had.
+fn fifo_plan(cfg: &StaticConfig) -> StaticPlan {
+    StaticPlan { fifo: cfg.fifo.then_some((cfg.vcpu_priority, cfg.other_priority)), guarded: None, shield: None }
 }

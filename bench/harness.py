@@ -617,6 +617,11 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
             if line == "COSCHED-MEASURE-START":
                 marks["start"] = time.monotonic()
                 marks["hog_cpu0"] = sum(cpu_time_s(h.pid) for h in hogs)
+                if daemon:
+                    # The VM's boosted time so far (boot, warm-up), left out of boosted_share.
+                    for vm in (daemon.status() or {}).get("vms", []):
+                        cpu = vm["resources"]["cpu"]
+                        marks["boosted0_s"] = cpu["counters"]["boosted_ns"] / 1e9 + cpu.get("boosted_for_ms", 0) / 1e3
                 if pid and policy in ("static_rr", "static_fifo", "shield", "shield_fifo"):
                     apply_static(pid, policy)
                 if host_job:
@@ -665,9 +670,10 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
         result["hog_cpu_s"] = marks["hog_cpu1"] - marks["hog_cpu0"]
         result["console"] = console
         if "daemon" in result:
-            # Boosted time (finished boosts plus the one under way) over the measured window.
-            result["boosted_share"] = (result["daemon"]["boosted_ns"] / 1e9
-                                       + result["boosted_for_ms"] / 1e3) / result["measure_s"]
+            # Boosted time in the measured window (finished boosts plus the one under way, less
+            # the same at its start) over the window.
+            result["boosted_share"] = (result["daemon"]["boosted_ns"] / 1e9 + result["boosted_for_ms"] / 1e3
+                                       - marks.get("boosted0_s", 0.0)) / result["measure_s"]
         if daemon:
             result["agent_log"] = [l[len("COSCHED-AGENT: "):] for l in console.splitlines()
                                    if l.startswith("COSCHED-AGENT: ")]

@@ -13,7 +13,7 @@ points it finished are kept in results/NAME/points.jsonl and are not measured ag
 Experiments (full-run time on the 2-core development machine, TCG guest):
   latency-vs-load  seed 000 Fig. 1/7: cyclictest vs 0-6 CPU hogs, host and guest    30 min
   histogram        seed 000 Fig. 8: latency distribution, 2 host + 1 guest hog       2.5 min
-  startup          seed 000 Fig. 4/9: start-up vs load, 4 heuristics, forking guest  ~3.3 h
+  startup          seed 000 Fig. 4/9: start-up vs load, 4 heuristics, forking guest  ~1.5 h
   rt-vs-static     seed 002 Fig. 11/12: host jobs and guest RT latency by policy     8 min
   overhead         seed 001 Table 2: the agent's cost to CPU- and switch-bound jobs  2.5 min
   scale            daemon CPU and hint-to-applied latency, 1-256 synthetic VMs       3.5 min

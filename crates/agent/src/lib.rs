@@ -60,14 +60,16 @@ pub struct Options {
     /// (a lone CPU hog); must be well above MIN_BOOST_TIME
     #[arg(long, default_value_t = 20)]
     pub idle_deboost_ms: u64,
-    /// A new task gets this many boosted switch-ins (plus one per wake-up from sleep); 0 turns
-    /// the new-task heuristic off
+    /// The new-task heuristic's count mode (with --watch-budget-ms 0, the design's original): a
+    /// new task gets this many boosted switch-ins, plus one per wake-up from a sleep. With
+    /// --watch-budget-ms 0, 0 turns the new-task heuristic off
     #[arg(long, default_value_t = 8)]
     pub watch_count: u32,
-    /// Budget mode of the new-task heuristic (0: off, the watch count applies): a new task keeps
-    /// its VM boosted for this much of its own run time, plus what its sleeps earn back
-    /// (--watch-refill-us each); at most --watch-max tasks are watched at once
-    #[arg(long, default_value_t = 0)]
+    /// The new-task heuristic (budget mode, the default): a new task keeps its VM boosted for
+    /// this much of its own run time, plus what its sleeps earn back (--watch-refill-us each),
+    /// and at most --watch-max tasks are watched at once; a CPU-bound newcomer is released once
+    /// it has run this long. 0: the count mode (--watch-count) instead
+    #[arg(long, default_value_t = 300)]
     pub watch_budget_ms: u64,
     /// Budget mode: run time a watched task earns back with each wake-up from a sleep (up to its
     /// whole budget)

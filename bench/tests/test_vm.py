@@ -926,8 +926,14 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
         # The host planned them, boosted the VM ahead of the wake-ups (or found it boosted), and
         # the guest's CPU 1 at its wake-up confirmed most of them.
         self.assertGreaterEqual(pr.get("received", 0), self.LOOPS // 2, why)
+        # A WAKE replaced by a newer one (or withdrawn) has nothing left to apply. The agent sends
+        # one after every deboost, and cyclictest's main thread (SCHED_OTHER, which sleeps far
+        # more than it runs, so the default budget mode keeps it watched) boosts and deboosts the
+        # VM between activations: some 100 of 300 WAKEs were replaced in a run.
+        left = pr["received"] - pr.get("cancelled", 0)
+        self.assertGreaterEqual(left, self.LOOPS // 2, why)
         done = pr.get("applied", 0) + pr.get("covered", 0)
-        self.assertGreaterEqual(done, pr["received"] * 8 // 10, why)
+        self.assertGreaterEqual(done, left * 8 // 10, why)
         self.assertGreaterEqual(pr.get("confirmed", 0), done * 8 // 10, why)
         self.assertEqual(pr.get("denied", 0) + pr.get("refused", 0), 0, why)
         # The guest's confirmation comes within a few ms of the predicted wake-up (a prediction

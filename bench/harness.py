@@ -35,6 +35,9 @@ RUN_SH = REPO / "guest/run.sh"
 GUEST_DIR = Path(os.environ.get("COSCHED_GUEST_DIR", REPO / "build/guest"))
 TOOLS = REPO / "build/guest-tools/cosched-tools"
 PYTHON_LAYER = GUEST_DIR / "python.cpio.gz"
+# What the start-up application imports (python3 -c "...; print('ready')"): the start-up experiment
+# and the watch-list VM test launch the same program.
+STARTUP_IMPORTS = "import json, re, datetime, collections, argparse, decimal, csv"
 HIST_US = 30000  # cyclictest histogram range; longer samples count as overflows (max is exact)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 NCPUS = os.cpu_count() or 1
@@ -159,6 +162,12 @@ def cpu_time_s(pid):
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def boosted_s(resource):
+    """Seconds a VM's resource has spent boosted so far: its closed boosts plus the one under way.
+    `resource` is a status `resources.<name>` entry (or a VM entry with one merged in)."""
+    return resource["counters"]["boosted_ns"] / 1e9 + resource.get("boosted_for_ms", 0) / 1e3
 
 
 @contextmanager
@@ -620,8 +629,7 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
                 if daemon:
                     # The VM's boosted time so far (boot, warm-up), left out of boosted_share.
                     for vm in (daemon.status() or {}).get("vms", []):
-                        cpu = vm["resources"]["cpu"]
-                        marks["boosted0_s"] = cpu["counters"]["boosted_ns"] / 1e9 + cpu.get("boosted_for_ms", 0) / 1e3
+                        marks["boosted0_s"] = boosted_s(vm["resources"]["cpu"])
                 if pid and policy in ("static_rr", "static_fifo", "shield", "shield_fifo"):
                     apply_static(pid, policy)
                 if host_job:
@@ -645,6 +653,7 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
                         result["hint_to_applied_us"] = vm["latency"]
                         result["actuation_errors"] = vm["actuation_errors"]
                         result["boosted_for_ms"] = cpu.get("boosted_for_ms", 0)
+                        marks["boosted1_s"] = boosted_s(cpu)
                     log = (Path(tmp) / "daemon.log").read_text()
                     result["daemon_warnings"] = [l for l in log.splitlines() if "warning:" in l]
         try:
@@ -672,8 +681,7 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
         if "daemon" in result:
             # Boosted time in the measured window (finished boosts plus the one under way, less
             # the same at its start) over the window.
-            result["boosted_share"] = (result["daemon"]["boosted_ns"] / 1e9 + result["boosted_for_ms"] / 1e3
-                                       - marks.get("boosted0_s", 0.0)) / result["measure_s"]
+            result["boosted_share"] = (marks["boosted1_s"] - marks.get("boosted0_s", 0.0)) / result["measure_s"]
         if daemon:
             result["agent_log"] = [l[len("COSCHED-AGENT: "):] for l in console.splitlines()
                                    if l.startswith("COSCHED-AGENT: ")]

@@ -189,7 +189,7 @@ def one_boot(disk, image, mode, host_readers, workloads, launches, verbose):
             daemon.stop()
     times = parse_launches(console)
     c = io_status.get("counters", {})
-    boosted_s = c.get("boosted_ns", 0) / 1e9 + io_status.get("boosted_for_ms", 0) / 1e3
+    boosted_s = harness.boosted_s(io_status) if c else 0.0
     rows = []
     for gw in workloads:
         ts = times.get(gw, [])

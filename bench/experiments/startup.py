@@ -17,7 +17,7 @@ import harness
 from experiments.common import POLICY_LABEL, Output, grid_curve_style, log, md_table
 
 NAME = "startup"
-APP = ["python3", "-c", "import json, re, datetime, collections, argparse, decimal, csv; print('ready')"]
+APP = ["python3", "-c", f"{harness.STARTUP_IMPORTS}; print('ready')"]
 POLICIES = ("none", "cosched", "static_rr")
 # The new-task heuristic's budget mode (issue 13, the agent's default since), beside the old
 # default, the count mode (8 switch-ins; its curves have no suffix).

@@ -90,11 +90,6 @@ def settled_boost(vm):
     return vm["level"] == "boosted" and vm["boosted_for_ms"] >= SETTLED_BOOST_MS
 
 
-def boosted_s(vm):
-    """Seconds the VM has spent boosted so far (closed boosts plus the one under way)."""
-    return vm["counters"]["boosted_ns"] / 1e9 + vm["boosted_for_ms"] / 1e3
-
-
 def agent_log(console):
     return "\n".join(l for l in console.splitlines() if l.startswith("COSCHED-AGENT: "))
 
@@ -159,7 +154,7 @@ class WatchList(unittest.TestCase):
         self.assertLess(share, 0.3)
 
     # Python importing 7 standard modules, as in the start-up experiment.
-    APP = "python3 -c \"import json, re, datetime, collections, argparse, decimal, csv; print('ready')"
+    APP = f"python3 -c \"{harness.STARTUP_IMPORTS}; print('ready')"
 
     def test_the_default_boosts_a_start_up_and_then_releases_the_program(self):
         """The default, budget mode (300 ms of a new task's run time): Python starting from a hot
@@ -244,7 +239,7 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
         (t0, s0), (t1, s1) = marks["HOLD-START"], marks["HOLD-END"]
         self.assertTrue(s0 and s1 and s0["registered"], (s0, s1, agent))
         deboosts = s1["counters"]["deboosts"] - s0["counters"]["deboosts"]
-        share = (boosted_s(s1) - boosted_s(s0)) / (t1 - t0)
+        share = (harness.boosted_s(s1) - harness.boosted_s(s0)) / (t1 - t0)
         print(f"\n  {t1 - t0:.2f} s with the real-time task running: {deboosts} deboost(s), "
               f"boosted {100 * share:.0f}%, level {s0['level']} -> {s1['level']}, "
               f"guard demotions {s1['counters'].get('guard_demotions', 0) - s0['counters'].get('guard_demotions', 0)}",

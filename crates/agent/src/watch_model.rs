@@ -29,22 +29,25 @@ extern "C" {
     fn cosched_watch_wake(w: *mut Watched, budget_ns: u64, refill_ns: u64, count: u32);
 }
 
-// SAFETY (the four): `const unsigned int`s defined in watch_host.c, never written.
-fn boost() -> u32 {
-    // SAFETY: see above.
-    unsafe { cosched_watch_boost }
+/// watch.h's step flags (WATCH_BOOST, WATCH_DROP, WATCH_FREE, WATCH_SPENT), as watch_host.c
+/// exports them.
+struct Flags {
+    boost: u32,
+    drop: u32,
+    free: u32,
+    spent: u32,
 }
-fn drop_() -> u32 {
-    // SAFETY: see above.
-    unsafe { cosched_watch_drop }
-}
-fn free() -> u32 {
-    // SAFETY: see above.
-    unsafe { cosched_watch_free }
-}
-fn spent() -> u32 {
-    // SAFETY: see above.
-    unsafe { cosched_watch_spent }
+
+fn flags() -> Flags {
+    // SAFETY: `const unsigned int`s defined in watch_host.c, never written.
+    unsafe {
+        Flags {
+            boost: cosched_watch_boost,
+            drop: cosched_watch_drop,
+            free: cosched_watch_free,
+            spent: cosched_watch_spent,
+        }
+    }
 }
 
 const MS: u64 = 1_000_000;
@@ -94,13 +97,14 @@ impl List {
         let Some(w) = self.map.get_mut(&pid) else { return false };
         // SAFETY: `w` is a valid, exclusive `struct watched`.
         let r = unsafe { cosched_watch_in(w, self.budget_ns, back_from_agent as i32, now) };
-        if r & free() != 0 {
+        let f = flags();
+        if r & f.free != 0 {
             self.agent_returns += 1;
         }
-        if r & drop_() != 0 {
+        if r & f.drop != 0 {
             self.map.remove(&pid);
         }
-        r & boost() != 0
+        r & f.boost != 0
     }
 
     /// A switch away from `pid` (watch_run_out; budget mode only).
@@ -110,7 +114,7 @@ impl List {
         }
         let Some(w) = self.map.get_mut(&pid) else { return };
         // SAFETY: as above.
-        if unsafe { cosched_watch_out(w, now) } & spent() != 0 {
+        if unsafe { cosched_watch_out(w, now) } & flags().spent != 0 {
             self.spent += 1;
             self.map.remove(&pid);
         }
@@ -178,7 +182,8 @@ fn cpu_bound(total: u64, slice: u64) -> impl Iterator<Item = (u64, End)> {
 
 #[test]
 fn the_flags_are_distinct_bits() {
-    let all = [boost(), drop_(), free(), spent()];
+    let f = flags();
+    let all = [f.boost, f.drop, f.free, f.spent];
     for (i, a) in all.iter().enumerate() {
         assert_eq!(a.count_ones(), 1, "{a:#x}");
         assert!(all[i + 1..].iter().all(|b| a & b == 0));

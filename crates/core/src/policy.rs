@@ -113,11 +113,18 @@ impl Default for Policy {
 
 impl Policy {
     /// The limits of `resource`: its overrides over the defaults.
+    /// A memory-bandwidth grant is a standing share, not a boost: the time budgets apply to it
+    /// only when `[policy.resource.membw]` sets them.
     pub fn limits(&self, resource: Resource) -> Limits {
         let o = self.resource.get(resource.name()).cloned().unwrap_or_default();
+        let (continuous_ms, share) = if resource == Resource::Membw {
+            (0, 1000)
+        } else {
+            (self.max_continuous_boost_ms, self.max_boost_share_permille)
+        };
         Limits {
-            max_continuous_ns: o.max_continuous_boost_ms.unwrap_or(self.max_continuous_boost_ms) * NS_PER_MS,
-            max_share_permille: o.max_boost_share_permille.unwrap_or(self.max_boost_share_permille),
+            max_continuous_ns: o.max_continuous_boost_ms.unwrap_or(continuous_ms) * NS_PER_MS,
+            max_share_permille: o.max_boost_share_permille.unwrap_or(share),
             window_ns: o.budget_window_ms.unwrap_or(self.budget_window_ms) * NS_PER_MS,
             cooldown_ns: o.budget_cooldown_ms.unwrap_or(self.budget_cooldown_ms) * NS_PER_MS,
             frame_rate: o.frame_rate.unwrap_or(self.frame_rate),

@@ -40,6 +40,19 @@ pub enum Out {
     /// Give up, with this message (nothing is left to coordinate).
     Exit(String),
     Log(String),
+    /// The host's answer to a memory-bandwidth request of a local client (`client`): the share
+    /// granted, or why not.
+    MembwReply {
+        client: u64,
+        result: Result<MembwGrant, String>,
+    },
+}
+
+/// What the host granted a `MEMBW` request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MembwGrant {
+    pub asked: u64,
+    pub granted: u64,
 }
 
 /// The registration with the host (one for all resources).
@@ -85,6 +98,9 @@ pub struct Config {
     pub predict: bool,
     /// Predict only wake-ups due within this time.
     pub predict_horizon_ns: u64,
+    /// The local memory-bandwidth API is on: `MEMBW` is offered at registration and requests
+    /// are relayed.
+    pub membw: bool,
 }
 
 impl Default for Config {
@@ -95,6 +111,7 @@ impl Default for Config {
             rate_backoff_ns: 10_000_000,
             predict: true,
             predict_horizon_ns: 1_000_000_000,
+            membw: false,
         }
     }
 }
@@ -229,6 +246,12 @@ pub struct AgentCore {
     /// Smoothed round trip of requests (0: no sample yet).
     srtt_ns: u64,
     predict: PredictState,
+    /// Memory-bandwidth requests sent and not answered: (seq, client, share asked).
+    membw_pending: Vec<(u32, Option<u64>, u64)>,
+    /// The share the guest last asked for (sent again after a new registration), and the one
+    /// the host granted.
+    pub membw_wanted: u64,
+    pub membw_granted: u64,
 }
 
 /// Capability bits of these resources.
@@ -255,6 +278,66 @@ impl AgentCore {
             inflight: VecDeque::new(),
             srtt_ns: 0,
             predict,
+            membw_pending: Vec::new(),
+            membw_wanted: 0,
+            membw_granted: 0,
+        }
+    }
+
+    /// A local client asks for a memory-bandwidth share (permille; 0 gives it back). The host's
+    /// answer comes back as [`Out::MembwReply`]; without a registration the client is told at once.
+    pub fn membw_request(&mut self, share: u64, client: u64, now: u64, out: &mut Vec<Out>) {
+        if !self.cfg.membw {
+            let result = Err("the memory-bandwidth API is off in this agent".to_string());
+            return out.push(Out::MembwReply { client, result });
+        }
+        if !self.is_registered() {
+            let result = Err("the agent is not registered with the host (yet): try again".to_string());
+            return out.push(Out::MembwReply { client, result });
+        }
+        self.membw_wanted = share;
+        self.send_membw(share, Some(client), now, out);
+    }
+
+    fn send_membw(&mut self, share: u64, client: Option<u64>, now: u64, out: &mut Vec<Out>) {
+        let seq = self.next_seq();
+        if self.membw_pending.len() == INFLIGHT {
+            self.membw_pending.remove(0);
+        }
+        self.membw_pending.push((seq, client, share));
+        self.send_request(Frame::new(Kind::Membw, seq, share), now, out);
+    }
+
+    /// The host's reply to a `MEMBW`.
+    fn on_membw_reply(&mut self, f: Frame, now: u64, out: &mut Vec<Out>) {
+        let Some(i) = self.membw_pending.iter().position(|p| p.0 == f.seq) else { return };
+        let (_, client, asked) = self.membw_pending.remove(i);
+        let result = if f.kind == Kind::Ack {
+            self.membw_granted = f.value;
+            out.push(Out::Log(format!("membw: asked {asked}‰, the host granted {}‰", f.value)));
+            Ok(MembwGrant { asked, granted: f.value })
+        } else {
+            let reason = f.deny_reason();
+            if asked == self.membw_wanted {
+                self.membw_granted = 0;
+            }
+            out.push(Out::Log(format!("membw: asked {asked}‰, the host replied {f}")));
+            let why = match reason {
+                Some(DenyReason::Unsupported) => {
+                    "unsupported: the host cannot regulate memory bandwidth (its `cosched status` says why)".to_string()
+                }
+                Some(DenyReason::Budget) => "budget: the host's guaranteed bandwidth is all given out".to_string(),
+                Some(DenyReason::Disabled) => "disabled: the host's operator turned membw off".to_string(),
+                Some(r) => r.name().to_string(),
+                None => format!("{f}"),
+            };
+            if reason == Some(DenyReason::NotRegistered) {
+                self.on_deny(f, now, out);
+            }
+            Err(why)
+        };
+        if let Some(client) = client {
+            out.push(Out::MembwReply { client, result });
         }
     }
 
@@ -381,7 +464,8 @@ impl AgentCore {
 
     /// What a registration offers: every resource whose detector can run.
     fn offered(&self) -> u64 {
-        bits(self.resources.iter().filter(|s| s.phase != Phase::Failed))
+        let membw = if self.cfg.membw { caps::MEMBW } else { 0 };
+        bits(self.resources.iter().filter(|s| s.phase != Phase::Failed)) | membw
     }
 
     /// A detector reports a transition of one unit (a CPU) of its resource, with no need named.
@@ -580,9 +664,12 @@ impl AgentCore {
         if request == Some(Kind::Wake) {
             return self.on_wake_reply(f, now, out);
         }
+        if request == Some(Kind::Membw) {
+            return self.on_membw_reply(f, now, out);
+        }
         match f.kind {
             Kind::Ack => match self.registration {
-                Registration::Registering { seq, .. } if f.seq == seq => self.on_registered(f.value, out),
+                Registration::Registering { seq, .. } if f.seq == seq => self.on_registered(f.value, now, out),
                 // The value of an ACK to a request is what the host granted; what it has is
                 // tracked from what we sent and its denials.
                 _ => self.counters.acks += 1,
@@ -594,7 +681,7 @@ impl AgentCore {
         }
     }
 
-    fn on_registered(&mut self, granted: u64, out: &mut Vec<Out>) {
+    fn on_registered(&mut self, granted: u64, now: u64, out: &mut Vec<Out>) {
         let offered = self.offered();
         self.registration = Registration::Registered { granted };
         let ours = granted & offered;
@@ -609,6 +696,11 @@ impl AgentCore {
             );
         }
         out.push(Out::Log(format!("registered with the host; granted {}", caps::names(ours))));
+        if self.membw_wanted > 0 {
+            // A new registration (the host restarted): the guest's share is asked for again.
+            let share = self.membw_wanted;
+            self.send_membw(share, None, now, out);
+        }
         for st in self.resources.iter_mut().filter(|s| s.phase != Phase::Failed) {
             if !st.is(granted) {
                 st.leave(Phase::NotGranted, out);
@@ -1428,5 +1520,45 @@ mod tests {
         a.predict(predicted(8_000_000, 80), 3_600_000, &mut out); // seq 5
         a.predict(predicted(2_000_000_000, 80), 3_700_000, &mut out); // seq 6: WAKE 0
         assert_eq!(sent(&out), vec![Frame::wake(4, 906, 80), Frame::wake(5, 7_906, 80), Frame::wake(6, 0, 0)]);
+    }
+
+    #[test]
+    fn membw_requests_are_relayed_and_asked_again_after_a_new_registration() {
+        let cfg = Config { membw: true, ..Config::default() };
+        let mut a = AgentCore::new(cfg, &[Resource::Cpu]);
+        let mut out = Vec::new();
+        a.membw_request(300, 7, 0, &mut out);
+        assert!(matches!(&out[..], [Out::MembwReply { client: 7, result: Err(e) }] if e.contains("not registered")));
+        out.clear();
+        a.tick(0, &mut out);
+        assert_eq!(sent(&out), vec![Frame::register(1, caps::CPU | caps::MEMBW)], "MEMBW is offered");
+        out.clear();
+        a.on_frame(Frame::ack(1, caps::CPU | caps::MEMBW), 1, &mut out);
+        out.clear();
+        a.membw_request(500, 8, 2, &mut out);
+        assert_eq!(sent(&out), vec![Frame::new(Kind::Membw, 2, 500)]);
+        out.clear();
+        a.on_frame(Frame::ack(2, 300), 3, &mut out);
+        let grant = MembwGrant { asked: 500, granted: 300 };
+        assert!(out.contains(&Out::MembwReply { client: 8, result: Ok(grant) }), "{out:?}");
+        assert_eq!(a.membw_granted, 300);
+        out.clear();
+        // A host without a backend: the reason reaches the client; the CPU is left alone.
+        a.membw_request(100, 9, 4, &mut out);
+        out.clear();
+        a.on_frame(Frame::deny_for(3, Resource::Membw, DenyReason::Unsupported), 5, &mut out);
+        assert!(
+            out.iter()
+                .any(|o| matches!(o, Out::MembwReply { client: 9, result: Err(e) } if e.starts_with("unsupported"))),
+            "{out:?}"
+        );
+        assert!(out.iter().all(|o| !matches!(o, Out::Detach(_))), "{out:?}");
+        // The host restarts: after the new registration the last share is asked for again.
+        out.clear();
+        a.on_frame(Frame::deny(0, DenyReason::NotRegistered), 6, &mut out);
+        let reg = sent(&out).into_iter().find(|f| f.kind == Kind::Register).expect("registers again");
+        out.clear();
+        a.on_frame(Frame::ack(reg.seq, caps::CPU | caps::MEMBW), 7, &mut out);
+        assert!(sent(&out).iter().any(|f| f.kind == Kind::Membw && f.value == 100), "{out:?}");
     }
 }

@@ -18,8 +18,11 @@ pub mod core;
 mod cpu;
 mod detector;
 mod io;
+pub mod membw;
 #[cfg(test)]
 mod watch_model;
+
+pub use membw::{membw_request, MEMBW_SOCKET};
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -106,6 +109,14 @@ pub struct Options {
     /// round trip
     #[arg(long)]
     pub stats_interval_s: Option<u64>,
+    /// The local memory-bandwidth API (root only): an application asks for a share of the host's
+    /// guaranteed memory bandwidth with `cosched request-membw <permille>`, the agent relays it
+    /// (`MEMBW`) and answers with what the host granted
+    #[arg(long, default_value = MEMBW_SOCKET)]
+    pub membw_socket: PathBuf,
+    /// No memory-bandwidth API (MEMBW is then not offered to the host)
+    #[arg(long)]
+    pub no_membw: bool,
     /// Log every transition sent
     #[arg(short, long)]
     pub verbose: bool,
@@ -193,11 +204,26 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     let port = Port::open(&path, opts.verbose)?;
     log(&format!("using {}", path.display()));
     let loadable = probe_detectors(&opts)?;
+    let api = if opts.no_membw {
+        None
+    } else {
+        match membw::Api::bind(&opts.membw_socket) {
+            Ok(api) => {
+                log(&format!("memory-bandwidth API at {}", opts.membw_socket.display()));
+                Some(api)
+            }
+            Err(e) => {
+                log(&format!("no memory-bandwidth API: {e:#}"));
+                None
+            }
+        }
+    };
     let core = AgentCore::new(
         Config {
             budget_backoff_ns: opts.budget_backoff_ms * 1_000_000,
             predict: opts.predict,
             predict_horizon_ns: opts.predict_horizon_ms * 1_000_000,
+            membw: api.is_some(),
             ..Config::default()
         },
         &loadable,
@@ -214,6 +240,7 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
         next_reconcile: start,
         stats_every,
         stats_due: stats_every.map(|d| start + d),
+        api,
         opts,
     };
     agent.run()
@@ -323,6 +350,7 @@ fn ppoll(fds: &mut [libc::pollfd], timeout: Duration) -> std::io::Result<()> {
 struct Ready {
     port_in: bool,
     port_hup: bool,
+    api: bool,
 }
 
 /// The agent: the port, the pure protocol logic, and the attached detectors.
@@ -338,6 +366,8 @@ struct Agent {
     next_reconcile: Instant,
     stats_every: Option<Duration>,
     stats_due: Option<Instant>,
+    /// The local memory-bandwidth API, if on.
+    api: Option<membw::Api>,
 }
 
 impl Agent {
@@ -352,6 +382,14 @@ impl Agent {
             self.carry_out()?;
             let Some(ready) = self.wait()? else { continue };
             let t = self.now();
+            if let Some(api) = self.api.as_mut() {
+                if ready.api {
+                    for (client, share) in api.accept() {
+                        self.core.membw_request(share, client, t, &mut self.out);
+                    }
+                }
+                api.expire();
+            }
             if self.port.connected && ready.port_in {
                 let mut frames = Vec::new();
                 self.port.read_frames(&mut frames);
@@ -395,6 +433,11 @@ impl Agent {
                         bail!("{msg}");
                     }
                     Out::Log(msg) => log(&msg),
+                    Out::MembwReply { client, result } => {
+                        if let Some(api) = self.api.as_mut() {
+                            api.reply(client, &result);
+                        }
+                    }
                 }
             }
         }
@@ -432,11 +475,15 @@ impl Agent {
         // A closed port reports POLLHUP without end: then only wait, and probe it after.
         let port_events = if self.port.connected { libc::POLLIN } else { 0 };
         let mut fds = vec![libc::pollfd { fd: self.port.file.as_raw_fd(), events: port_events, revents: 0 }];
+        if let Some(api) = &self.api {
+            fds.push(libc::pollfd { fd: api.fd(), events: libc::POLLIN, revents: 0 });
+        }
         fds.extend(self.detectors.values().map(|d| libc::pollfd { fd: d.poll_fd(), events: libc::POLLIN, revents: 0 }));
         match ppoll(&mut fds, timeout) {
             Ok(()) => Ok(Some(Ready {
                 port_in: fds[0].revents & libc::POLLIN != 0,
                 port_hup: fds[0].revents & libc::POLLHUP != 0,
+                api: self.api.is_some() && fds[1].revents & libc::POLLIN != 0,
             })),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(None),
             Err(e) => Err(e).context("ppoll"),

@@ -82,6 +82,35 @@ enum Cmd {
         #[arg(long)]
         control_socket: Option<PathBuf>,
     },
+    /// Memory-bandwidth regulation for the whole host: the period, reclaim of unused budget and
+    /// best effort (config [membw]; per VM: `cosched vm membw`). Without options, shows it
+    Membw {
+        /// The regulation period in ms (budgets are per period; a VM over its budget stops until
+        /// the period ends)
+        #[arg(long)]
+        period_ms: Option<u64>,
+        /// on: lend what a VM is predicted not to use, and what no share holds, to VMs over
+        /// their budget
+        #[arg(long, value_parser = ["on", "off"])]
+        reclaim: Option<String>,
+        /// on: once every guarantee is met in a period, let every VM run until it ends
+        #[arg(long, value_parser = ["on", "off"])]
+        best_effort: Option<String>,
+        /// [default: control_socket from the config, /run/cosched/control.sock]
+        #[arg(long)]
+        control_socket: Option<PathBuf>,
+    },
+    /// In the guest: ask the host for a guaranteed share of its memory bandwidth, through the
+    /// running agent (`cosched guest`); prints the share granted (the host may lower it) or why
+    /// it was refused. 0 gives the share back
+    RequestMembw {
+        /// Permille of the host's guaranteed memory bandwidth (0..=1000)
+        #[arg(value_parser = clap::value_parser!(u64).range(0..=1000))]
+        share: u64,
+        /// The agent's local socket
+        #[arg(long, default_value = cosched_agent::MEMBW_SOCKET)]
+        socket: PathBuf,
+    },
     /// Put back the original scheduling of every thread a dead daemon left changed
     /// (a starting daemon does this too). Refuses while a daemon runs.
     Restore {
@@ -130,6 +159,14 @@ enum VmCmd {
     /// Highest host RT priority this VM's guest priorities map to ([rt] priority_map; 1..=98,
     /// with other_threads_priority_offset below daemon_priority)
     Ceiling { vm: String, ceiling: u8 },
+    /// Guaranteed memory-bandwidth share of this VM, permille of [membw] guaranteed_mbps (config:
+    /// [vm.NAME] membw_share); refused if the shares in force would exceed 1000. A guest's
+    /// request replaces it while it stands
+    Membw {
+        vm: String,
+        #[arg(value_parser = clap::value_parser!(u64).range(0..=1000))]
+        share: u64,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -245,6 +282,7 @@ fn print_status(s: &Value) {
     if let Some(why) = s["event"]["unsupported"].as_str() {
         println!("event: unsupported here: {why}");
     }
+    print_membw(s);
     let sh = &s["shield"];
     if sh["shielded_cpus"].as_str().is_some_and(|c| !c.is_empty()) {
         let list = |k: &str| {
@@ -313,6 +351,23 @@ fn print_status(s: &Value) {
             );
         }
         print_rt(&vm["resources"]["cpu"]["rt"]);
+        let m = &vm["membw"];
+        if m.is_object() {
+            let st = &m["stats"];
+            println!(
+                "    membw: share {}‰{} = {} MB/s guaranteed; last period {:.0} MB/s; {}; throttled {} time(s), {}; \
+                 borrowed {:.1} MB, lent {:.1} MB",
+                m["effective_permille"],
+                m["requested_permille"].as_u64().map_or(String::new(), |r| format!(" (asked by the guest: {r}‰)")),
+                m["guarantee_mbps"],
+                m["last_period_mbps"].as_f64().unwrap_or(0.0),
+                if m["throttled"].as_bool() == Some(true) { "THROTTLED now" } else { "running" },
+                st["throttles"],
+                fmt_ms(st["throttled_ns"].as_f64().unwrap_or(0.0) / 1e6),
+                st["borrowed_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+                st["lent_bytes"].as_f64().unwrap_or(0.0) / 1e6
+            );
+        }
         for t in vm["threads"].as_array().cloned().unwrap_or_default() {
             // The I/O lever's setting on the thread, if it has one.
             let io = ["ioprio", "blkio", "io_weight"]
@@ -360,6 +415,34 @@ fn print_status(s: &Value) {
             "\nsockets not connected (see the daemon's log): {}",
             p.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
         );
+    }
+}
+
+/// The memory-bandwidth regulation, host-wide.
+fn print_membw(s: &Value) {
+    let m = &s["membw"];
+    if let Some(why) = m["unsupported"].as_str() {
+        println!("membw: unsupported here: {why}");
+        return;
+    }
+    if let Some(w) = m["warning"].as_str() {
+        println!("membw: *** {w} ***");
+    }
+    println!(
+        "membw: {} counters, {} MB/s guaranteed, {}‰ committed; period {} ms, reclaim {}, best effort {}; throttling \
+         through the {}; {} periods, {} with best effort",
+        m["backend"].as_str().unwrap_or("?"),
+        m["guaranteed_mbps"],
+        m["committed_permille"],
+        m["period_ms"],
+        if m["reclaim"].as_bool() == Some(true) { "on" } else { "off" },
+        if m["best_effort"].as_bool() == Some(true) { "on" } else { "off" },
+        m["throttles_through"].as_str().unwrap_or("?"),
+        m["counters"]["periods"],
+        m["counters"]["best_effort_periods"]
+    );
+    for n in m["notes"].as_array().cloned().unwrap_or_default() {
+        println!("membw: {}", n.as_str().unwrap_or("?"));
     }
 }
 
@@ -440,8 +523,25 @@ fn main() {
                     Request::Static { vm, fifo: fifo.map(|f| f == "on"), shield, guard: guard.map(|g| g == "on") }
                 }
                 VmCmd::Ceiling { vm, ceiling } => Request::Ceiling { vm, ceiling },
+                VmCmd::Membw { vm, share } => Request::MembwShare { vm, share },
             };
             request(&control(config, control_socket)?, &req).map(drop)
+        }
+        Cmd::Membw { period_ms, reclaim, best_effort, control_socket } => {
+            let socket = control(config, control_socket)?;
+            if period_ms.is_some() || reclaim.is_some() || best_effort.is_some() {
+                let on = |v: Option<String>| v.map(|v| v == "on");
+                let req = Request::Membw { period_ms, reclaim: on(reclaim), best_effort: on(best_effort) };
+                request(&socket, &req)?;
+            }
+            let s = request(&socket, &Request::Status)?.context("empty status")?;
+            print_membw(&s);
+            Ok(())
+        }
+        Cmd::RequestMembw { share, socket } => {
+            let reply = cosched_agent::membw_request(&socket, share)?;
+            println!("{reply}");
+            Ok(())
         }
         Cmd::Metrics { control_socket } => {
             let m = request(&control(config, control_socket)?, &Request::Metrics)?.context("empty reply")?;

@@ -1940,3 +1940,87 @@ fn static_fifo_with_the_guard_alternates_the_vcpu_within_its_share_and_is_undone
     drop(d);
     assert!(vm.attrs().iter().all(|(_, a)| a.same_as(&SchedAttr::other(0, 0))), "{:?}", vm.attrs());
 }
+
+// ---- Memory bandwidth ----
+
+/// Run time of a thread so far (ns), from `schedstat`.
+fn runtime_ns(tid: i32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/schedstat")).unwrap_or_default();
+    s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// The whole host path with the `simulated` backend on the real kernel: the guest's `MEMBW` is
+/// admitted (and lowered to what is free); the regulator stops a spinning vCPU through the real
+/// cgroup v1 freezer once the replayed bandwidth passes its budget, so its real run time drops;
+/// the main thread is never touched. Then `kill -9` while the vCPU is frozen: `cosched restore`
+/// moves it back (which thaws it) and removes the frozen group.
+#[test]
+fn membw_throttle_freezes_real_vcpus_and_kill_9_is_restored() {
+    if !have_root() {
+        return;
+    }
+    let cg = cosched_host::cgroup::CgroupFs::default();
+    let w = World::new();
+    let trace = w.p("membw.trace");
+    // 5000 MB/s per second of vCPU run time: 10 MB (a 100‰ share of 1000 MB/s over 100 ms)
+    // take 2 ms of run.
+    std::fs::write(&trace, "0 * 5000\n").unwrap();
+    let config = format!(
+        "{QUIET_POLICY}[membw]\nbackend = \"simulated\"\ntrace = {trace:?}\nguaranteed_mbps = 1000\nperiod_ms = 100\n\
+         checks_per_period = 5\nreclaim = false\nbest_effort = false\n[vm.vm1]\nmembw_share = 100\n[vm.other]\n\
+         membw_share = 600\n"
+    );
+    let mut d = w.daemon(&config);
+    let exe = w.fake_qemu("vm1", "qemu-system-x86_64");
+    let args: Vec<String> = ["--busy", "CPU 0/TCG"].iter().map(|s| s.to_string()).collect();
+    let mut vm = w.vm_args(&exe, "vm1", &args, &["CPU 0/TCG"], None);
+    // Dropped before the VM: whatever happens, its threads leave any frozen group before the
+    // VM is killed (a frozen thread does not die).
+    let freezer = TestGroup::new("freezer").expect("this host has the cgroup v1 freezer");
+    for (tid, _) in vm.threads() {
+        cg.set(tid, "freezer", &freezer.name).unwrap();
+    }
+    d.wait_vm("vm1");
+    let st = d.status();
+    assert_eq!(st["membw"]["backend"], "simulated", "{}", st["membw"]);
+    assert!(st["membw"]["warning"].as_str().unwrap().starts_with("SIMULATED"));
+    let vcpu = vm.tid("CPU 0/TCG");
+    let ours = format!("{}/cosched-membw-{}", freezer.name, vm.pid);
+    // The guest asks for 500‰: it replaces vm1's own 100‰, and the `other` VM of the config is
+    // not running (a share counts while its VM runs), so it fits.
+    vm.register_caps(caps::CPU | caps::MEMBW);
+    assert_eq!(vm.request(Kind::Membw, 500), Frame::ack(2, 500));
+    assert_eq!(vm.request(Kind::Membw, 1001).deny_reason(), Some(DenyReason::Malformed), "past 1000‰");
+    let m = d.vm_status("vm1").unwrap()["membw"].clone();
+    assert_eq!((m["effective_permille"].as_u64(), m["guarantee_mbps"].as_f64()), (Some(500), Some(500.0)), "{m}");
+    // 50 MB per period = 10 ms of run: the vCPU is stopped for most of each period.
+    wait_for("the vCPU frozen", Duration::from_secs(3), || (cg.get(vcpu, "freezer").ok()? == ours).then_some(()));
+    assert_eq!(cg.read("freezer", &ours, "freezer.state").unwrap(), "FROZEN");
+    assert_eq!(cg.get(vm.pid, "freezer").unwrap(), freezer.name, "the main thread is never stopped");
+    let (r0, t0) = (runtime_ns(vcpu), Instant::now());
+    std::thread::sleep(Duration::from_millis(1000));
+    let share = (runtime_ns(vcpu) - r0) as f64 / t0.elapsed().as_nanos() as f64;
+    let m = d.vm_status("vm1").unwrap()["membw"].clone();
+    eprintln!("membw: the throttled spinning vCPU ran {:.0}% of 1 s", share * 100.0);
+    assert!(share < 0.5, "a throttled spinning vCPU ran {:.0}% of the time; {m}", share * 100.0);
+    assert!(m["stats"]["throttles"].as_u64().unwrap() >= 5, "{m}");
+    // kill -9 with the vCPU in the frozen group.
+    wait_for("the vCPU frozen again", Duration::from_secs(3), || (cg.get(vcpu, "freezer").ok()? == ours).then_some(()));
+    d.signal(libc::SIGKILL);
+    let r1 = runtime_ns(vcpu);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(runtime_ns(vcpu), r1, "kill -9 leaves it frozen");
+    let out = Command::new(env!("CARGO_BIN_EXE_cosched"))
+        .args(["restore", "--state-dir"])
+        .arg(w.state_dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(cg.get(vcpu, "freezer").unwrap(), freezer.name, "back in its group");
+    assert!(!cg.dir("freezer", &ours).exists(), "the frozen group is removed");
+    let r2 = runtime_ns(vcpu);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(runtime_ns(vcpu) - r2 > 100_000_000, "the vCPU runs again");
+    assert!(state_files(&w).is_empty());
+    drop(freezer);
+}

@@ -98,7 +98,7 @@ impl ResourcePolicy for CpuPolicy {
         let guarded = match level {
             Level::Boosted => false,
             Level::Guarded => true,
-            Level::Normal => return None,
+            Level::Normal | Level::Throttled => return None,
         };
         match rule.step(self.rt(vm, rule), guarded, now)? {
             true => {
@@ -114,7 +114,7 @@ impl ResourcePolicy for CpuPolicy {
         let guarded = match level {
             Level::Boosted => false,
             Level::Guarded => true,
-            Level::Normal => return None,
+            Level::Normal | Level::Throttled => return None,
         };
         Some(rule.deadline(self.rt(vm, rule), guarded, now))
     }

@@ -26,6 +26,9 @@ pub enum Level {
     /// Privileged, but held back by the resource's own guard (for the CPU: the vCPU threads at a
     /// high-weight fair class, because they used their real-time share of the guard window).
     Guarded,
+    /// Held back by the host (memory bandwidth: the vCPU threads stopped until the regulation
+    /// period ends). Never a coordinator slot's level: only an actuator's.
+    Throttled,
 }
 
 impl Level {
@@ -37,6 +40,7 @@ impl Level {
             Level::Normal => "normal",
             Level::Boosted => "boosted",
             Level::Guarded => "guarded",
+            Level::Throttled => "throttled",
         }
     }
 }

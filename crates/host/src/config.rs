@@ -30,6 +30,10 @@ pub struct VmConfig {
     pub rt_ceiling: Option<u8>,
     /// One resource on or off for this VM (`[vm.<name>.resources] io = false`); wins over `enabled`.
     pub resources: BTreeMap<String, bool>,
+    /// Its guaranteed share of the host's memory bandwidth (permille of `[membw]
+    /// guaranteed_mbps`; `[membw] default_share_permille` if unset). A guest's `MEMBW` request
+    /// replaces it while it stands.
+    pub membw_share: Option<u64>,
     /// Static real-time tunings for as long as the VM runs (`[vm.<name>.static]`, seed 002).
     #[serde(rename = "static")]
     pub statics: StaticConfig,
@@ -160,6 +164,11 @@ pub struct HostConfig {
     pub cgroup_root: PathBuf,
     /// CPU shielding's host-wide side: what leaves the VMs' dedicated CPUs.
     pub shield: crate::shield::ShieldConfig,
+    /// Memory-bandwidth regulation: the backend, the host's guaranteed bandwidth, the period,
+    /// reclaim and best effort.
+    pub membw: crate::membw::MembwConfig,
+    /// Where resctrl is mounted (its memory-bandwidth allocation is probed there).
+    pub resctrl_root: PathBuf,
     pub vm: BTreeMap<String, VmConfig>,
 }
 
@@ -185,6 +194,8 @@ impl Default for HostConfig {
             rt: RtConfig::default(),
             cgroup_root: "/sys/fs/cgroup".into(),
             shield: crate::shield::ShieldConfig::default(),
+            membw: crate::membw::MembwConfig::default(),
+            resctrl_root: "/sys/fs/resctrl".into(),
             vm: BTreeMap::new(),
         }
     }
@@ -222,6 +233,8 @@ impl HostConfig {
         self.boost.validate().map_err(anyhow::Error::msg).context("[boost]")?;
         self.io.validate().map_err(anyhow::Error::msg)?;
         self.event.validate().map_err(anyhow::Error::msg)?;
+        self.membw.validate().map_err(anyhow::Error::msg)?;
+        self.validate_membw_shares()?;
         check_resource_names("[resources]", self.resources.keys())?;
         for (name, vm) in &self.vm {
             if let Some(p) = vm.priority {
@@ -268,6 +281,32 @@ impl HostConfig {
 }
 
 impl HostConfig {
+    /// A VM's memory-bandwidth share from the config (permille).
+    pub fn membw_share(&self, name: &str) -> u64 {
+        self.vm.get(name).and_then(|v| v.membw_share).unwrap_or(self.membw.default_share_permille)
+    }
+
+    /// The configured shares fit in the guaranteed bandwidth (1000‰), each VM alone and the
+    /// named ones together (the default share is checked as VMs come, by admission).
+    fn validate_membw_shares(&self) -> anyhow::Result<()> {
+        let mut total = 0;
+        for (name, vm) in &self.vm {
+            if let Some(s) = vm.membw_share {
+                if s > 1000 {
+                    bail!("[vm.{name}] membw_share = {s}: at most 1000 (permille of [membw] guaranteed_mbps)");
+                }
+                total += s;
+            }
+        }
+        if total > 1000 {
+            bail!(
+                "[vm.*] membw_share add up to {total}‰: more than the host's guaranteed bandwidth (1000‰) can be \
+                 guaranteed"
+            );
+        }
+        Ok(())
+    }
+
     /// `[rt]` as the coordinator gets it: an unset `rt_ceiling` is the default (49) or, if the
     /// daemon's priority is lower, just below it and the other threads' offset.
     pub fn rt(&self) -> RtConfig {

@@ -48,6 +48,20 @@ pub enum Request {
         vm: String,
         ceiling: u8,
     },
+    /// One VM's guaranteed memory-bandwidth share, permille of the host's guaranteed bandwidth.
+    MembwShare {
+        vm: String,
+        share: u64,
+    },
+    /// The memory-bandwidth regulation's period, reclaim and best effort (`None`: unchanged).
+    Membw {
+        #[serde(default)]
+        period_ms: Option<u64>,
+        #[serde(default)]
+        reclaim: Option<bool>,
+        #[serde(default)]
+        best_effort: Option<bool>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -17,6 +17,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod error;
+pub mod membw;
 pub mod metrics;
 pub mod peer;
 pub mod sched;

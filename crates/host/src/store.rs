@@ -45,9 +45,9 @@ pub enum Setting {
     /// Membership in a cgroup of one hierarchy ([`crate::cgroup`]): `hierarchy` is a v1
     /// controller's name (`blkio`, ...) or `""` for v2; groups are paths in that hierarchy.
     Cgroup { hierarchy: String, original: String, applied: Vec<String> },
-    /// The default BFQ weight of a whole group (`blkio.bfq.weight` in v1, the `default` line of
-    /// `io.bfq.weight` in v2), recorded under the VM's main thread: a setting of the group the
-    /// VM is alone in.
+    /// A number in a file of a whole group the VM is alone in, recorded under the VM's main
+    /// thread: the default BFQ weight (`blkio.bfq.weight` in v1, the `default` line of
+    /// `io.bfq.weight` in v2), or `cgroup.freeze` (the memory-bandwidth throttle in v2).
     GroupWeight { hierarchy: String, group: String, file: String, original: u32, applied: Vec<u32> },
 }
 
@@ -228,6 +228,16 @@ pub fn weight_text(hierarchy: &str, weight: u32) -> String {
     }
 }
 
+/// What to write to a group's file to set `value`: a BFQ weight file's default weight
+/// ([`weight_text`]), else the number (`cgroup.freeze`).
+pub fn group_value_text(hierarchy: &str, file: &str, value: u32) -> String {
+    if file.contains("bfq.weight") {
+        weight_text(hierarchy, value)
+    } else {
+        value.to_string()
+    }
+}
+
 /// Reads the default BFQ weight of a group.
 pub fn read_weight(cg: &CgroupFs, hierarchy: &str, group: &str, file: &str) -> io::Result<u32> {
     let text = cg.read(hierarchy, group, file)?;
@@ -236,8 +246,10 @@ pub fn read_weight(cg: &CgroupFs, hierarchy: &str, group: &str, file: &str) -> i
 
 /// The prefix of the groups the daemon creates (and removes once they are empty).
 pub const OWN_GROUP_PREFIX: &str = "cosched-io-";
-/// Every kind of group the daemon creates: the I/O lever's and the shield's vCPU groups.
-pub const OWN_GROUP_PREFIXES: [&str; 2] = [OWN_GROUP_PREFIX, crate::actuator::statics::SHIELD_GROUP_PREFIX];
+/// Every kind of group the daemon creates: the I/O lever's, the shield's vCPU groups and the
+/// memory-bandwidth throttle's frozen groups.
+pub const OWN_GROUP_PREFIXES: [&str; 3] =
+    [OWN_GROUP_PREFIX, crate::actuator::statics::SHIELD_GROUP_PREFIX, crate::actuator::throttle::THROTTLE_GROUP_PREFIX];
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct RestoreReport {
@@ -355,7 +367,7 @@ fn undo_setting(tid: i32, entries: &[&Entry], ops: &mut dyn ThreadOps) -> Result
             undo!(
                 GroupWeight,
                 read_weight(&cg, &hierarchy, &group, &file),
-                |o: &u32| cg.write(&hierarchy, &group, &file, &weight_text(&hierarchy, *o)),
+                |o: &u32| cg.write(&hierarchy, &group, &file, &group_value_text(&hierarchy, &file, *o)),
                 |a: &u32, b: &u32| a == b,
                 |o: &u32, e: &io::Error| format!("writing {o} to {file} of {group}: {e}")
             )

@@ -146,9 +146,14 @@ fn issues_io(role: ThreadRole, vcpus_known: bool) -> bool {
     }
 }
 
-/// One setting the actuator changes, per thread.
-trait Knob: Debug {
+/// One setting an actuator changes, per thread (the I/O levers here, the memory-bandwidth
+/// throttle in `throttle.rs`).
+pub(super) trait Knob: Debug {
     type V: Clone + PartialEq + Debug;
+    /// The layer its changes are recorded under.
+    fn layer(&self) -> &'static str {
+        IO_LAYER
+    }
     fn applies_to(&self, process: TaskId, t: &ThreadInfo, vcpus_known: bool) -> bool;
     fn get(&self, env: &mut Host, tid: i32) -> io::Result<Self::V>;
     fn set(&self, env: &mut Host, tid: i32, v: &Self::V) -> io::Result<()>;
@@ -278,6 +283,22 @@ impl Knob for V1GroupKnob {
     }
 }
 
+/// The cgroup v2 group of the VM whose main thread is `tid`, if no other process is in it (a
+/// lever that acts on `why` needs a group of the VM's own).
+pub(super) fn own_v2_group(env: &mut Host, tid: i32, why: &str) -> io::Result<String> {
+    let group = env.sched.get_cgroup(tid, "")?;
+    let procs = env.sched.cgroups().read("", &group, "cgroup.procs")?;
+    let others: Vec<&str> = procs.split_whitespace().filter(|p| *p != tid.to_string()).collect();
+    if !others.is_empty() || group == "/" {
+        return Err(io::Error::other(format!(
+            "the VM shares its cgroup {group} with other processes ({}): {why}, so run the VM in a group of \
+             its own (libvirt does; or systemd-run --scope qemu-system-...)",
+            if group == "/" { "the root group".to_string() } else { others.join(" ") }
+        )));
+    }
+    Ok(group)
+}
+
 /// cgroup v2: the default `io.bfq.weight` of the VM's own group, kept on its main thread.
 #[derive(Debug)]
 struct V2WeightKnob {
@@ -291,20 +312,8 @@ impl Knob for V2WeightKnob {
         t.task == process
     }
     fn get(&self, env: &mut Host, tid: i32) -> io::Result<(String, u32)> {
-        let cg = env.sched.cgroups().clone();
-        let group = env.sched.get_cgroup(tid, "")?;
-        // The group is the VM's only if no other process is in it.
-        let procs = cg.read("", &group, "cgroup.procs")?;
-        let others: Vec<&str> = procs.split_whitespace().filter(|p| *p != tid.to_string()).collect();
-        if !others.is_empty() || group == "/" {
-            return Err(io::Error::other(format!(
-                "the VM shares its cgroup {group} with other processes ({}): the weight lever in cgroup v2 \
-                 weights a whole group, so run the VM in a group of its own (libvirt does; or systemd-run \
-                 --scope qemu-system-...)",
-                if group == "/" { "the root group".to_string() } else { others.join(" ") }
-            )));
-        }
-        Ok((group.clone(), store::read_weight(&cg, "", &group, V2_WEIGHT)?))
+        let group = own_v2_group(env, tid, "the weight lever in cgroup v2 weights a whole group")?;
+        Ok((group.clone(), store::read_weight(env.sched.cgroups(), "", &group, V2_WEIGHT)?))
     }
     fn set(&self, env: &mut Host, _: i32, v: &(String, u32)) -> io::Result<()> {
         env.sched.cgroups().write("", &v.0, V2_WEIGHT, &store::weight_text("", v.1))
@@ -347,9 +356,9 @@ struct Tracked<V> {
     may_apply: Vec<V>,
 }
 
-/// One knob over the VM's I/O threads: follows the list, raises, records, shows.
+/// One knob over the VM's threads it applies to: follows the list, raises, records, shows.
 #[derive(Debug)]
-struct PerThread<K: Knob> {
+pub(super) struct PerThread<K: Knob> {
     knob: K,
     threads: BTreeMap<i32, Tracked<K::V>>,
     generation: Option<u64>,
@@ -358,7 +367,7 @@ struct PerThread<K: Knob> {
 }
 
 impl<K: Knob> PerThread<K> {
-    fn new(knob: K) -> Self {
+    pub(super) fn new(knob: K) -> Self {
         PerThread { knob, threads: BTreeMap::new(), generation: None, vcpus_known: false, verified_at: None }
     }
 
@@ -431,14 +440,14 @@ impl<K: Knob> PerThread<K> {
         changed
     }
 
-    fn resume(&mut self, env: &mut Host, threads: &Threads, entries: &[Entry]) {
+    pub(super) fn resume(&mut self, env: &mut Host, threads: &Threads, entries: &[Entry]) {
         let mut out = Outcome::default();
         self.follow(env, threads, false, &mut out);
         for e in entries {
             let Some((original, applied)) = self.knob.parse_setting(&e.setting) else { continue };
             let Some(t) = self.threads.get_mut(&e.task.id).filter(|t| t.task == e.task) else { continue };
             let current = t.original.clone();
-            let layers = [(IO_LAYER, &original, applied.as_slice())];
+            let layers = [(self.knob.layer(), &original, applied.as_slice())];
             if store::undo_value(&layers, &current, |a, b| a == b).is_some() {
                 t.applied = Some(current); // still ours: the next deboost puts it back
             }
@@ -447,7 +456,7 @@ impl<K: Knob> PerThread<K> {
         }
     }
 
-    fn prepare(&mut self, env: &mut Host, threads: &Threads, raise: bool, out: &mut Outcome) -> Prepared {
+    pub(super) fn prepare(&mut self, env: &mut Host, threads: &Threads, raise: bool, out: &mut Outcome) -> Prepared {
         let mut p = Prepared { changed: self.follow(env, threads, raise, out), sets: false };
         if self.verified_at.is_none_or(|t| t.elapsed() >= env.verify) {
             p.changed |= self.verify(env, out);
@@ -466,7 +475,7 @@ impl<K: Knob> PerThread<K> {
         p
     }
 
-    fn apply(&mut self, env: &mut Host, out: &mut Outcome, gone: &mut Vec<i32>) {
+    pub(super) fn apply(&mut self, env: &mut Host, out: &mut Outcome, gone: &mut Vec<i32>) {
         let mut lost = Vec::new();
         for (tid, t) in self.threads.iter_mut() {
             if t.want == t.applied {
@@ -494,15 +503,15 @@ impl<K: Knob> PerThread<K> {
         gone.extend(lost);
     }
 
-    fn entries(&self, out: &mut Vec<Entry>) {
+    pub(super) fn entries(&self, out: &mut Vec<Entry>) {
         out.extend(self.threads.values().filter(|t| !t.may_apply.is_empty()).map(|t| Entry {
             task: t.task,
-            layer: IO_LAYER.into(),
+            layer: self.knob.layer().into(),
             setting: self.knob.setting(&t.original, &t.may_apply),
         }));
     }
 
-    fn restored(&mut self) {
+    pub(super) fn restored(&mut self) {
         for t in self.threads.values_mut() {
             t.applied = None;
             t.want = None;
@@ -510,7 +519,7 @@ impl<K: Knob> PerThread<K> {
         }
     }
 
-    fn show(&self, tid: i32) -> Option<(&'static str, String, bool)> {
+    pub(super) fn show(&self, tid: i32) -> Option<(&'static str, String, bool)> {
         let t = self.threads.get(&tid)?;
         let (what, value) = self.knob.show(t.applied.as_ref().unwrap_or(&t.original));
         Some((what, value, t.applied.is_some()))

@@ -38,7 +38,7 @@ impl Targets {
             Targets::Cpu(class) => class.target(level, role, vcpus_known, priority),
             Targets::Event => match level {
                 _ if !super::class::is_vcpu(role, vcpus_known) => None,
-                Level::Normal => None,
+                Level::Normal | Level::Throttled => None,
                 Level::Boosted => Some(SchedAttr::rt(SCHED_RR, priority as u32, SCHED_FLAG_RESET_ON_FORK)),
                 Level::Guarded => Some(SchedAttr::other(EVENT_REPAY_NICE, SCHED_FLAG_RESET_ON_FORK)),
             },

@@ -21,6 +21,7 @@ pub mod block;
 pub mod class;
 pub mod cpu;
 pub mod statics;
+pub mod throttle;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -35,6 +36,7 @@ pub use block::{weight_hierarchy, IoActuator, IoBoost, IoLever, WeightHierarchy,
 pub use class::{actuator_priority, BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
 pub use cpu::{CpuActuator, EVENT_REPAY_NICE};
 pub use statics::{ShieldPlan, StaticActuator, StaticPlan};
+pub use throttle::{freezer, FreezerKind, ThrottleActuator};
 
 use crate::sched::{self, SchedAttr};
 use crate::store::{Entry, RestoreReport, StateDir, ThreadOps, VmRecord, STATIC_LAYER};

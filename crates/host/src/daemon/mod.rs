@@ -13,6 +13,7 @@ mod channels;
 mod clients;
 mod discovery;
 mod events;
+mod membw;
 mod os;
 mod predict;
 mod statics;
@@ -115,8 +116,12 @@ pub struct Daemon {
     io: Result<Option<WeightHierarchy>, String>,
     /// Event boosting (FEAS), or why it does not run here.
     events: Result<EventBoost, String>,
+    /// Memory-bandwidth regulation, or why it does not run here.
+    membw: Result<membw::Membw, String>,
     /// Static tunings per VM name (`[vm.NAME.static]`, then the operator's commands).
     statics: std::collections::BTreeMap<String, crate::config::StaticConfig>,
+    /// Memory-bandwidth shares the operator set by command, per VM name.
+    membw_shares: std::collections::BTreeMap<String, u64>,
     /// CPU shielding's host-wide side (IRQs, the operator's host groups).
     shield: crate::shield::HostShield,
     /// Wakes the loop at the coordinator's next deadline to the µs (predicted boosts).
@@ -152,7 +157,8 @@ impl Daemon {
         // The daemon's time zero, in the clock of the BPF side's timestamps too.
         let (zero, start) = (cosched_hostbpf::feas::monotonic_ns(), Instant::now());
         let events = event_support(&cfg, &poll, zero);
-        let coord = coordinator(&cfg, io.is_ok(), events.is_ok());
+        let membw = membw::Membw::open(&cfg, sched.cgroups(), procfs.root());
+        let coord = coordinator(&cfg, io.is_ok(), events.is_ok(), membw.as_ref().ok().map(|m| m.regulator.clone()));
         let timer = predict::DeadlineTimer::open(&poll, TIMER, zero)
             .map_err(|e| warn!("timerfd: {e}: deadlines fall back to epoll's 1 ms resolution"))
             .ok();
@@ -199,7 +205,9 @@ impl Daemon {
             next_refresh_ns: 0,
             io,
             events,
+            membw,
             statics: cfg_statics,
+            membw_shares: Default::default(),
             shield,
             timer,
             _lock: lock,
@@ -218,6 +226,9 @@ impl Daemon {
         }
         if self.events.is_ok() {
             acts.push(Box::new(CpuActuator::event()));
+        }
+        if let Ok(m) = &self.membw {
+            acts.push(Box::new(crate::actuator::ThrottleActuator::new(m.freezer)));
         }
         acts
     }
@@ -239,6 +250,9 @@ impl Daemon {
         }
         if let Some(d) = self.next_static_guard() {
             next = next.min(d);
+        }
+        if let Ok(m) = &self.membw {
+            next = next.min(m.next_check_ns);
         }
         next
     }
@@ -307,6 +321,7 @@ impl Daemon {
             }
             self.execute(&mut actions, None);
             self.scratch_actions = actions;
+            self.tick_membw(now);
             self.housekeeping();
             self.flush_dirty();
             self.cost.loop_ns += ns_since(turn);
@@ -424,6 +439,12 @@ impl Daemon {
         }
         let vm = self.vms.get(token).expect("just added");
         self.coord.vm_found(vm.id, name, settings, now);
+        if let Ok(m) = &self.membw {
+            let share = self.membw_shares.get(name).copied().unwrap_or_else(|| self.cfg.membw_share(name));
+            if let Err(e) = m.add(vm.id, share) {
+                warn!("{name}: {e}; it is regulated with no guaranteed share");
+            }
+        }
         self.coord.set_vm_vcpus(vm.id, vm.threads.vcpu_count());
         self.sync_events(token);
         let _ = self.apply_statics(token); // told in the log; the VM is coordinated either way
@@ -535,6 +556,11 @@ impl Daemon {
                     }
                     self.cost.encode_ns += ns_since(t);
                 }
+                Action::Apply { vm, resource: Resource::Membw, value, .. } => {
+                    // A guest's share, admitted by the regulator itself (`MembwPolicy`): no
+                    // thread changes until the regulator stops the VM.
+                    debug!("{}: membw share in force: {value}‰", self.vm_label(vm.0 as usize));
+                }
                 Action::Apply { vm, resource, level, value, priority } => {
                     // An RT co-scheduling grant carries its own priority (`actuator::class`).
                     let priority =
@@ -638,6 +664,9 @@ impl Daemon {
         let Some(mut vm) = self.vms.remove(token) else { return };
         let mut actions = Vec::new();
         self.coord.vm_gone(vm.id, self.now(), &mut actions);
+        if let Ok(m) = self.membw.as_mut() {
+            m.forget(vm.id);
+        }
         let out = vm.threads.restore(&mut self.host);
         for e in &out.errors {
             warn!("{}: restoring: {e}", vm.name());
@@ -707,6 +736,8 @@ impl Daemon {
             Request::Priority { vm, priority } => self.set_priority(&vm, priority, &mut actions),
             Request::Static { vm, fifo, shield, guard } => self.set_static(&vm, fifo, shield, guard),
             Request::Ceiling { vm, ceiling } => self.set_ceiling(&vm, ceiling, &mut actions),
+            Request::MembwShare { vm, share } => self.set_membw_share(&vm, share),
+            Request::Membw { period_ms, reclaim, best_effort } => self.set_membw(period_ms, reclaim, best_effort),
         };
         self.execute(&mut actions, None);
         for token in self.vms.tokens() {
@@ -789,6 +820,7 @@ impl Daemon {
             latency: &self.latency,
             io: &self.io,
             events: &self.events,
+            membw: &self.membw,
             shield: &self.shield,
         })
     }
@@ -922,7 +954,12 @@ fn event_support(cfg: &HostConfig, poll: &Poll, zero: u64) -> Result<EventBoost,
     })
 }
 
-fn coordinator(cfg: &HostConfig, io: bool, events: bool) -> Coordinator {
+fn coordinator(
+    cfg: &HostConfig,
+    io: bool,
+    events: bool,
+    membw: Option<std::sync::Arc<std::sync::Mutex<cosched_core::Regulator>>>,
+) -> Coordinator {
     let host_cpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
     let mut policy = cfg.policy.clone();
     if cfg.boost.policy == crate::actuator::BoostPolicy::Deadline {
@@ -949,6 +986,9 @@ fn coordinator(cfg: &HostConfig, io: bool, events: bool) -> Coordinator {
     }
     if events {
         resources.push(Box::new(cosched_core::EventPolicy));
+    }
+    if let Some(regulator) = membw {
+        resources.push(Box::new(cosched_core::MembwPolicy::new(regulator)));
     }
     let mut coord = Coordinator::new(policy, resources);
     let mut rt = cfg.rt();

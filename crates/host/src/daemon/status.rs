@@ -23,6 +23,7 @@ pub struct View<'a> {
     pub latency: &'a Latency,
     pub io: &'a Result<Option<crate::actuator::WeightHierarchy>, String>,
     pub events: &'a Result<super::events::EventBoost, String>,
+    pub membw: &'a Result<super::membw::Membw, String>,
     pub shield: &'a crate::shield::HostShield,
 }
 
@@ -77,6 +78,7 @@ pub fn snapshot(v: &View) -> Value {
                 "threads": e.threads.threads(),
                 "disks": e.disks,
                 "event_balance_ns": v.events.as_ref().ok().map(|ev| ev.feas.balance_ns(e.id)),
+                "membw": super::membw::vm_status(v.membw, e.id),
                 "static": {
                     "tuning": e.threads.static_plan().describe(),
                     "plan": e.threads.static_plan(),
@@ -115,6 +117,7 @@ pub fn snapshot(v: &View) -> Value {
         "boost": v.cfg.boost,
         "io": io_status(v),
         "event": event_status(v),
+        "membw": super::membw::status(v.cfg, v.membw),
         "shield": v.shield.report(),
         "rt": v.cfg.rt(),
         "latency": v.latency.summary(),

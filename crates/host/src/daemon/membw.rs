@@ -1,0 +1,221 @@
+//! Memory-bandwidth regulation in the daemon's loop: the counter source probed at start, the
+//! checks (read every VM's counters, step the regulator, stop or let run the VMs it names), the
+//! operator's commands and the status.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cosched_core::{Level, Regulator, VmId};
+use cosched_procfs::{TaskId, ThreadRole};
+use cosched_proto::Resource;
+use serde_json::{json, Value};
+
+use super::Daemon;
+use crate::actuator::FreezerKind;
+use crate::config::HostConfig;
+use crate::error::Error;
+use crate::membw::{BackendChoice, CounterSource};
+
+/// Memory-bandwidth regulation where a backend was found.
+pub struct Membw {
+    pub name: &'static str,
+    source: Box<dyn CounterSource>,
+    pub notes: Vec<String>,
+    pub freezer: FreezerKind,
+    /// Shared with the coordinator's `MembwPolicy` (admission of the guests' requests).
+    pub regulator: Arc<Mutex<Regulator>>,
+    pub next_check_ns: u64,
+    check_ns: u64,
+    checks_per_period: u32,
+    /// Checks run, and the time they took (reading counters, stepping, stopping).
+    pub checks: u64,
+    pub check_ns_total: u64,
+}
+
+impl Membw {
+    /// Probes the backend and the freezer; logs what it found or why there is none.
+    pub fn open(
+        cfg: &HostConfig,
+        cgroups: &crate::cgroup::CgroupFs,
+        proc_root: &std::path::Path,
+    ) -> Result<Membw, String> {
+        let found = crate::membw::probe(&cfg.membw, &cfg.resctrl_root, proc_root).and_then(|p| {
+            let freezer = crate::actuator::freezer(cgroups)?;
+            Ok((p, freezer))
+        });
+        match found {
+            Ok((p, freezer)) => {
+                for n in &p.notes {
+                    info!("memory bandwidth: {n}");
+                }
+                if p.name == "simulated" {
+                    warn!(
+                        "memory bandwidth: SIMULATED counters replayed from {} ([membw] backend = \"simulated\"): \
+                         regulation and throttling are real, the bandwidth figures are not measured",
+                        cfg.membw.trace.as_ref().map_or(String::new(), |t| t.display().to_string())
+                    );
+                }
+                info!(
+                    "memory bandwidth: {} counters, {} MB/s guaranteed, period {} ms ({} checks), reclaim {}, best effort \
+                     {}; throttling through the {}",
+                    p.name,
+                    cfg.membw.guaranteed_mbps,
+                    cfg.membw.period_ms,
+                    cfg.membw.checks_per_period,
+                    cfg.membw.reclaim,
+                    cfg.membw.best_effort,
+                    freezer.describe()
+                );
+                Ok(Membw {
+                    name: p.name,
+                    source: p.source,
+                    notes: p.notes,
+                    freezer,
+                    regulator: Arc::new(Mutex::new(Regulator::new(cfg.membw.regulator(), 0))),
+                    next_check_ns: cfg.membw.check_ns(),
+                    check_ns: cfg.membw.check_ns(),
+                    checks_per_period: cfg.membw.checks_per_period,
+                    checks: 0,
+                    check_ns_total: 0,
+                })
+            }
+            Err(why) => {
+                if cfg.membw.backend != BackendChoice::Off {
+                    warn!("memory-bandwidth coordination is unsupported here: {why}");
+                }
+                Err(why)
+            }
+        }
+    }
+
+    pub fn reg(&self) -> MutexGuard<'_, Regulator> {
+        self.regulator.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn add(&self, id: VmId, share: u64) -> Result<(), String> {
+        self.reg().add(id, share)
+    }
+
+    pub fn forget(&mut self, id: VmId) {
+        self.reg().remove(id);
+        self.source.forget(id);
+    }
+}
+
+impl Daemon {
+    /// A check, if one is due: every VM's counters to the regulator, and its decisions to the
+    /// throttle.
+    pub(super) fn tick_membw(&mut self, now: u64) {
+        let Ok(m) = self.membw.as_mut() else { return };
+        if now < m.next_check_ns {
+            return;
+        }
+        let started = std::time::Instant::now();
+        // A daemon held up does not run the checks it missed.
+        m.next_check_ns = (m.next_check_ns + m.check_ns).max(now + 1);
+        let mut usage = Vec::with_capacity(self.vms.iter().count());
+        for (_, vm) in self.vms.iter() {
+            let t = &vm.threads.threads;
+            let known = t.vcpus_known();
+            let vcpus: Vec<TaskId> = t
+                .iter()
+                .filter(|i| i.role == ThreadRole::Vcpu || (!known && i.task != t.process))
+                .map(|i| i.task)
+                .collect();
+            usage.push((vm.id, m.source.read(vm.id, vm.name(), &vcpus, now)));
+        }
+        let mut decisions = Vec::new();
+        m.reg().step(now, &usage, &mut decisions);
+        m.checks += 1;
+        m.check_ns_total += started.elapsed().as_nanos() as u64;
+        for (id, stop) in decisions {
+            let level = if stop { Level::Throttled } else { Level::Normal };
+            self.apply(id.0 as usize, Resource::Membw, level, 0, None);
+        }
+    }
+
+    /// Operator: VM `key`'s guaranteed share (permille), kept by its name.
+    pub(super) fn set_membw_share(&mut self, key: &str, share: u64) -> Result<(), Error> {
+        let m = self.membw.as_ref().map_err(|why| Error::Refused(format!("membw: {why}")))?;
+        let id = self.vms.find(key)?;
+        m.reg().set_share(id, share).map_err(Error::Refused)?;
+        let name = self.vms.get(id.0 as usize).map(|v| v.name().to_string()).unwrap_or_default();
+        info!("operator: {name}: membw share {share}‰");
+        self.membw_shares.insert(name, share);
+        Ok(())
+    }
+
+    /// Operator: the period, reclaim and best effort (`None`: unchanged).
+    pub(super) fn set_membw(
+        &mut self,
+        period_ms: Option<u64>,
+        reclaim: Option<bool>,
+        best_effort: Option<bool>,
+    ) -> Result<(), Error> {
+        let m = self.membw.as_mut().map_err(|why| Error::Refused(format!("membw: {why}")))?;
+        let mut c = *m.reg().config();
+        if let Some(p) = period_ms {
+            c.period_ns = p * cosched_core::NS_PER_MS;
+        }
+        c.reclaim = reclaim.unwrap_or(c.reclaim);
+        c.best_effort = best_effort.unwrap_or(c.best_effort);
+        m.reg().set_config(c).map_err(Error::Refused)?;
+        m.check_ns = (c.period_ns / m.checks_per_period as u64).max(1);
+        info!(
+            "operator: membw period {} ms, reclaim {}, best effort {}",
+            c.period_ns / cosched_core::NS_PER_MS,
+            c.reclaim,
+            c.best_effort
+        );
+        Ok(())
+    }
+}
+
+/// `[membw]` and what it runs on here (or why not), host-wide.
+pub fn status(cfg: &HostConfig, membw: &Result<Membw, String>) -> Value {
+    let mut out = json!(cfg.membw);
+    match membw {
+        Ok(m) => {
+            let r = m.reg();
+            let c = r.config();
+            out["backend"] = json!(m.name);
+            out["simulated"] = json!(m.name == "simulated");
+            if m.name == "simulated" {
+                out["warning"] = json!(
+                    "SIMULATED: bandwidth figures are replayed from the trace, not measured; the regulation and the \
+                     throttle are real"
+                );
+            }
+            out["notes"] = json!(m.notes);
+            out["throttles_through"] = json!(m.freezer.describe());
+            out["period_ms"] = json!(c.period_ns / cosched_core::NS_PER_MS);
+            out["reclaim"] = json!(c.reclaim);
+            out["best_effort"] = json!(c.best_effort);
+            out["committed_permille"] = json!(r.committed());
+            out["pool_bytes"] = json!(r.pool());
+            out["in_best_effort"] = json!(r.in_best_effort());
+            out["counters"] = json!(r.stats);
+            out["checks"] = json!(m.checks);
+            out["check_us_mean"] = json!(m.check_ns_total as f64 / m.checks.max(1) as f64 / 1000.0);
+        }
+        Err(why) => out["unsupported"] = json!(why),
+    }
+    out
+}
+
+/// One VM's regulation, for its status entry.
+pub fn vm_status(membw: &Result<Membw, String>, id: VmId) -> Value {
+    let Ok(m) = membw else { return Value::Null };
+    let r = m.reg();
+    let Some(v) = r.vm(id) else { return Value::Null };
+    let c = r.config();
+    let period_s = c.period_ns as f64 / 1e9;
+    json!({
+        "share_permille": v.share,
+        "requested_permille": v.requested,
+        "effective_permille": v.effective(),
+        "guarantee_mbps": c.guaranteed_mbps as f64 * v.effective() as f64 / 1000.0,
+        "last_period_mbps": v.stats.last_period_bytes as f64 / 1e6 / period_s,
+        "throttled": v.throttled(),
+        "stats": v.stats,
+    })
+}

@@ -1,0 +1,431 @@
+//! Memory-bandwidth coordination on the host (DREAMS seed 004 §2): where the counters come
+//! from, probed at start, and the regulation's checks. The policy is the core's
+//! [`cosched_core::Regulator`]; the throttle is [`crate::actuator::ThrottleActuator`].
+//!
+//! Backends, in the order `auto` tries them:
+//! - **resctrl MBA** (`/sys/fs/resctrl` with an `MB` resource): found and reported, but this
+//!   version does not drive it (see the README); the probe goes on to the PMU.
+//! - **pmu**: per-thread hardware counters of the vCPU threads (`perf_event_open`, the
+//!   generic `cache-misses` event: last-level cache misses), × `bytes_per_miss`, regulated
+//!   MemGuard-style by stopping the vCPUs for the rest of the period.
+//! - **simulated** (only when the config names it): each VM moves the MB/s a trace gives per
+//!   second its vCPUs run (read from `/proc/<pid>/task/<tid>/schedstat`), so the whole path
+//!   runs end to end (guest request, admission, regulation, a real throttle that really stops
+//!   the vCPUs, whose run time then stops adding bytes) on a host with no counters.
+//!   `cosched status` says loudly that the figures are simulated.
+//! - otherwise: unsupported, with every reason, and guests asking are told
+//!   `DENY(membw: unsupported)`.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use cosched_core::{RegulatorConfig, VmId, NS_PER_MS};
+use cosched_procfs::TaskId;
+use serde::{Deserialize, Serialize};
+
+/// Which counter source `[membw] backend` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendChoice {
+    /// resctrl, then the PMU; unsupported if neither.
+    #[default]
+    Auto,
+    Pmu,
+    /// Counters replayed from `trace`: for tests and demos only.
+    Simulated,
+    /// No memory-bandwidth coordination.
+    Off,
+}
+
+/// `[membw]` in the host config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MembwConfig {
+    pub backend: BackendChoice,
+    /// The host's guaranteed memory bandwidth in MB/s (what the memory system delivers even
+    /// under full contention): what the VMs' shares divide. Must be declared (> 0) for any
+    /// backend to run.
+    pub guaranteed_mbps: u64,
+    /// The regulation period: budgets are per period; a VM over its budget stops until it ends.
+    pub period_ms: u64,
+    /// Counters are read this many times per period: a VM over budget moves at most one such
+    /// interval's worth past it before it is stopped.
+    pub checks_per_period: u32,
+    /// Lend what a VM is predicted not to use, and the bandwidth no share holds.
+    pub reclaim: bool,
+    /// Once every guarantee is met in a period, let every VM run until it ends.
+    pub best_effort: bool,
+    /// The share (permille of `guaranteed_mbps`) of a VM with no `[vm.NAME] membw_share`.
+    pub default_share_permille: u64,
+    /// `simulated`: the trace (lines `<t_ms> <vm name or *> <MB/s per vCPU-second run>`).
+    pub trace: Option<PathBuf>,
+    /// `pmu`: bytes moved per last-level cache miss (the cache line).
+    pub bytes_per_miss: u64,
+}
+
+impl Default for MembwConfig {
+    fn default() -> Self {
+        MembwConfig {
+            backend: BackendChoice::Auto,
+            guaranteed_mbps: 0,
+            period_ms: 10,
+            checks_per_period: 5,
+            reclaim: true,
+            best_effort: true,
+            default_share_permille: 0,
+            trace: None,
+            bytes_per_miss: 64,
+        }
+    }
+}
+
+impl MembwConfig {
+    pub fn regulator(&self) -> RegulatorConfig {
+        RegulatorConfig {
+            guaranteed_mbps: self.guaranteed_mbps,
+            period_ns: self.period_ms * NS_PER_MS,
+            reclaim: self.reclaim,
+            best_effort: self.best_effort,
+        }
+    }
+
+    /// Checks what can be checked without probing the host.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=10_000).contains(&self.period_ms) {
+            return Err(format!("[membw] period_ms = {}: must be 1..=10000", self.period_ms));
+        }
+        if !(1..=100).contains(&self.checks_per_period) {
+            return Err(format!("[membw] checks_per_period = {}: must be 1..=100", self.checks_per_period));
+        }
+        if self.default_share_permille > 1000 {
+            return Err(format!("[membw] default_share_permille = {}: at most 1000", self.default_share_permille));
+        }
+        if self.backend == BackendChoice::Simulated && self.trace.is_none() {
+            return Err("[membw] backend = \"simulated\" needs trace = \"<file>\"".into());
+        }
+        if self.bytes_per_miss == 0 {
+            return Err("[membw] bytes_per_miss must be > 0".into());
+        }
+        Ok(())
+    }
+
+    /// How often counters are read (ns).
+    pub fn check_ns(&self) -> u64 {
+        (self.period_ms * NS_PER_MS / self.checks_per_period as u64).max(1)
+    }
+}
+
+/// A trace of simulated bandwidth: per VM name (`*`: any other), (from ms, MB/s per second of
+/// vCPU run time), in time order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Trace {
+    rows: BTreeMap<String, Vec<(u64, u64)>>,
+}
+
+impl Trace {
+    pub fn parse(text: &str) -> Result<Trace, String> {
+        let mut t = Trace::default();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let bad = || format!("line {}: {line:?}: expected <t_ms> <vm name or *> <MB/s>", n + 1);
+            if f.len() != 3 {
+                return Err(bad());
+            }
+            let ms: u64 = f[0].parse().map_err(|_| bad())?;
+            let mbps: u64 = f[2].parse().map_err(|_| bad())?;
+            let rows = t.rows.entry(f[1].to_string()).or_default();
+            if rows.last().is_some_and(|(last, _)| *last > ms) {
+                return Err(format!("line {}: times must not go back", n + 1));
+            }
+            rows.push((ms, mbps));
+        }
+        if t.rows.is_empty() {
+            return Err("no rows".into());
+        }
+        Ok(t)
+    }
+
+    pub fn load(path: &Path) -> Result<Trace, String> {
+        let text = fs::read_to_string(path).map_err(|e| format!("reading trace {}: {e}", path.display()))?;
+        Trace::parse(&text).map_err(|e| format!("trace {}: {e}", path.display()))
+    }
+
+    /// MB/s per second of vCPU run time of VM `name` at `t_ms` (0 before its first row).
+    pub fn rate(&self, name: &str, t_ms: u64) -> u64 {
+        let rows = self.rows.get(name).or_else(|| self.rows.get("*"));
+        rows.and_then(|r| r.iter().take_while(|(from, _)| *from <= t_ms).last()).map_or(0, |(_, mbps)| *mbps)
+    }
+}
+
+/// The counters of one VM's vCPU threads.
+pub trait CounterSource {
+    /// Bytes the VM moved since the last call for it (0 at the first), from its vCPU threads
+    /// `vcpus`; `name` and `now` (ns since the daemon started) for a trace.
+    fn read(&mut self, vm: VmId, name: &str, vcpus: &[TaskId], now: u64) -> u64;
+    fn forget(&mut self, vm: VmId);
+}
+
+/// `simulated`: a trace's rate × the vCPUs' run time.
+pub struct Simulated {
+    pub trace: Trace,
+    proc_root: PathBuf,
+    /// Per VM, per vCPU thread: its run time at the last read.
+    last: BTreeMap<VmId, BTreeMap<TaskId, u64>>,
+}
+
+impl Simulated {
+    pub fn new(trace: Trace, proc_root: impl Into<PathBuf>) -> Simulated {
+        Simulated { trace, proc_root: proc_root.into(), last: BTreeMap::new() }
+    }
+
+    /// The run time of a thread (`schedstat`'s first field, ns).
+    fn runtime(&self, t: TaskId) -> Option<u64> {
+        let p = self.proc_root.join(t.id.to_string()).join("schedstat");
+        fs::read_to_string(p).ok()?.split_whitespace().next()?.parse().ok()
+    }
+}
+
+impl CounterSource for Simulated {
+    fn read(&mut self, vm: VmId, name: &str, vcpus: &[TaskId], now: u64) -> u64 {
+        let rate = self.trace.rate(name, now / NS_PER_MS);
+        let now_run: BTreeMap<TaskId, u64> = vcpus.iter().filter_map(|t| self.runtime(*t).map(|r| (*t, r))).collect();
+        let last = self.last.insert(vm, now_run.clone()).unwrap_or_default();
+        let ran: u64 = now_run.iter().filter_map(|(t, r)| last.get(t).map(|l| r.saturating_sub(*l))).sum();
+        // MB/s × ns of run time: bytes.
+        (rate as u128 * ran as u128 / 1000) as u64
+    }
+
+    fn forget(&mut self, vm: VmId) {
+        self.last.remove(&vm);
+    }
+}
+
+/// `perf_event_attr` up to `config1` (`PERF_ATTR_SIZE_VER1`, 72 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct PerfEventAttr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+}
+
+const PERF_TYPE_HARDWARE: u32 = 0;
+const PERF_COUNT_HW_CACHE_MISSES: u64 = 3;
+/// `exclude_hv`: the hypervisor's own misses are not the guest's.
+const PERF_FLAG_EXCLUDE_HV: u64 = 1 << 6;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+
+/// Opens the `cache-misses` counter of thread `tid` (0: the caller) on any CPU.
+fn perf_open(tid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let attr = PerfEventAttr {
+        kind: PERF_TYPE_HARDWARE,
+        size: std::mem::size_of::<PerfEventAttr>() as u32,
+        config: PERF_COUNT_HW_CACHE_MISSES,
+        flags: PERF_FLAG_EXCLUDE_HV,
+        ..Default::default()
+    };
+    // SAFETY: `attr` is a valid perf_event_attr of the size it says, alive for the call.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, tid, -1i32, -1i32, PERF_FLAG_FD_CLOEXEC)
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `pmu`: last-level cache misses of each vCPU thread.
+pub struct Pmu {
+    bytes_per_miss: u64,
+    counters: BTreeMap<VmId, BTreeMap<TaskId, (std::os::fd::OwnedFd, u64)>>,
+}
+
+impl Pmu {
+    /// Probes: the counter must open on the daemon's own thread.
+    pub fn probe(bytes_per_miss: u64) -> Result<Pmu, String> {
+        perf_open(0).map_err(|e| {
+            format!("perf_event_open(cache-misses) is refused: {e} (no hardware PMU events on this host, or perf_event_paranoid forbids them)")
+        })?;
+        Ok(Pmu { bytes_per_miss, counters: BTreeMap::new() })
+    }
+
+    fn count(fd: &std::os::fd::OwnedFd) -> Option<u64> {
+        use std::os::fd::AsRawFd;
+        let mut v = 0u64;
+        // SAFETY: reading 8 bytes into a u64 from a perf event descriptor we own.
+        let n = unsafe { libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+        (n == 8).then_some(v)
+    }
+}
+
+impl CounterSource for Pmu {
+    fn read(&mut self, vm: VmId, _name: &str, vcpus: &[TaskId], _now: u64) -> u64 {
+        let per_vm = self.counters.entry(vm).or_default();
+        per_vm.retain(|t, _| vcpus.contains(t));
+        let mut misses = 0;
+        for t in vcpus {
+            match per_vm.get_mut(t) {
+                Some((fd, last)) => {
+                    if let Some(v) = Pmu::count(fd) {
+                        misses += v.saturating_sub(*last);
+                        *last = v;
+                    }
+                }
+                None => {
+                    if let Ok(fd) = perf_open(t.id) {
+                        let v = Pmu::count(&fd).unwrap_or(0);
+                        per_vm.insert(*t, (fd, v));
+                    }
+                }
+            }
+        }
+        misses * self.bytes_per_miss
+    }
+
+    fn forget(&mut self, vm: VmId) {
+        self.counters.remove(&vm);
+    }
+}
+
+/// What the probe found: the source, and how it is described in `cosched status`.
+pub struct Probed {
+    pub name: &'static str,
+    pub source: Box<dyn CounterSource>,
+    /// What else the probe saw (a resctrl it does not drive).
+    pub notes: Vec<String>,
+}
+
+/// resctrl's memory-bandwidth allocation at `resctrl`, if the kernel offers it.
+fn resctrl_mba(resctrl: &Path) -> Result<String, String> {
+    if !resctrl.join("info").is_dir() {
+        return Err(format!("no resctrl at {} (not mounted, or no Intel RDT / AMD PQoS)", resctrl.display()));
+    }
+    if !resctrl.join("info/MB").is_dir() {
+        return Err(format!("resctrl at {} has no MB resource (no memory-bandwidth allocation)", resctrl.display()));
+    }
+    let mbps = fs::read_to_string("/proc/mounts")
+        .map(|m| m.lines().any(|l| l.contains(" resctrl ") && l.contains("mba_MBps")))
+        .unwrap_or(false);
+    Ok(format!(
+        "resctrl MBA at {} ({}) found, but this version does not drive it: it regulates through the PMU counters",
+        resctrl.display(),
+        if mbps { "mba_MBps" } else { "percent" }
+    ))
+}
+
+/// Probes the backend `cfg` asks for. `Err` says why memory-bandwidth coordination is
+/// unsupported here, with every reason.
+pub fn probe(cfg: &MembwConfig, resctrl: &Path, proc_root: &Path) -> Result<Probed, String> {
+    if cfg.backend == BackendChoice::Off {
+        return Err("off: [membw] backend = \"off\"".into());
+    }
+    if cfg.guaranteed_mbps == 0 {
+        return Err("[membw] guaranteed_mbps is not declared: set it to the memory bandwidth (MB/s) this host \
+                    guarantees under contention, which the VMs' shares divide"
+            .into());
+    }
+    let pmu = |notes: Vec<String>| -> Result<Probed, String> {
+        let pmu = Pmu::probe(cfg.bytes_per_miss)?;
+        Ok(Probed { name: "pmu", source: Box::new(pmu), notes })
+    };
+    match cfg.backend {
+        BackendChoice::Simulated => {
+            let path = cfg.trace.as_ref().ok_or("[membw] backend = \"simulated\" needs trace")?;
+            let trace = Trace::load(path)?;
+            Ok(Probed { name: "simulated", source: Box::new(Simulated::new(trace, proc_root)), notes: Vec::new() })
+        }
+        BackendChoice::Pmu => pmu(Vec::new()),
+        _ => {
+            let mut notes = Vec::new();
+            match resctrl_mba(resctrl) {
+                Ok(found) => notes.push(found),
+                Err(why) => notes.push(why),
+            }
+            pmu(notes.clone()).map_err(|e| format!("unsupported here because {}; and {e}", notes.join("; ")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trace_gives_each_vm_its_rate_over_time() {
+        let t = Trace::parse("# t_ms vm MB/s\n0 * 100\n0 rt 500\n1000 rt 0 # idle\n2000 rt 800\n").unwrap();
+        assert_eq!((t.rate("rt", 0), t.rate("rt", 999), t.rate("rt", 1500), t.rate("rt", 5000)), (500, 500, 0, 800));
+        assert_eq!(t.rate("other", 10), 100);
+        for bad in ["", "0 a", "x a 1", "10 a 1\n5 a 2"] {
+            assert!(Trace::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn simulated_bytes_are_the_rate_times_the_vcpus_run_time() {
+        let d = tempfile::tempdir().unwrap();
+        let write = |tid: i32, ns: u64| {
+            fs::create_dir_all(d.path().join(tid.to_string())).unwrap();
+            fs::write(d.path().join(format!("{tid}/schedstat")), format!("{ns} 5 7\n")).unwrap();
+        };
+        write(11, 1_000_000_000);
+        write(12, 0);
+        let vcpus = [TaskId { id: 11, start_time: 1 }, TaskId { id: 12, start_time: 1 }];
+        let mut s = Simulated::new(Trace::parse("0 vm 1000\n").unwrap(), d.path());
+        assert_eq!(s.read(VmId(1), "vm", &vcpus, 0), 0, "the first read is the baseline");
+        write(11, 1_500_000_000); // 0.5 s run
+        write(12, 250_000_000); // 0.25 s
+        assert_eq!(s.read(VmId(1), "vm", &vcpus, 10), 750_000_000, "1000 MB/s × 0.75 s");
+        assert_eq!(s.read(VmId(1), "vm", &vcpus, 20), 0, "a stopped vCPU moves nothing");
+        assert_eq!(s.read(VmId(2), "other", &vcpus, 20), 0);
+    }
+
+    #[test]
+    fn the_probe_names_every_reason_and_simulated_only_when_asked() {
+        let d = tempfile::tempdir().unwrap();
+        let declared = MembwConfig { guaranteed_mbps: 5000, ..MembwConfig::default() };
+        let undeclared = probe(&MembwConfig::default(), d.path(), d.path()).err().unwrap();
+        assert!(undeclared.contains("guaranteed_mbps is not declared"), "{undeclared}");
+        // No resctrl in an empty tree; a PMU if this host has one.
+        match probe(&declared, &d.path().join("resctrl"), d.path()) {
+            Ok(p) => assert_eq!((p.name, p.notes.len()), ("pmu", 1)),
+            Err(e) => assert!(
+                e.starts_with("unsupported here because no resctrl at") && e.contains("perf_event_open(cache-misses)"),
+                "{e}"
+            ),
+        }
+        // A resctrl with MBA is reported (this version regulates through the PMU).
+        let rc = d.path().join("rc");
+        fs::create_dir_all(rc.join("info/MB")).unwrap();
+        match probe(&declared, &rc, d.path()) {
+            Ok(p) => assert!(p.notes[0].contains("does not drive it"), "{:?}", p.notes),
+            Err(e) => assert!(e.contains("resctrl MBA at") && e.contains("does not drive it"), "{e}"),
+        }
+        fs::remove_dir_all(rc.join("info/MB")).unwrap();
+        let e = probe(&declared, &rc, d.path()).err().unwrap_or_default();
+        assert!(e.is_empty() || e.contains("has no MB resource"), "{e}");
+        // Simulated is used only when named, and needs its trace.
+        let trace = d.path().join("t");
+        fs::write(&trace, "0 * 100\n").unwrap();
+        let sim = MembwConfig { backend: BackendChoice::Simulated, trace: Some(trace), ..declared.clone() };
+        assert_eq!(probe(&sim, d.path(), d.path()).ok().unwrap().name, "simulated");
+        let missing = MembwConfig { trace: Some(d.path().join("none")), ..sim.clone() };
+        assert!(probe(&missing, d.path(), d.path()).err().unwrap().contains("reading trace"));
+        assert!(MembwConfig { trace: None, ..sim }.validate().unwrap_err().contains("needs trace"));
+        let off = MembwConfig { backend: BackendChoice::Off, ..declared };
+        assert!(probe(&off, d.path(), d.path()).err().unwrap().starts_with("off"));
+    }
+}

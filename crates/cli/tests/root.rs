@@ -2004,6 +2004,18 @@ fn membw_throttle_freezes_real_vcpus_and_kill_9_is_restored() {
     eprintln!("membw: the throttled spinning vCPU ran {:.0}% of 1 s", share * 100.0);
     assert!(share < 0.5, "a throttled spinning vCPU ran {:.0}% of the time; {m}", share * 100.0);
     assert!(m["stats"]["throttles"].as_u64().unwrap() >= 5, "{m}");
+    let metrics = String::from_utf8(d.cli(&["metrics"]).stdout).unwrap();
+    assert!(metrics.contains("cosched_vm_membw_throttles_total{vm=\"vm1\"}"), "{metrics}");
+    assert!(metrics.contains("cosched_membw_period_ms{backend=\"simulated\"} 100"), "{metrics}");
+    // The operator's switches, and their checks.
+    assert!(d.cli(&["membw", "--period-ms", "50", "--best-effort", "on"]).status.success());
+    let st = d.status();
+    assert_eq!((st["membw"]["period_ms"].as_u64(), st["membw"]["best_effort"].as_bool()), (Some(50), Some(true)));
+    let out = d.cli(&["membw", "--period-ms", "0"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("period_ms must be 1..=10000"), "{out:?}");
+    assert!(d.cli(&["membw", "--best-effort", "off", "--period-ms", "100"]).status.success());
+    let out = d.cli(&["vm", "membw", "nosuchvm", "10"]);
+    assert!(!out.status.success());
     // kill -9 with the vCPU in the frozen group.
     wait_for("the vCPU frozen again", Duration::from_secs(3), || (cg.get(vcpu, "freezer").ok()? == ours).then_some(()));
     d.signal(libc::SIGKILL);

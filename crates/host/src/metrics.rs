@@ -128,6 +128,39 @@ pub fn render(status: &Value) -> String {
             );
         }
     }
+    let mw = &status["membw"];
+    if let Some(b) = mw["backend"].as_str() {
+        let l = format!("backend=\"{b}\"");
+        add(
+            "cosched_membw_guaranteed_mbps",
+            "gauge",
+            "The host's declared guaranteed memory bandwidth.",
+            &l,
+            num(&mw["guaranteed_mbps"]),
+        );
+        add("cosched_membw_period_ms", "gauge", "The memory-bandwidth regulation period.", &l, num(&mw["period_ms"]));
+        add(
+            "cosched_membw_best_effort",
+            "gauge",
+            "1 if best effort is on.",
+            &l,
+            (mw["best_effort"].as_bool() == Some(true)) as u8 as f64,
+        );
+        add(
+            "cosched_membw_reclaim",
+            "gauge",
+            "1 if reclaim is on.",
+            &l,
+            (mw["reclaim"].as_bool() == Some(true)) as u8 as f64,
+        );
+        add(
+            "cosched_membw_committed_permille",
+            "gauge",
+            "Memory-bandwidth shares in force, in total.",
+            &l,
+            num(&mw["committed_permille"]),
+        );
+    }
     let mut hist = String::new();
     for vm in status["vms"].as_array().map(Vec::as_slice).unwrap_or_default() {
         let l = format!("vm=\"{}\"", esc(vm["name"].as_str().unwrap_or("?")));
@@ -154,6 +187,52 @@ pub fn render(status: &Value) -> String {
                 "DENY replies by resource and reason.",
                 &format!("{l},resource=\"\",reason=\"{reason}\""),
                 num(n),
+            );
+        }
+        let m = &vm["membw"];
+        if m.is_object() {
+            let st = &m["stats"];
+            add(
+                "cosched_vm_membw_share_permille",
+                "gauge",
+                "Memory-bandwidth share in force (permille of the guaranteed bandwidth).",
+                &l,
+                num(&m["effective_permille"]),
+            );
+            add(
+                "cosched_vm_membw_throttled",
+                "gauge",
+                "1 if the VM's vCPUs are stopped for memory bandwidth now.",
+                &l,
+                (m["throttled"].as_bool() == Some(true)) as u8 as f64,
+            );
+            add(
+                "cosched_vm_membw_bytes_total",
+                "counter",
+                "Memory bytes moved, as the backend counts them.",
+                &l,
+                num(&st["bytes"]),
+            );
+            add(
+                "cosched_vm_membw_throttles_total",
+                "counter",
+                "Times stopped for memory bandwidth.",
+                &l,
+                num(&st["throttles"]),
+            );
+            add(
+                "cosched_vm_membw_throttled_seconds_total",
+                "counter",
+                "Time stopped for memory bandwidth.",
+                &l,
+                num(&st["throttled_ns"]) / 1e9,
+            );
+            add(
+                "cosched_vm_membw_borrowed_bytes_total",
+                "counter",
+                "Bytes borrowed from other VMs' unused budget.",
+                &l,
+                num(&st["borrowed_bytes"]),
             );
         }
         for (r, s) in vm["resources"].as_object().into_iter().flatten() {

@@ -937,3 +937,75 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
         # The agent's own view: each prediction is for the activation that follows.
         self.assertGreaterEqual(len(errors), self.LOOPS // 2, why)
         self.assertLess(abs(errors[len(errors) // 2]), 2_000, errors)
+
+
+class MemoryBandwidth(unittest.TestCase):
+    """The guest's memory-bandwidth API end to end: an application in the guest asks with
+    `cosched request-membw`, the agent relays `MEMBW`, the host admits it and answers, the
+    application prints the answer. With the `simulated` backend the regulator then stops the
+    busy vCPU through the freezer; with this host's default (no resctrl, no PMU) the answer is
+    `unsupported`, and the host's status says why."""
+
+    WORKLOAD = """#!/bin/sh
+cosched guest 2>/tmp/agent.log &
+AGENT=$!
+until grep -q "registered with the host" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
+(while :; do :; done) &
+HOG=$!
+echo "ASK 500"; cosched request-membw 500; echo "RC $?"
+sleep 2
+echo "ASK 0"; cosched request-membw 0; echo "RC $?"
+kill $HOG; kill $AGENT; wait $AGENT
+sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
+"""
+
+    def run_guest(self, config):
+        events = {}
+        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp:
+            trace = Path(tmp) / "membw.trace"
+            trace.write_text("0 * 5000\n")
+            d = cb.Daemon(tmp, config.replace("TRACE", str(trace)))
+
+            def on_line(line, pid):
+                if line == "ASK 0":
+                    events["before_release"] = d.status()
+                elif line.startswith("RC ") and "before_release" in events:
+                    events["after_release"] = d.status()
+            try:
+                console, _ = cb.boot_guest(self.WORKLOAD, sock=d.socket_dir / "mb.sock", on_line=on_line)
+            finally:
+                d.stop()
+        return console, events
+
+    def test_a_guest_request_is_granted_and_the_simulated_regulator_throttles(self):
+        need_root(self)
+        console, ev = self.run_guest(
+            "[membw]\nbackend = \"simulated\"\ntrace = \"TRACE\"\nguaranteed_mbps = 1000\nperiod_ms = 100\n"
+            "reclaim = false\nbest_effort = false\n[vm.mb]\nmembw_share = 100\n")
+        lines = console.splitlines()
+        self.assertIn("granted 500", lines, console)
+        self.assertEqual(lines[lines.index("granted 500") + 1], "RC 0", console)
+        st = ev["before_release"]
+        self.assertEqual(st["membw"]["backend"], "simulated")
+        self.assertTrue(st["membw"]["warning"].startswith("SIMULATED"), st["membw"])
+        m = st["vms"][0]["membw"]
+        self.assertEqual((m["effective_permille"], m["requested_permille"]), (500, 500), m)
+        # 5000 MB/s per vCPU-second against 50 MB per 100 ms: the busy vCPU is stopped every period.
+        self.assertGreaterEqual(m["stats"]["throttles"], 5, m)
+        self.assertIn("granted 0", lines, console)
+        m = ev["after_release"]["vms"][0]["membw"]
+        self.assertEqual((m["effective_permille"], m["requested_permille"]), (100, None), m)
+        self.assertIn("membw: asked 500‰, the host granted 500‰", agent_log(console))
+
+    def test_with_this_hosts_default_backend_the_guest_is_told_unsupported(self):
+        need_root(self)
+        console, ev = self.run_guest("[membw]\nguaranteed_mbps = 1000\n")
+        lines = console.splitlines()
+        i = lines.index("ASK 500")
+        self.assertTrue(lines[i + 1].startswith("cosched: error: denied unsupported: the host cannot regulate memory "
+                                                "bandwidth"), console)
+        self.assertEqual(lines[i + 2], "RC 1", console)
+        why = ev["before_release"]["membw"]["unsupported"]
+        self.assertIn("unsupported here because no resctrl at /sys/fs/resctrl", why)
+        self.assertIn("perf_event_open(cache-misses) is refused", why)
+        self.assertIsNone(ev["before_release"]["vms"][0]["membw"])

@@ -19,6 +19,7 @@ Experiments (full-run time on the 2-core development machine, TCG guest):
   scale            daemon CPU and hint-to-applied latency, 1-256 synthetic VMs       3.5 min
   boost-classes    SCHED_RR / FIFO / DEADLINE / nice -20 as the boost                3.5 min
   io-startup       seed 003 Fig. 1-3/10-11: guest app start-up, guest/host readers  40 min
+  membw            seed 004 §2: MemGuard regulation, simulated memory system          10 s
   feas-fairness    seed 001 Fig. 5: CPU shares of 4 busy agentless VMs, one served   ~5 min
   feas-latency     seed 001 Fig. 6: ping a busy VM sharing its CPU with 3 VMs         ~3 min
   feas-throughput  seed 001 Fig. 7/8: download speed from busy VMs                    ~5 min
@@ -45,6 +46,7 @@ EXPERIMENTS = {
     "scale": "scale",
     "boost-classes": "boost_classes",
     "io-startup": "io_startup",
+    "membw": "membw",
     # Several experiments of one module: "module:NAME" (the module's EXPERIMENTS[NAME]).
     "feas-fairness": "feas:feas-fairness",
     "feas-latency": "feas:feas-latency",

@@ -1,6 +1,6 @@
 //! Memory-bandwidth coordination on the host (DREAMS seed 004 §2): where the counters come
 //! from, probed at start, and the regulation's checks. The policy is the core's
-//! [`cosched_core::Regulator`]; the throttle is [`crate::actuator::ThrottleActuator`].
+//! [`cosched_core::Regulator`]; the throttle is [`crate::actuator::KnobActuator::throttle`].
 //!
 //! Backends, in the order `auto` tries them:
 //! - **resctrl MBA** (`/sys/fs/resctrl` with an `MB` resource): found and reported, but this

@@ -212,65 +212,90 @@ impl Knob for IoprioKnob {
     }
 }
 
-/// cgroup v1: the thread's `blkio` group.
+/// cgroup v1: the thread's group in `hierarchy`. Raised, a thread moves into
+/// `<its group>/<prefix><pid>`, a group of the daemon's made at the first move with `file` set to
+/// `value`: the I/O lever's weighted `blkio` group, the memory-bandwidth throttle's frozen
+/// `freezer` group (`throttle.rs`).
 #[derive(Debug)]
-struct V1GroupKnob {
-    weight: u32,
+pub(super) struct V1GroupKnob {
+    pub hierarchy: &'static str,
+    pub prefix: &'static str,
+    pub layer: &'static str,
+    /// The control file written when the group is made, and its value.
+    pub file: &'static str,
+    pub value: String,
+    /// Which threads move.
+    pub members: fn(&ThreadInfo, bool) -> bool,
 }
 
 impl V1GroupKnob {
-    /// `<group>/cosched-io-<pid>`: the group of the daemon's for threads of `process` that
-    /// were in `group`.
-    fn own_group(process: TaskId, group: &str) -> String {
-        format!("{}/{OWN_GROUP_PREFIX}{}", group.trim_end_matches('/'), process.id)
+    /// The I/O lever's: I/O threads into a group weighted `weight`.
+    fn io(weight: u32) -> V1GroupKnob {
+        V1GroupKnob {
+            hierarchy: BLKIO,
+            prefix: OWN_GROUP_PREFIX,
+            layer: IO_LAYER,
+            file: V1_WEIGHT,
+            value: store::weight_text(BLKIO, weight),
+            members: |t, vcpus_known| issues_io(t.role, vcpus_known),
+        }
     }
 
-    fn is_own(group: &str) -> bool {
-        group.rsplit('/').next().is_some_and(|leaf| leaf.starts_with(OWN_GROUP_PREFIX))
+    /// `<group>/<prefix><pid>`: the group of the daemon's for threads of `process` that were in
+    /// `group`.
+    fn own_group(&self, process: TaskId, group: &str) -> String {
+        format!("{}/{}{}", group.trim_end_matches('/'), self.prefix, process.id)
+    }
+
+    fn is_own(&self, group: &str) -> bool {
+        group.rsplit('/').next().is_some_and(|leaf| leaf.starts_with(self.prefix))
     }
 }
 
 impl Knob for V1GroupKnob {
     type V = String;
+    fn layer(&self) -> &'static str {
+        self.layer
+    }
     fn applies_to(&self, _: TaskId, t: &ThreadInfo, vcpus_known: bool) -> bool {
-        issues_io(t.role, vcpus_known)
+        (self.members)(t, vcpus_known)
     }
     fn get(&self, env: &mut Host, tid: i32) -> io::Result<String> {
-        env.sched.get_cgroup(tid, BLKIO)
+        env.sched.get_cgroup(tid, self.hierarchy)
     }
     fn set(&self, env: &mut Host, tid: i32, group: &String) -> io::Result<()> {
-        if Self::is_own(group) {
+        if self.is_own(group) {
             let cg = env.sched.cgroups().clone();
-            if !cg.dir(BLKIO, group).is_dir() {
-                cg.make_group(BLKIO, group)?;
-                if let Err(e) = cg.write(BLKIO, group, V1_WEIGHT, &store::weight_text(BLKIO, self.weight)) {
-                    let _ = cg.remove_group(BLKIO, group);
-                    return Err(io::Error::new(e.kind(), format!("writing {V1_WEIGHT} of {group}: {e}")));
+            if !cg.dir(self.hierarchy, group).is_dir() {
+                cg.make_group(self.hierarchy, group)?;
+                if let Err(e) = cg.write(self.hierarchy, group, self.file, &self.value) {
+                    let _ = cg.remove_group(self.hierarchy, group);
+                    return Err(io::Error::new(e.kind(), format!("writing {} of {group}: {e}", self.file)));
                 }
             }
         }
-        env.sched.set_cgroup(tid, BLKIO, group)
+        env.sched.set_cgroup(tid, self.hierarchy, group)
     }
     fn target(&self, process: TaskId, original: &String) -> Option<String> {
-        (!Self::is_own(original)).then(|| Self::own_group(process, original))
+        (!self.is_own(original)).then(|| self.own_group(process, original))
     }
     fn setting(&self, original: &String, applied: &[String]) -> Setting {
-        Setting::Cgroup { hierarchy: BLKIO.into(), original: original.clone(), applied: applied.to_vec() }
+        Setting::Cgroup { hierarchy: self.hierarchy.into(), original: original.clone(), applied: applied.to_vec() }
     }
     fn parse_setting(&self, s: &Setting) -> Option<(String, Vec<String>)> {
         match s {
-            Setting::Cgroup { hierarchy, original, applied } if hierarchy == BLKIO => {
+            Setting::Cgroup { hierarchy, original, applied } if hierarchy == self.hierarchy => {
                 Some((original.clone(), applied.clone()))
             }
             _ => None,
         }
     }
     fn show(&self, v: &String) -> (&'static str, String) {
-        ("blkio", v.clone())
+        (self.hierarchy, v.clone())
     }
     /// A thread created by a thread in our group is born in it: it belongs where the group is.
     fn born_into(&self, current: &String, _: Option<&String>) -> String {
-        if Self::is_own(current) {
+        if self.is_own(current) {
             let parent = current.rsplit_once('/').map_or("", |(p, _)| p);
             if parent.is_empty() {
                 "/".to_string()
@@ -532,6 +557,7 @@ enum Lever {
     Ioprio(PerThread<IoprioKnob>),
     V1(PerThread<V1GroupKnob>),
     V2(PerThread<V2WeightKnob>),
+    V2Freeze(PerThread<super::throttle::V2FreezeKnob>),
 }
 
 macro_rules! each {
@@ -540,35 +566,49 @@ macro_rules! each {
             Lever::Ioprio($p) => $e,
             Lever::V1($p) => $e,
             Lever::V2($p) => $e,
+            Lever::V2Freeze($p) => $e,
         }
     };
 }
 
+/// One per-thread knob's actuator: the I/O boost ([`KnobActuator::io`]) or the memory-bandwidth
+/// throttle ([`KnobActuator::throttle`]). Any level but `Normal` applies the knob.
 #[derive(Debug)]
-pub struct IoActuator {
+pub struct KnobActuator {
+    resource: Resource,
     lever: Lever,
     level: Level,
     priority: u8,
 }
 
-impl IoActuator {
-    /// The actuator for `boost`'s lever; the `weight` lever on the hierarchy found (see
+impl KnobActuator {
+    /// The I/O actuator for `boost`'s lever; the `weight` lever on the hierarchy found (see
     /// [`weight_hierarchy`]).
-    pub fn new(boost: &IoBoost, hierarchy: Option<WeightHierarchy>) -> IoActuator {
+    pub fn io(boost: &IoBoost, hierarchy: Option<WeightHierarchy>) -> KnobActuator {
         let lever = match (boost.lever, hierarchy) {
             (IoLever::Ioprio, _) => Lever::Ioprio(PerThread::new(IoprioKnob(boost.raised_ioprio()))),
             (IoLever::Weight, Some(WeightHierarchy::V2)) => {
                 Lever::V2(PerThread::new(V2WeightKnob { weight: boost.weight }))
             }
-            (IoLever::Weight, _) => Lever::V1(PerThread::new(V1GroupKnob { weight: boost.weight })),
+            (IoLever::Weight, _) => Lever::V1(PerThread::new(V1GroupKnob::io(boost.weight))),
         };
-        IoActuator { lever, level: Level::Normal, priority: 0 }
+        KnobActuator { resource: Resource::Io, lever, level: Level::Normal, priority: 0 }
+    }
+
+    /// The memory-bandwidth throttle on the freezer found (see [`super::throttle::freezer`]): the
+    /// vCPUs stopped at [`Level::Throttled`].
+    pub fn throttle(kind: super::throttle::FreezerKind) -> KnobActuator {
+        let lever = match kind {
+            super::throttle::FreezerKind::V1 => Lever::V1(PerThread::new(super::throttle::v1_knob())),
+            super::throttle::FreezerKind::V2 => Lever::V2Freeze(PerThread::new(super::throttle::V2FreezeKnob)),
+        };
+        KnobActuator { resource: Resource::Membw, lever, level: Level::Normal, priority: 0 }
     }
 }
 
-impl Actuator for IoActuator {
+impl Actuator for KnobActuator {
     fn resource(&self) -> Resource {
-        Resource::Io
+        self.resource
     }
 
     fn level(&self) -> Level {

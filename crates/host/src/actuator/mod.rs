@@ -32,11 +32,11 @@ use cosched_procfs::{ProcFs, TaskId, ThreadInfo, ThreadRole};
 use cosched_proto::Resource;
 use serde::Serialize;
 
-pub use block::{weight_hierarchy, IoActuator, IoBoost, IoLever, WeightHierarchy, IO_LAYER};
+pub use block::{weight_hierarchy, IoBoost, IoLever, KnobActuator, WeightHierarchy, IO_LAYER};
 pub use class::{actuator_priority, BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
 pub use cpu::{CpuActuator, EVENT_REPAY_NICE};
 pub use statics::{ShieldPlan, StaticActuator, StaticPlan};
-pub use throttle::{freezer, FreezerKind, ThrottleActuator};
+pub use throttle::{freezer, FreezerKind};
 
 use crate::sched::{self, SchedAttr};
 use crate::store::{Entry, RestoreReport, StateDir, ThreadOps, VmRecord, STATIC_LAYER};

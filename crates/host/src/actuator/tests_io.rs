@@ -76,7 +76,7 @@ impl World {
             IoLever::Weight => Some(weight_hierarchy(self.sched.cgroups()).unwrap()),
         };
         let process = self.host.procfs.process(PID).unwrap().task;
-        VmThreads::new("vm1", process, &mut self.host, vec![Box::new(IoActuator::new(boost, hierarchy))]).unwrap()
+        VmThreads::new("vm1", process, &mut self.host, vec![Box::new(KnobActuator::io(boost, hierarchy))]).unwrap()
     }
 
     fn ioprio(&self, tid: i32) -> u16 {

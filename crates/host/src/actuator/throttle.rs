@@ -15,18 +15,18 @@
 //!
 //! Every value is recorded before it is set and undone through the one restore logic
 //! ([`crate::store`]), after `kill -9` too: the threads are moved back (which thaws them) and
-//! the frozen group removed.
+//! the frozen group removed. The actuator is [`super::KnobActuator::throttle`], the I/O boost's
+//! per-thread machinery with these knobs.
 
 use std::io;
 
-use cosched_core::Level;
-use cosched_procfs::{TaskId, ThreadInfo, ThreadRole};
-use cosched_proto::Resource;
+use cosched_procfs::{TaskId, ThreadInfo};
 
-use super::block::{own_v2_group, Knob, PerThread};
-use super::{Actuator, Host, Outcome, Prepared, Threads};
+use super::block::{own_v2_group, Knob, V1GroupKnob};
+use super::class::is_vcpu;
+use super::Host;
 use crate::cgroup::CgroupFs;
-use crate::store::{Entry, Setting};
+use crate::store::Setting;
 
 /// The layer the throttle records its changes under (the resource's name).
 pub const THROTTLE_LAYER: &str = "membw";
@@ -70,82 +70,21 @@ pub fn freezer(cg: &CgroupFs) -> Result<FreezerKind, String> {
     ))
 }
 
-/// Whether a thread is a vCPU (without thread names: every thread but the main one).
-fn is_vcpu(process: TaskId, t: &ThreadInfo, vcpus_known: bool) -> bool {
-    t.role == ThreadRole::Vcpu || (!vcpus_known && t.task != process)
-}
-
-/// cgroup v1: the thread's `freezer` group.
-#[derive(Debug)]
-struct V1FreezerKnob;
-
-impl V1FreezerKnob {
-    fn own_group(process: TaskId, group: &str) -> String {
-        format!("{}/{THROTTLE_GROUP_PREFIX}{}", group.trim_end_matches('/'), process.id)
-    }
-
-    fn is_own(group: &str) -> bool {
-        group.rsplit('/').next().is_some_and(|leaf| leaf.starts_with(THROTTLE_GROUP_PREFIX))
-    }
-}
-
-impl Knob for V1FreezerKnob {
-    type V = String;
-    fn layer(&self) -> &'static str {
-        THROTTLE_LAYER
-    }
-    fn applies_to(&self, process: TaskId, t: &ThreadInfo, vcpus_known: bool) -> bool {
-        is_vcpu(process, t, vcpus_known)
-    }
-    fn get(&self, env: &mut Host, tid: i32) -> io::Result<String> {
-        env.sched.get_cgroup(tid, FREEZER)
-    }
-    fn set(&self, env: &mut Host, tid: i32, group: &String) -> io::Result<()> {
-        if Self::is_own(group) {
-            let cg = env.sched.cgroups().clone();
-            if !cg.dir(FREEZER, group).is_dir() {
-                cg.make_group(FREEZER, group)?;
-                if let Err(e) = cg.write(FREEZER, group, "freezer.state", "FROZEN") {
-                    let _ = cg.remove_group(FREEZER, group);
-                    return Err(io::Error::new(e.kind(), format!("freezing {group}: {e}")));
-                }
-            }
-        }
-        env.sched.set_cgroup(tid, FREEZER, group)
-    }
-    fn target(&self, process: TaskId, original: &String) -> Option<String> {
-        (!Self::is_own(original)).then(|| Self::own_group(process, original))
-    }
-    fn setting(&self, original: &String, applied: &[String]) -> Setting {
-        Setting::Cgroup { hierarchy: FREEZER.into(), original: original.clone(), applied: applied.to_vec() }
-    }
-    fn parse_setting(&self, s: &Setting) -> Option<(String, Vec<String>)> {
-        match s {
-            Setting::Cgroup { hierarchy, original, applied } if hierarchy == FREEZER => {
-                Some((original.clone(), applied.clone()))
-            }
-            _ => None,
-        }
-    }
-    fn show(&self, v: &String) -> (&'static str, String) {
-        ("freezer", v.clone())
-    }
-    /// A thread born in our frozen group belongs where the group is.
-    fn born_into(&self, current: &String, _: Option<&String>) -> String {
-        if Self::is_own(current) {
-            match current.rsplit_once('/') {
-                Some((parent, _)) if !parent.is_empty() => parent.to_string(),
-                _ => "/".to_string(),
-            }
-        } else {
-            current.clone()
-        }
+/// cgroup v1: vCPU threads into `<their group>/cosched-membw-<pid>`, made `FROZEN`.
+pub(super) fn v1_knob() -> V1GroupKnob {
+    V1GroupKnob {
+        hierarchy: FREEZER,
+        prefix: THROTTLE_GROUP_PREFIX,
+        layer: THROTTLE_LAYER,
+        file: "freezer.state",
+        value: "FROZEN".into(),
+        members: |t, vcpus_known| is_vcpu(t.role, vcpus_known),
     }
 }
 
 /// cgroup v2: `cgroup.freeze` of the VM's own group, kept on its main thread.
 #[derive(Debug)]
-struct V2FreezeKnob;
+pub(super) struct V2FreezeKnob;
 
 impl Knob for V2FreezeKnob {
     /// (group, cgroup.freeze)
@@ -189,77 +128,5 @@ impl Knob for V2FreezeKnob {
     }
     fn show(&self, v: &(String, u32)) -> (&'static str, String) {
         ("freeze", format!("{} {}", v.0, v.1))
-    }
-}
-
-#[derive(Debug)]
-enum Lever {
-    V1(PerThread<V1FreezerKnob>),
-    V2(PerThread<V2FreezeKnob>),
-}
-
-macro_rules! each {
-    ($self:expr, $p:ident => $e:expr) => {
-        match $self {
-            Lever::V1($p) => $e,
-            Lever::V2($p) => $e,
-        }
-    };
-}
-
-/// Stops a VM's vCPUs at [`Level::Throttled`], lets them run at [`Level::Normal`].
-#[derive(Debug)]
-pub struct ThrottleActuator {
-    lever: Lever,
-    level: Level,
-}
-
-impl ThrottleActuator {
-    pub fn new(kind: FreezerKind) -> ThrottleActuator {
-        let lever = match kind {
-            FreezerKind::V1 => Lever::V1(PerThread::new(V1FreezerKnob)),
-            FreezerKind::V2 => Lever::V2(PerThread::new(V2FreezeKnob)),
-        };
-        ThrottleActuator { lever, level: Level::Normal }
-    }
-}
-
-impl Actuator for ThrottleActuator {
-    fn resource(&self) -> Resource {
-        Resource::Membw
-    }
-
-    fn level(&self) -> Level {
-        self.level
-    }
-
-    fn priority(&self) -> u8 {
-        0
-    }
-
-    fn resume(&mut self, env: &mut Host, threads: &Threads, entries: &[Entry]) {
-        each!(&mut self.lever, p => p.resume(env, threads, entries))
-    }
-
-    fn prepare(&mut self, env: &mut Host, threads: &Threads, level: Level, _: u8, out: &mut Outcome) -> Prepared {
-        self.level = level;
-        each!(&mut self.lever, p => p.prepare(env, threads, level != Level::Normal, out))
-    }
-
-    fn apply(&mut self, env: &mut Host, out: &mut Outcome, gone: &mut Vec<i32>) {
-        each!(&mut self.lever, p => p.apply(env, out, gone))
-    }
-
-    fn entries(&self, out: &mut Vec<Entry>) {
-        each!(&self.lever, p => p.entries(out))
-    }
-
-    fn restored(&mut self) {
-        self.level = Level::Normal;
-        each!(&mut self.lever, p => p.restored())
-    }
-
-    fn show(&self, tid: i32) -> Option<(&'static str, String, bool)> {
-        each!(&self.lever, p => p.show(tid))
     }
 }

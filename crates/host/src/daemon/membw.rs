@@ -5,11 +5,12 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cosched_core::{Level, Regulator, VmId};
-use cosched_procfs::{TaskId, ThreadRole};
+use cosched_procfs::TaskId;
 use cosched_proto::Resource;
 use serde_json::{json, Value};
 
 use super::Daemon;
+use crate::actuator::class::is_vcpu;
 use crate::actuator::FreezerKind;
 use crate::config::HostConfig;
 use crate::error::Error;
@@ -116,11 +117,7 @@ impl Daemon {
         for (_, vm) in self.vms.iter() {
             let t = &vm.threads.threads;
             let known = t.vcpus_known();
-            let vcpus: Vec<TaskId> = t
-                .iter()
-                .filter(|i| i.role == ThreadRole::Vcpu || (!known && i.task != t.process))
-                .map(|i| i.task)
-                .collect();
+            let vcpus: Vec<TaskId> = t.iter().filter(|i| is_vcpu(i.role, known)).map(|i| i.task).collect();
             usage.push((vm.id, m.source.read(vm.id, vm.name(), &vcpus, now)));
         }
         let mut decisions = Vec::new();

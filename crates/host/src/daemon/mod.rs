@@ -44,7 +44,7 @@ use self::discovery::Discovery;
 use self::events::EventBoost;
 use self::vms::{VmEntry, Vms};
 use crate::actuator::{
-    actuator_priority, weight_hierarchy, Actuator, CpuActuator, Host, IoActuator, IoLever, Outcome, RealSched,
+    actuator_priority, weight_hierarchy, Actuator, CpuActuator, Host, IoLever, KnobActuator, Outcome, RealSched,
     WeightHierarchy,
 };
 use crate::config::HostConfig;
@@ -222,13 +222,13 @@ impl Daemon {
     fn actuators(&self) -> Vec<Box<dyn Actuator>> {
         let mut acts: Vec<Box<dyn Actuator>> = vec![Box::new(CpuActuator::new(self.cfg.boost.clone()))];
         if let Ok(hierarchy) = self.io {
-            acts.push(Box::new(IoActuator::new(&self.cfg.io, hierarchy)));
+            acts.push(Box::new(KnobActuator::io(&self.cfg.io, hierarchy)));
         }
         if self.events.is_ok() {
             acts.push(Box::new(CpuActuator::event()));
         }
         if let Ok(m) = &self.membw {
-            acts.push(Box::new(crate::actuator::ThrottleActuator::new(m.freezer)));
+            acts.push(Box::new(KnobActuator::throttle(m.freezer)));
         }
         acts
     }

@@ -64,6 +64,14 @@ impl World {
     fn control(&self) -> PathBuf {
         self.p("control.sock")
     }
+    /// `cosched restore --state-dir` on this world's state.
+    fn restore(&self) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_cosched"))
+            .args(["restore", "--state-dir"])
+            .arg(self.state_dir())
+            .output()
+            .unwrap()
+    }
 
     fn daemon(&self, config: &str) -> Daemon {
         std::fs::write(self.p("host.toml"), config).unwrap();
@@ -860,11 +868,7 @@ fn kill_9_then_restore_command_and_restarted_daemon_put_everything_back() {
         assert_eq!(state_files(&w).len(), 1);
         match how {
             "restore command" => {
-                let out = Command::new(env!("CARGO_BIN_EXE_cosched"))
-                    .args(["restore", "--state-dir"])
-                    .arg(w.state_dir())
-                    .output()
-                    .unwrap();
+                let out = w.restore();
                 assert!(out.status.success(), "{out:?}");
                 // The relay thread of the fake QEMU exits with the daemon's connection.
                 let text = String::from_utf8_lossy(&out.stdout);
@@ -941,11 +945,7 @@ fn restore_refuses_while_a_daemon_runs() {
     }
     let w = World::new();
     let _d = w.daemon(QUIET_POLICY);
-    let out = Command::new(env!("CARGO_BIN_EXE_cosched"))
-        .args(["restore", "--state-dir"])
-        .arg(w.state_dir())
-        .output()
-        .unwrap();
+    let out = w.restore();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("another cosched host daemon is running"));
     // And a second daemon on the same state refuses to start.
@@ -1077,11 +1077,7 @@ fn kill_9_with_a_boost_over_a_static_policy_on_one_thread_restores_both_exactly(
     }
     std::fs::write(path, serde_json::to_vec(&rec).unwrap()).unwrap();
 
-    let out = Command::new(env!("CARGO_BIN_EXE_cosched"))
-        .args(["restore", "--state-dir"])
-        .arg(w.state_dir())
-        .output()
-        .unwrap();
+    let out = w.restore();
     assert!(out.status.success(), "{out:?}");
     assert!(sched::get(vcpu).unwrap().same_as(&SchedAttr::other(3, 0)), "sched: {}", sched::get(vcpu).unwrap());
     assert_eq!(sched::get_affinity(vcpu).unwrap(), cpus, "affinity");
@@ -1486,11 +1482,7 @@ fn kill_9_mid_event_boost_is_restored() {
     }
     d.signal(libc::SIGKILL);
     assert_eq!(sched::get(ev.vcpu).unwrap().policy, SCHED_RR, "kill -9 restores nothing by itself");
-    let out = Command::new(env!("CARGO_BIN_EXE_cosched"))
-        .args(["restore", "--state-dir"])
-        .arg(w.state_dir())
-        .output()
-        .unwrap();
+    let out = w.restore();
     assert!(out.status.success(), "{out:?}");
     assert!(sched::get(ev.vcpu).unwrap().same_as(&SchedAttr::other(0, 0)), "{:?}", sched::get(ev.vcpu));
     assert!(state_files(&w).is_empty());
@@ -2022,11 +2014,7 @@ fn membw_throttle_freezes_real_vcpus_and_kill_9_is_restored() {
     let r1 = runtime_ns(vcpu);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(runtime_ns(vcpu), r1, "kill -9 leaves it frozen");
-    let out = Command::new(env!("CARGO_BIN_EXE_cosched"))
-        .args(["restore", "--state-dir"])
-        .arg(w.state_dir())
-        .output()
-        .unwrap();
+    let out = w.restore();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(cg.get(vcpu, "freezer").unwrap(), freezer.name, "back in its group");
     assert!(!cg.dir("freezer", &ours).exists(), "the frozen group is removed");

@@ -194,8 +194,11 @@ impl CounterSource for Simulated {
     fn read(&mut self, vm: VmId, name: &str, vcpus: &[TaskId], now: u64) -> u64 {
         let rate = self.trace.rate(name, now / NS_PER_MS);
         let now_run: BTreeMap<TaskId, u64> = vcpus.iter().filter_map(|t| self.runtime(*t).map(|r| (*t, r))).collect();
-        let last = self.last.insert(vm, now_run.clone()).unwrap_or_default();
-        let ran: u64 = now_run.iter().filter_map(|(t, r)| last.get(t).map(|l| r.saturating_sub(*l))).sum();
+        let ran: u64 = match self.last.get(&vm) {
+            Some(last) => now_run.iter().filter_map(|(t, r)| last.get(t).map(|l| r.saturating_sub(*l))).sum(),
+            None => 0,
+        };
+        self.last.insert(vm, now_run);
         // MB/s × ns of run time: bytes.
         (rate as u128 * ran as u128 / 1000) as u64
     }

@@ -6,15 +6,24 @@
 //! mounted at `<root>/<controller>`, as systemd and Debian mount it) or by `""` for the unified
 //! v2 hierarchy mounted at `<root>`. Paths are relative to the hierarchy's root, as the kernel
 //! shows them (`/`, `/machine.slice/...`).
+//!
+//! [`RESCTRL`] names resctrl (`/sys/fs/resctrl`, Intel RDT / AMD PQoS) as one more hierarchy
+//! that places threads one by one: its groups are directories with a `tasks` file, like a v1
+//! hierarchy's, and a thread's group is the `res:` line of `/proc/<tid>/cpu_resctrl_groups`
+//! (or, without that file, the group whose `tasks` lists it; the default group `/` otherwise).
 
 use std::fs;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
+/// The name of resctrl as a hierarchy.
+pub const RESCTRL: &str = "resctrl";
+
 #[derive(Debug, Clone)]
 pub struct CgroupFs {
     proc: PathBuf,
     root: PathBuf,
+    resctrl: PathBuf,
 }
 
 impl Default for CgroupFs {
@@ -24,12 +33,21 @@ impl Default for CgroupFs {
 }
 
 impl CgroupFs {
+    /// resctrl is at `/sys/fs/resctrl` unless [`CgroupFs::with_resctrl`] says.
     pub fn new(proc: impl Into<PathBuf>, root: impl Into<PathBuf>) -> CgroupFs {
-        CgroupFs { proc: proc.into(), root: root.into() }
+        CgroupFs { proc: proc.into(), root: root.into(), resctrl: "/sys/fs/resctrl".into() }
+    }
+
+    pub fn with_resctrl(mut self, resctrl: impl Into<PathBuf>) -> CgroupFs {
+        self.resctrl = resctrl.into();
+        self
     }
 
     /// The group of thread `tid` in `hierarchy`.
     pub fn get(&self, tid: i32, hierarchy: &str) -> io::Result<String> {
+        if hierarchy == RESCTRL {
+            return self.resctrl_group(tid);
+        }
         let path = self.proc.join(tid.to_string()).join("cgroup");
         let text = fs::read_to_string(&path).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => io::Error::from_raw_os_error(libc::ESRCH),
@@ -41,6 +59,36 @@ impl CgroupFs {
                 format!("thread {tid} is in no {} hierarchy", if hierarchy.is_empty() { "v2" } else { hierarchy }),
             )
         })
+    }
+
+    /// Thread `tid`'s resctrl control group.
+    fn resctrl_group(&self, tid: i32) -> io::Result<String> {
+        if !self.proc.join(tid.to_string()).is_dir() {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        // `res:/` (the default group) or `res:<name>`; `res:` alone: resctrl is not mounted.
+        if let Ok(text) = fs::read_to_string(self.proc.join(tid.to_string()).join("cpu_resctrl_groups")) {
+            if let Some(res) = text.lines().find_map(|l| l.strip_prefix("res:")) {
+                if res.is_empty() {
+                    return Err(io::Error::other("resctrl is not mounted (cpu_resctrl_groups has an empty res:)"));
+                }
+                return Ok(format!("/{}", res.trim_start_matches('/')));
+            }
+        }
+        // No such file (a kernel without PROC_CPU_RESCTRL): the control group whose tasks
+        // list it. Control groups are the top-level directories with a `tasks` file.
+        let id = tid.to_string();
+        for e in fs::read_dir(&self.resctrl)?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if matches!(name.as_str(), "info" | "mon_groups" | "mon_data") {
+                continue;
+            }
+            let Ok(tasks) = fs::read_to_string(e.path().join("tasks")) else { continue };
+            if tasks.split_whitespace().any(|t| t == id) {
+                return Ok(format!("/{name}"));
+            }
+        }
+        Ok("/".into())
     }
 
     /// Moves thread `tid` into `group` of `hierarchy`.
@@ -91,6 +139,8 @@ impl CgroupFs {
     pub fn has_hierarchy(&self, hierarchy: &str) -> bool {
         if hierarchy.is_empty() {
             self.root.join("cgroup.controllers").is_file()
+        } else if hierarchy == RESCTRL {
+            self.resctrl.join("tasks").is_file()
         } else {
             self.root.join(hierarchy).join("tasks").is_file()
         }
@@ -109,21 +159,26 @@ impl CgroupFs {
 
     /// The directory of `group` in `hierarchy`.
     pub fn dir(&self, hierarchy: &str, group: &str) -> PathBuf {
-        let base = if hierarchy.is_empty() { self.root.clone() } else { self.root.join(hierarchy) };
+        let base = match hierarchy {
+            "" => self.root.clone(),
+            RESCTRL => self.resctrl.clone(),
+            _ => self.root.join(hierarchy),
+        };
         base.join(group.trim_start_matches('/'))
     }
 }
 
-/// Whether `path` is on a cgroup (v1 or v2) file system.
+/// Whether `path` is on a cgroup (v1 or v2) or resctrl file system.
 fn is_cgroupfs(path: &std::path::Path) -> bool {
     const CGROUP_SUPER_MAGIC: i64 = 0x27e0eb;
     const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    const RDTGROUP_SUPER_MAGIC: i64 = 0x0765_5821;
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else { return false };
     // SAFETY: `statfs` is a plain C struct of integers, for which all zeroes is valid.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is a valid NUL-terminated path and `st` a struct the call fills.
     let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    rc == 0 && matches!(st.f_type as i64, CGROUP_SUPER_MAGIC | CGROUP2_SUPER_MAGIC)
+    rc == 0 && matches!(st.f_type as i64, CGROUP_SUPER_MAGIC | CGROUP2_SUPER_MAGIC | RDTGROUP_SUPER_MAGIC)
 }
 
 /// The path of `hierarchy` in a `/proc/<tid>/cgroup` text (`id:controllers:path` lines; v2 is
@@ -174,5 +229,36 @@ mod tests {
         assert_eq!(cg.get(7, "blkio").unwrap_err().raw_os_error(), Some(libc::ESRCH), "no such thread");
         assert!(cg.get(42, "cpuset").is_err());
         assert!(cg.set(42, "blkio", "/missing").is_err());
+    }
+
+    #[test]
+    fn resctrl_is_a_hierarchy_of_its_own() {
+        let d = tempfile::tempdir().unwrap();
+        let (proc, rc) = (d.path().join("proc"), d.path().join("resctrl"));
+        for t in ["41", "42", "43"] {
+            fs::create_dir_all(proc.join(t)).unwrap();
+        }
+        fs::write(proc.join("41/cpu_resctrl_groups"), "res:/\nmon:/\n").unwrap();
+        fs::write(proc.join("42/cpu_resctrl_groups"), "res:tenant\nmon:tenant/mon_groups/m\n").unwrap();
+        fs::create_dir_all(rc.join("info/MB")).unwrap();
+        fs::create_dir_all(rc.join("tenant")).unwrap();
+        fs::write(rc.join("tasks"), "41\n42\n43\n").unwrap();
+        fs::write(rc.join("tenant/tasks"), "").unwrap();
+        let cg = CgroupFs::new(&proc, d.path().join("cg")).with_resctrl(&rc);
+        assert!(cg.has_hierarchy(RESCTRL) && !CgroupFs::new(&proc, d.path()).has_hierarchy(RESCTRL));
+        assert_eq!((cg.get(41, RESCTRL).unwrap(), cg.get(42, RESCTRL).unwrap()), ("/".into(), "/tenant".into()));
+        // No cpu_resctrl_groups: found by the tasks files, the default group otherwise.
+        assert_eq!(cg.get(43, RESCTRL).unwrap(), "/");
+        fs::write(rc.join("tenant/tasks"), "7\n43\n").unwrap();
+        assert_eq!(cg.get(43, RESCTRL).unwrap(), "/tenant");
+        assert_eq!(cg.get(44, RESCTRL).unwrap_err().raw_os_error(), Some(libc::ESRCH));
+        cg.make_group(RESCTRL, "/cosched-membw-9").unwrap();
+        fs::write(rc.join("cosched-membw-9/tasks"), "").unwrap();
+        cg.set(41, RESCTRL, "/cosched-membw-9").unwrap();
+        assert_eq!(fs::read_to_string(rc.join("cosched-membw-9/tasks")).unwrap(), "41");
+        cg.remove_group(RESCTRL, "/cosched-membw-9").unwrap();
+        assert!(!rc.join("cosched-membw-9").exists());
+        fs::write(proc.join("41/cpu_resctrl_groups"), "res:\nmon:\n").unwrap();
+        assert!(cg.get(41, RESCTRL).unwrap_err().to_string().contains("not mounted"));
     }
 }

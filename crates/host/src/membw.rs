@@ -3,11 +3,16 @@
 //! [`cosched_core::Regulator`]; the throttle is [`crate::actuator::KnobActuator::throttle`].
 //!
 //! Backends, in the order `auto` tries them:
-//! - **resctrl MBA** (`/sys/fs/resctrl` with an `MB` resource): found and reported, but this
-//!   version does not drive it (see the README); the probe goes on to the PMU.
 //! - **pmu**: per-thread hardware counters of the vCPU threads (`perf_event_open`, the
 //!   generic `cache-misses` event: last-level cache misses), × `bytes_per_miss`, regulated
-//!   MemGuard-style by stopping the vCPUs for the rest of the period.
+//!   MemGuard-style: a VM over its budget is held back for the rest of the period, by
+//!   - **resctrl MBA** where `/sys/fs/resctrl` offers an `MB` resource ([`Mba`]): its vCPU
+//!     threads move into a resctrl group of its own whose `MB` line is the floor
+//!     (`min_bandwidth` percent, or under `mba_MBps` that percent of `guaranteed_mbps` in MB/s),
+//!     so they keep computing but their memory traffic is slowed;
+//!   - else the cgroup freezer, which stops them ([`crate::actuator::throttle`]).
+//!
+//!   `[membw] throttle` chooses (`auto`: MBA where found).
 //! - **simulated** (only when the config names it): each VM moves the MB/s a trace gives per
 //!   second its vCPUs run (read from `/proc/<pid>/task/<tid>/schedstat`), so the whole path
 //!   runs end to end (guest request, admission, regulation, a real throttle that really stops
@@ -38,11 +43,26 @@ pub enum BackendChoice {
     Off,
 }
 
+/// What holds back a VM over its budget (`[membw] throttle`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThrottleChoice {
+    /// resctrl MBA where the host has it and the counters are real; the freezer otherwise.
+    #[default]
+    Auto,
+    /// resctrl MBA, or no regulation.
+    Mba,
+    /// The cgroup freezer (stops the vCPUs).
+    Freezer,
+}
+
 /// `[membw]` in the host config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MembwConfig {
     pub backend: BackendChoice,
+    /// What holds a VM over its budget back until the period ends.
+    pub throttle: ThrottleChoice,
     /// The host's guaranteed memory bandwidth in MB/s (what the memory system delivers even
     /// under full contention): what the VMs' shares divide. Must be declared (> 0) for any
     /// backend to run.
@@ -68,6 +88,7 @@ impl Default for MembwConfig {
     fn default() -> Self {
         MembwConfig {
             backend: BackendChoice::Auto,
+            throttle: ThrottleChoice::Auto,
             guaranteed_mbps: 0,
             period_ms: 10,
             checks_per_period: 5,
@@ -103,6 +124,11 @@ impl MembwConfig {
         }
         if self.backend == BackendChoice::Simulated && self.trace.is_none() {
             return Err("[membw] backend = \"simulated\" needs trace = \"<file>\"".into());
+        }
+        if self.backend == BackendChoice::Simulated && self.throttle == ThrottleChoice::Mba {
+            return Err("[membw] throttle = \"mba\" needs real counters: simulated bandwidth follows the vCPUs' run \
+                        time, which MBA does not stop (use throttle = \"freezer\" or \"auto\")"
+                .into());
         }
         if self.bytes_per_miss == 0 {
             return Err("[membw] bytes_per_miss must be > 0".into());
@@ -304,34 +330,98 @@ impl CounterSource for Pmu {
     }
 }
 
-/// What the probe found: the source, and how it is described in `cosched status`.
+/// What the probe found: the source, the throttle, and how it is described in `cosched status`.
 pub struct Probed {
     pub name: &'static str,
     pub source: Box<dyn CounterSource>,
-    /// What else the probe saw (a resctrl it does not drive).
+    /// resctrl MBA, when it is the throttle; the cgroup freezer otherwise.
+    pub mba: Option<Mba>,
+    /// What else the probe saw (a resctrl it does not use, and why).
     pub notes: Vec<String>,
 }
 
-/// resctrl's memory-bandwidth allocation at `resctrl`, if the kernel offers it.
-fn resctrl_mba(resctrl: &Path) -> Result<String, String> {
-    if !resctrl.join("info").is_dir() {
-        return Err(format!("no resctrl at {} (not mounted, or no Intel RDT / AMD PQoS)", resctrl.display()));
-    }
-    if !resctrl.join("info/MB").is_dir() {
-        return Err(format!("resctrl at {} has no MB resource (no memory-bandwidth allocation)", resctrl.display()));
-    }
-    let mbps = fs::read_to_string("/proc/mounts")
-        .map(|m| m.lines().any(|l| l.contains(" resctrl ") && l.contains("mba_MBps")))
-        .unwrap_or(false);
-    Ok(format!(
-        "resctrl MBA at {} ({}) found, but this version does not drive it: it regulates through the PMU counters",
-        resctrl.display(),
-        if mbps { "mba_MBps" } else { "percent" }
-    ))
+/// resctrl's memory-bandwidth allocation (Intel RDT MBA, AMD PQoS), as the kernel offers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mba {
+    pub root: PathBuf,
+    /// Mounted with `mba_MBps`: `MB` values are MB/s (the kernel's software controller holds
+    /// each group to them from its MBM counts) rather than percent of the peak.
+    pub mbps: bool,
+    /// The domains (memory controllers, L3 ids) of the default group's `MB` line.
+    pub domains: Vec<String>,
+    /// `info/MB/min_bandwidth`: the lowest percent a group may get.
+    pub min_percent: u64,
+    /// `info/MB/num_closids`: how many groups (the default one included) the hardware has.
+    pub closids: Option<u64>,
 }
 
-/// Probes the backend `cfg` asks for. `Err` says why memory-bandwidth coordination is
-/// unsupported here, with every reason.
+impl Mba {
+    /// resctrl's MBA at `root`, if the kernel offers it; `mounts` is `/proc/mounts`.
+    pub fn probe(root: &Path, mounts: &str) -> Result<Mba, String> {
+        let at = root.display();
+        if !root.join("info").is_dir() {
+            return Err(format!("no resctrl at {at} (not mounted, or no Intel RDT / AMD PQoS)"));
+        }
+        if !root.join("info/MB").is_dir() {
+            return Err(format!("resctrl at {at} has no MB resource (no memory-bandwidth allocation)"));
+        }
+        let read = |f: &str| fs::read_to_string(root.join(f)).map(|s| s.trim().to_string());
+        let min_percent = read("info/MB/min_bandwidth")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|v| (1..=100).contains(v))
+            .ok_or(format!("resctrl at {at}: info/MB/min_bandwidth is missing or not a percent"))?;
+        let schemata = read("schemata").map_err(|e| format!("resctrl at {at}: reading schemata: {e}"))?;
+        let line = schemata
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("MB:"))
+            .ok_or(format!("resctrl at {at}: the default group's schemata has no MB line"))?;
+        let domains: Vec<String> =
+            line.split(';').filter_map(|d| d.split_once('=')).map(|(id, _)| id.trim().to_string()).collect();
+        if domains.is_empty() {
+            return Err(format!("resctrl at {at}: no domain in the MB line {line:?}"));
+        }
+        let mbps = mounts.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[2] == "resctrl" && Path::new(f[1]) == root && f[3].split(',').any(|o| o == "mba_MBps")
+        });
+        let closids = read("info/MB/num_closids").ok().and_then(|v| v.parse().ok());
+        Ok(Mba { root: root.to_path_buf(), mbps, domains, min_percent, closids })
+    }
+
+    /// The `MB` value of a VM held back: the lowest percent, or under `mba_MBps` that share
+    /// of the guaranteed bandwidth in MB/s (at least 1).
+    pub fn floor(&self, guaranteed_mbps: u64) -> u64 {
+        if self.mbps {
+            (guaranteed_mbps * self.min_percent / 100).max(1)
+        } else {
+            self.min_percent
+        }
+    }
+
+    /// The `schemata` a held-back VM's group gets: the floor in every domain.
+    pub fn schemata(&self, guaranteed_mbps: u64) -> String {
+        let v = self.floor(guaranteed_mbps);
+        let domains: Vec<String> = self.domains.iter().map(|d| format!("{d}={v}")).collect();
+        format!("MB:{}\n", domains.join(";"))
+    }
+
+    pub fn describe(&self, guaranteed_mbps: u64) -> String {
+        format!(
+            "resctrl MBA at {} ({}, {} domain(s), {}): a VM over its budget is slowed to MB {}{} in a resctrl group \
+             of its own",
+            self.root.display(),
+            if self.mbps { "mba_MBps" } else { "percent" },
+            self.domains.len(),
+            self.closids.map_or("CLOSIDs unknown".to_string(), |c| format!("{c} CLOSIDs, one per VM held back")),
+            self.floor(guaranteed_mbps),
+            if self.mbps { " MB/s" } else { "%" },
+        )
+    }
+}
+
+/// Probes the backend `cfg` asks for, and the throttle. `Err` says why memory-bandwidth
+/// coordination is unsupported here, with every reason.
 pub fn probe(cfg: &MembwConfig, resctrl: &Path, proc_root: &Path) -> Result<Probed, String> {
     if cfg.backend == BackendChoice::Off {
         return Err("off: [membw] backend = \"off\"".into());
@@ -341,25 +431,37 @@ pub fn probe(cfg: &MembwConfig, resctrl: &Path, proc_root: &Path) -> Result<Prob
                     guarantees under contention, which the VMs' shares divide"
             .into());
     }
-    let pmu = |notes: Vec<String>| -> Result<Probed, String> {
-        let pmu = Pmu::probe(cfg.bytes_per_miss)?;
-        Ok(Probed { name: "pmu", source: Box::new(pmu), notes })
+    if cfg.backend == BackendChoice::Simulated {
+        let path = cfg.trace.as_ref().ok_or("[membw] backend = \"simulated\" needs trace")?;
+        let trace = Trace::load(path)?;
+        let source = Box::new(Simulated::new(trace, proc_root));
+        return Ok(Probed { name: "simulated", source, mba: None, notes: Vec::new() });
+    }
+    let mounts = fs::read_to_string(proc_root.join("mounts")).unwrap_or_default();
+    let mut notes = Vec::new();
+    let mba = match (cfg.throttle, Mba::probe(resctrl, &mounts)) {
+        (ThrottleChoice::Freezer, _) => None,
+        (_, Ok(m)) => Some(m),
+        (ThrottleChoice::Mba, Err(why)) => return Err(format!("[membw] throttle = \"mba\" but {why}")),
+        (ThrottleChoice::Auto, Err(why)) => {
+            notes.push(why);
+            None
+        }
     };
-    match cfg.backend {
-        BackendChoice::Simulated => {
-            let path = cfg.trace.as_ref().ok_or("[membw] backend = \"simulated\" needs trace")?;
-            let trace = Trace::load(path)?;
-            Ok(Probed { name: "simulated", source: Box::new(Simulated::new(trace, proc_root)), notes: Vec::new() })
-        }
-        BackendChoice::Pmu => pmu(Vec::new()),
-        _ => {
-            let mut notes = Vec::new();
-            match resctrl_mba(resctrl) {
-                Ok(found) => notes.push(found),
-                Err(why) => notes.push(why),
+    match Pmu::probe(cfg.bytes_per_miss) {
+        Ok(pmu) => Ok(Probed { name: "pmu", source: Box::new(pmu), mba, notes }),
+        Err(e) if cfg.backend == BackendChoice::Auto => {
+            let mut why = notes;
+            if let Some(m) = &mba {
+                why.push(format!(
+                    "resctrl MBA at {} can slow a VM but gives no per-VM counts to regulate on",
+                    m.root.display()
+                ));
             }
-            pmu(notes.clone()).map_err(|e| format!("unsupported here because {}; and {e}", notes.join("; ")))
+            why.push(e);
+            Err(format!("unsupported here because {}", why.join("; and ")))
         }
+        Err(e) => Err(e),
     }
 }
 
@@ -410,16 +512,27 @@ mod tests {
                 "{e}"
             ),
         }
-        // A resctrl with MBA is reported (this version regulates through the PMU).
+        // A resctrl with MBA is the throttle where the counters are real (here: no PMU, so
+        // still unsupported, and the reason says MBA alone cannot regulate).
         let rc = d.path().join("rc");
         fs::create_dir_all(rc.join("info/MB")).unwrap();
+        fs::write(rc.join("info/MB/min_bandwidth"), "10\n").unwrap();
+        fs::write(rc.join("info/MB/num_closids"), "8\n").unwrap();
+        fs::write(rc.join("schemata"), "    L3:0=7ff;1=7ff\n    MB:0=100;1=100\n").unwrap();
         match probe(&declared, &rc, d.path()) {
-            Ok(p) => assert!(p.notes[0].contains("does not drive it"), "{:?}", p.notes),
-            Err(e) => assert!(e.contains("resctrl MBA at") && e.contains("does not drive it"), "{e}"),
+            Ok(p) => assert_eq!((p.name, p.mba.map(|m| m.domains.len())), ("pmu", Some(2))),
+            Err(e) => assert!(e.contains("resctrl MBA at") && e.contains("gives no per-VM counts"), "{e}"),
+        }
+        let freezer = MembwConfig { throttle: ThrottleChoice::Freezer, ..declared.clone() };
+        if let Ok(p) = probe(&freezer, &rc, d.path()) {
+            assert!(p.mba.is_none(), "throttle = freezer never uses MBA");
         }
         fs::remove_dir_all(rc.join("info/MB")).unwrap();
         let e = probe(&declared, &rc, d.path()).err().unwrap_or_default();
         assert!(e.is_empty() || e.contains("has no MB resource"), "{e}");
+        let mba = MembwConfig { throttle: ThrottleChoice::Mba, ..declared.clone() };
+        let e = probe(&mba, &rc, d.path()).err().unwrap();
+        assert!(e.starts_with("[membw] throttle = \"mba\" but resctrl at") && e.contains("no MB resource"), "{e}");
         // Simulated is used only when named, and needs its trace.
         let trace = d.path().join("t");
         fs::write(&trace, "0 * 100\n").unwrap();
@@ -430,5 +543,43 @@ mod tests {
         assert!(MembwConfig { trace: None, ..sim }.validate().unwrap_err().contains("needs trace"));
         let off = MembwConfig { backend: BackendChoice::Off, ..declared };
         assert!(probe(&off, d.path(), d.path()).err().unwrap().starts_with("off"));
+    }
+
+    #[test]
+    fn mba_is_probed_from_resctrl_and_its_floor_is_percent_or_mbps() {
+        let d = tempfile::tempdir().unwrap();
+        let rc = d.path().join("resctrl");
+        assert!(Mba::probe(&rc, "").unwrap_err().starts_with("no resctrl at"));
+        fs::create_dir_all(rc.join("info/MB")).unwrap();
+        assert!(Mba::probe(&rc, "").unwrap_err().contains("min_bandwidth is missing"));
+        fs::write(rc.join("info/MB/min_bandwidth"), "10\n").unwrap();
+        assert!(Mba::probe(&rc, "").unwrap_err().contains("reading schemata"));
+        fs::write(rc.join("schemata"), "    L3:0=fff\n").unwrap();
+        assert!(Mba::probe(&rc, "").unwrap_err().contains("no MB line"));
+        fs::write(rc.join("schemata"), "    L3:0=fff;1=fff\n    MB:0=100;1=100\n").unwrap();
+        let m = Mba::probe(&rc, "").unwrap();
+        assert_eq!(
+            (m.mbps, m.domains.clone(), m.min_percent, m.closids),
+            (false, vec!["0".into(), "1".into()], 10, None)
+        );
+        assert_eq!(m.schemata(5000), "MB:0=10;1=10\n", "percent: the lowest the hardware allows");
+        // Mounted with mba_MBps (at this root, not another): MB/s, the lowest percent of the
+        // guaranteed bandwidth.
+        let other = "resctrl /mnt/other resctrl rw,mba_MBps 0 0\n";
+        assert!(!Mba::probe(&rc, other).unwrap().mbps);
+        let mounts = format!("sysfs /sys sysfs rw 0 0\nresctrl {} resctrl rw,relatime,mba_MBps 0 0\n", rc.display());
+        fs::write(rc.join("info/MB/num_closids"), "16\n").unwrap();
+        let m = Mba::probe(&rc, &mounts).unwrap();
+        assert_eq!((m.mbps, m.closids), (true, Some(16)));
+        assert_eq!((m.schemata(5000), m.floor(3)), ("MB:0=500;1=500\n".to_string(), 1));
+        assert!(m.describe(5000).contains("mba_MBps, 2 domain(s), 16 CLOSIDs"), "{}", m.describe(5000));
+        // MBA cannot slow what the simulated source counts (vCPU run time).
+        let sim = MembwConfig {
+            backend: BackendChoice::Simulated,
+            throttle: ThrottleChoice::Mba,
+            trace: Some("t".into()),
+            ..MembwConfig::default()
+        };
+        assert!(sim.validate().unwrap_err().contains("needs real counters"));
     }
 }

@@ -226,6 +226,9 @@ pub(super) struct V1GroupKnob {
     pub value: String,
     /// Which threads move.
     pub members: fn(&ThreadInfo, bool) -> bool,
+    /// Groups do not nest (resctrl's control groups): the group is `/<prefix><pid>`, and only
+    /// threads in the default group `/` move (one in another's group is left to its owner).
+    pub flat: bool,
 }
 
 impl V1GroupKnob {
@@ -238,13 +241,15 @@ impl V1GroupKnob {
             file: V1_WEIGHT,
             value: store::weight_text(BLKIO, weight),
             members: |t, vcpus_known| issues_io(t.role, vcpus_known),
+            flat: false,
         }
     }
 
     /// `<group>/<prefix><pid>`: the group of the daemon's for threads of `process` that were in
     /// `group`.
     fn own_group(&self, process: TaskId, group: &str) -> String {
-        format!("{}/{}{}", group.trim_end_matches('/'), self.prefix, process.id)
+        let parent = if self.flat { "" } else { group.trim_end_matches('/') };
+        format!("{parent}/{}{}", self.prefix, process.id)
     }
 
     fn is_own(&self, group: &str) -> bool {
@@ -267,7 +272,13 @@ impl Knob for V1GroupKnob {
         if self.is_own(group) {
             let cg = env.sched.cgroups().clone();
             if !cg.dir(self.hierarchy, group).is_dir() {
-                cg.make_group(self.hierarchy, group)?;
+                cg.make_group(self.hierarchy, group).map_err(|e| match e.raw_os_error() {
+                    Some(libc::ENOSPC) if self.hierarchy == crate::cgroup::RESCTRL => io::Error::new(
+                        e.kind(),
+                        format!("making resctrl group {group}: every CLOSID is taken (info/MB/num_closids): {e}"),
+                    ),
+                    _ => e,
+                })?;
                 if let Err(e) = cg.write(self.hierarchy, group, self.file, &self.value) {
                     let _ = cg.remove_group(self.hierarchy, group);
                     return Err(io::Error::new(e.kind(), format!("writing {} of {group}: {e}", self.file)));
@@ -277,7 +288,8 @@ impl Knob for V1GroupKnob {
         env.sched.set_cgroup(tid, self.hierarchy, group)
     }
     fn target(&self, process: TaskId, original: &String) -> Option<String> {
-        (!self.is_own(original)).then(|| self.own_group(process, original))
+        let movable = if self.flat { original == "/" } else { !self.is_own(original) };
+        movable.then(|| self.own_group(process, original))
     }
     fn setting(&self, original: &String, applied: &[String]) -> Setting {
         Setting::Cgroup { hierarchy: self.hierarchy.into(), original: original.clone(), applied: applied.to_vec() }
@@ -595,12 +607,14 @@ impl KnobActuator {
         KnobActuator { resource: Resource::Io, lever, level: Level::Normal, priority: 0 }
     }
 
-    /// The memory-bandwidth throttle on the freezer found (see [`super::throttle::freezer`]): the
-    /// vCPUs stopped at [`Level::Throttled`].
-    pub fn throttle(kind: super::throttle::FreezerKind) -> KnobActuator {
-        let lever = match kind {
-            super::throttle::FreezerKind::V1 => Lever::V1(PerThread::new(super::throttle::v1_knob())),
-            super::throttle::FreezerKind::V2 => Lever::V2Freeze(PerThread::new(super::throttle::V2FreezeKnob)),
+    /// The memory-bandwidth throttle on the lever found (see [`super::throttle::freezer`] and
+    /// [`crate::membw::Mba`]): the vCPUs stopped or slowed at [`Level::Throttled`].
+    pub fn throttle(lever: &super::throttle::ThrottleLever) -> KnobActuator {
+        use super::throttle::{FreezerKind, ThrottleLever};
+        let lever = match lever {
+            ThrottleLever::Freezer(FreezerKind::V1) => Lever::V1(PerThread::new(super::throttle::v1_knob())),
+            ThrottleLever::Freezer(FreezerKind::V2) => Lever::V2Freeze(PerThread::new(super::throttle::V2FreezeKnob)),
+            ThrottleLever::Mba { schemata, .. } => Lever::V1(PerThread::new(super::throttle::mba_knob(schemata))),
         };
         KnobActuator { resource: Resource::Membw, lever, level: Level::Normal, priority: 0 }
     }

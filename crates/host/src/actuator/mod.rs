@@ -36,7 +36,7 @@ pub use block::{weight_hierarchy, IoBoost, IoLever, KnobActuator, WeightHierarch
 pub use class::{actuator_priority, BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
 pub use cpu::{CpuActuator, EVENT_REPAY_NICE};
 pub use statics::{ShieldPlan, StaticActuator, StaticPlan};
-pub use throttle::{freezer, FreezerKind};
+pub use throttle::{freezer, FreezerKind, ThrottleLever};
 
 use crate::sched::{self, SchedAttr};
 use crate::store::{Entry, RestoreReport, StateDir, ThreadOps, VmRecord, STATIC_LAYER};

@@ -32,7 +32,8 @@ impl World {
             &[(PID, "qemu-system-x86"), (501, "call_rcu"), (502, "CPU 0/TCG"), (503, "worker"), (504, "IO iot0")],
         );
         fake::add_process(&proc, 900, "/usr/bin/bash", &[(900, "bash")]);
-        let sched = FakeSched(Default::default(), CgroupFs::new(&proc, dir.path().join("cg")));
+        let cg = CgroupFs::new(&proc, dir.path().join("cg")).with_resctrl(dir.path().join("resctrl"));
+        let sched = FakeSched(Default::default(), cg);
         for tid in [500, 501, 502, 503, 504, 900] {
             let mut st = sched.0.borrow_mut();
             st.attrs.insert(tid, crate::sched::SchedAttr::other(0, 0));
@@ -230,4 +231,44 @@ fn the_weight_lever_finds_its_hierarchy_or_says_why_not() {
     assert_eq!(weight_hierarchy(&cg), Ok(WeightHierarchy::V1), "v1 blkio wins where both are mounted");
     fs::remove_file(w.cg().join("blkio/blkio.bfq.weight")).unwrap();
     assert!(weight_hierarchy(&cg).unwrap_err().contains("no BFQ weights"));
+}
+
+#[test]
+fn membw_throttle_on_resctrl_mba_moves_vcpus_into_a_slowed_group_and_back() {
+    let mut w = World::new();
+    let rc = w.dir.path().join("resctrl");
+    fs::create_dir_all(rc.join("info/MB")).unwrap();
+    fs::create_dir_all(rc.join("tenant")).unwrap();
+    fs::write(rc.join("info/MB/min_bandwidth"), "10\n").unwrap();
+    fs::write(rc.join("schemata"), "    L3:0=fff;1=fff\n    MB:0=100;1=100\n").unwrap();
+    fs::write(rc.join("tasks"), "").unwrap();
+    let mba = crate::membw::Mba::probe(&rc, "").unwrap();
+    let lever = ThrottleLever::Mba { schemata: mba.schemata(5000), describe: mba.describe(5000) };
+    // A second vCPU that someone else placed in a resctrl group of theirs.
+    fake::add_thread(&w.dir.path().join("proc"), PID, 505, "CPU 1/TCG");
+    for (tid, group) in [(502, "/"), (505, "/tenant")] {
+        w.sched.0.borrow_mut().cgroups.insert((tid, "resctrl".into()), group.into());
+    }
+    let process = w.host.procfs.process(PID).unwrap().task;
+    let mut vm = VmThreads::new("vm1", process, &mut w.host, vec![Box::new(KnobActuator::throttle(&lever))]).unwrap();
+    let group = |w: &World, tid: i32| w.sched.0.borrow().cgroups[&(tid, "resctrl".to_string())].clone();
+    let out = vm.set_level(&mut w.host, Resource::Membw, Level::Throttled, 0);
+    assert!(out.errors.is_empty(), "{out:?}");
+    assert_eq!(out.changed, 1, "only the vCPU in the default group moves");
+    assert_eq!((group(&w, 502), group(&w, 505)), ("/cosched-membw-500".into(), "/tenant".into()));
+    assert_eq!(fs::read_to_string(rc.join("cosched-membw-500/schemata")).unwrap(), "MB:0=10;1=10\n");
+    assert_eq!(w.group(503), "/", "no other thread or hierarchy is touched");
+    let rec = &w.records()[0];
+    assert!(rec.entries.iter().all(|e| e.layer == "membw") && rec.entries.len() == 1, "{rec:?}");
+    // Let run: back to the default group; the group stays for the next throttle.
+    vm.set_level(&mut w.host, Resource::Membw, Level::Normal, 0);
+    assert_eq!(group(&w, 502), "/");
+    assert!(rc.join("cosched-membw-500").is_dir());
+    // Throttled when the daemon dies: the restore moves it back and removes the group.
+    vm.set_level(&mut w.host, Resource::Membw, Level::Throttled, 0);
+    drop(vm);
+    w.restore_all();
+    assert_eq!((group(&w, 502), group(&w, 505)), ("/".into(), "/tenant".into()));
+    assert!(!rc.join("cosched-membw-500").exists() && rc.join("tenant").exists());
+    assert!(w.records().is_empty());
 }

@@ -13,6 +13,12 @@
 //!   freezes the VM's own group (`cgroup.freeze`), all of its threads; only a VM alone in its
 //!   group (libvirt's `machine-*.scope`) can be throttled.
 //!
+//! Where resctrl offers memory-bandwidth allocation ([`crate::membw::Mba`]), the lever is MBA
+//! instead: each vCPU thread moves into `/cosched-membw-<pid>`, a resctrl control group of the
+//! daemon's (one per VM, made at its first throttle) whose `MB` line is the floor, and back to
+//! the default group; the vCPUs keep running, their memory traffic slowed. Only threads in the
+//! default group move (one that someone else placed in a group of theirs is left there).
+//!
 //! Every value is recorded before it is set and undone through the one restore logic
 //! ([`crate::store`]), after `kill -9` too: the threads are moved back (which thaws them) and
 //! the frozen group removed. The actuator is [`super::KnobActuator::throttle`], the I/O boost's
@@ -54,6 +60,26 @@ impl FreezerKind {
     }
 }
 
+/// What holds back a VM over its budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ThrottleLever {
+    Freezer(FreezerKind),
+    /// resctrl MBA: the `schemata` of a held-back VM's group.
+    Mba {
+        schemata: String,
+        describe: String,
+    },
+}
+
+impl ThrottleLever {
+    pub fn describe(&self) -> String {
+        match self {
+            ThrottleLever::Freezer(k) => k.describe().to_string(),
+            ThrottleLever::Mba { describe, .. } => describe.clone(),
+        }
+    }
+}
+
 /// Finds the freezer, or says why there is none.
 pub fn freezer(cg: &CgroupFs) -> Result<FreezerKind, String> {
     if cg.has_hierarchy(FREEZER) {
@@ -79,6 +105,21 @@ pub(super) fn v1_knob() -> V1GroupKnob {
         file: "freezer.state",
         value: "FROZEN".into(),
         members: |t, vcpus_known| is_vcpu(t.role, vcpus_known),
+        flat: false,
+    }
+}
+
+/// resctrl: vCPU threads of the default group into `/cosched-membw-<pid>`, whose `schemata`
+/// is the floor.
+pub(super) fn mba_knob(schemata: &str) -> V1GroupKnob {
+    V1GroupKnob {
+        hierarchy: crate::cgroup::RESCTRL,
+        prefix: THROTTLE_GROUP_PREFIX,
+        layer: THROTTLE_LAYER,
+        file: "schemata",
+        value: schemata.to_string(),
+        members: |t, vcpus_known| is_vcpu(t.role, vcpus_known),
+        flat: true,
     }
 }
 

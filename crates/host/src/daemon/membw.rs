@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::Daemon;
 use crate::actuator::class::is_vcpu;
-use crate::actuator::FreezerKind;
+use crate::actuator::ThrottleLever;
 use crate::config::HostConfig;
 use crate::error::Error;
 use crate::membw::{BackendChoice, CounterSource};
@@ -21,7 +21,8 @@ pub struct Membw {
     pub name: &'static str,
     source: Box<dyn CounterSource>,
     pub notes: Vec<String>,
-    pub freezer: FreezerKind,
+    /// What holds back a VM over its budget.
+    pub lever: ThrottleLever,
     /// Shared with the coordinator's `MembwPolicy` (admission of the guests' requests).
     pub regulator: Arc<Mutex<Regulator>>,
     pub next_check_ns: u64,
@@ -33,18 +34,25 @@ pub struct Membw {
 }
 
 impl Membw {
-    /// Probes the backend and the freezer; logs what it found or why there is none.
+    /// Probes the backend and the throttle (resctrl MBA, else the freezer); logs what it found
+    /// or why there is none.
     pub fn open(
         cfg: &HostConfig,
         cgroups: &crate::cgroup::CgroupFs,
         proc_root: &std::path::Path,
     ) -> Result<Membw, String> {
         let found = crate::membw::probe(&cfg.membw, &cfg.resctrl_root, proc_root).and_then(|p| {
-            let freezer = crate::actuator::freezer(cgroups)?;
-            Ok((p, freezer))
+            let lever = match &p.mba {
+                Some(m) => ThrottleLever::Mba {
+                    schemata: m.schemata(cfg.membw.guaranteed_mbps),
+                    describe: m.describe(cfg.membw.guaranteed_mbps),
+                },
+                None => ThrottleLever::Freezer(crate::actuator::freezer(cgroups)?),
+            };
+            Ok((p, lever))
         });
         match found {
-            Ok((p, freezer)) => {
+            Ok((p, lever)) => {
                 for n in &p.notes {
                     info!("memory bandwidth: {n}");
                 }
@@ -64,13 +72,13 @@ impl Membw {
                     cfg.membw.checks_per_period,
                     cfg.membw.reclaim,
                     cfg.membw.best_effort,
-                    freezer.describe()
+                    lever.describe()
                 );
                 Ok(Membw {
                     name: p.name,
                     source: p.source,
                     notes: p.notes,
-                    freezer,
+                    lever,
                     regulator: Arc::new(Mutex::new(Regulator::new(cfg.membw.regulator(), 0))),
                     next_check_ns: cfg.membw.check_ns(),
                     check_ns: cfg.membw.check_ns(),
@@ -183,7 +191,7 @@ pub fn status(cfg: &HostConfig, membw: &Result<Membw, String>) -> Value {
                 );
             }
             out["notes"] = json!(m.notes);
-            out["throttles_through"] = json!(m.freezer.describe());
+            out["throttles_through"] = json!(m.lever.describe());
             out["period_ms"] = json!(c.period_ns / cosched_core::NS_PER_MS);
             out["reclaim"] = json!(c.reclaim);
             out["best_effort"] = json!(c.best_effort);

@@ -133,7 +133,7 @@ impl Daemon {
     /// Sets everything up: restores what a previous daemon left, binds the control socket,
     /// watches the socket directory.
     pub fn new(cfg: HostConfig) -> anyhow::Result<Daemon> {
-        let cgroups = crate::cgroup::CgroupFs::new("/proc", &cfg.cgroup_root);
+        let cgroups = crate::cgroup::CgroupFs::new("/proc", &cfg.cgroup_root).with_resctrl(&cfg.resctrl_root);
         Daemon::with_sched(cfg, ProcFs::default(), Box::new(RealSched { cgroups }))
     }
 
@@ -228,7 +228,7 @@ impl Daemon {
             acts.push(Box::new(CpuActuator::event()));
         }
         if let Ok(m) = &self.membw {
-            acts.push(Box::new(KnobActuator::throttle(m.freezer)));
+            acts.push(Box::new(KnobActuator::throttle(&m.lever)));
         }
         acts
     }
@@ -1015,7 +1015,7 @@ pub fn restore_command(state_dir: &Path, cfg: &HostConfig) -> anyhow::Result<cra
     }
     let store = StateDir::open(state_dir)?;
     let _lock = lock_state_dir(&store)?;
-    let cgroups = crate::cgroup::CgroupFs::new("/proc", &cfg.cgroup_root);
+    let cgroups = crate::cgroup::CgroupFs::new("/proc", &cfg.cgroup_root).with_resctrl(&cfg.resctrl_root);
     let mut ops = RealSched { cgroups: cgroups.clone() };
     let mut report = restore_all(&store, &ProcFs::default(), &mut ops)?;
     let mut shield = crate::shield::HostShield::new(cfg.shield.clone(), cgroups, "/proc", store.path());

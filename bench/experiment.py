@@ -20,6 +20,7 @@ Experiments (full-run time on the 2-core development machine, TCG guest):
   boost-classes    SCHED_RR / FIFO / DEADLINE / nice -20 as the boost                3.5 min
   io-startup       seed 003 Fig. 1-3/10-11: guest app start-up, guest/host readers  40 min
   membw            seed 004 §2: MemGuard regulation, simulated memory system          10 s
+                   (--real MBPS: real guests on a host with PMU counters, 5 x 30 s)
   feas-fairness    seed 001 Fig. 5: CPU shares of 4 busy agentless VMs, one served   ~5 min
   feas-latency     seed 001 Fig. 6: ping a busy VM sharing its CPU with 3 VMs         ~3 min
   feas-throughput  seed 001 Fig. 7/8: download speed from busy VMs                    ~5 min
@@ -75,7 +76,14 @@ def main():
                     help="discard the points an interrupted full run left in points.jsonl (by default a "
                          "full run measures only the points still missing)")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo the guest console")
+    ap.add_argument("--real", type=int, metavar="MBPS",
+                    help="membw only: measure real guests streaming memory under the daemon's pmu backend, MBPS "
+                         "declared guaranteed (a host with PMU counters; results/membw-real)")
     a = ap.parse_args()
+    if a.real is not None and a.name != "membw":
+        ap.error("--real is for membw only")
+    if a.real is not None and a.real <= 0:
+        ap.error("--real MBPS must be > 0")
     if os.geteuid() != 0:
         sys.exit("experiment.py: must run as root (daemon, real-time policies, QEMU)")
     # `kill PID` interrupts like Ctrl-C: the harness stops its guest, daemon and hogs on the way
@@ -86,7 +94,8 @@ def main():
         mod = load(name)
         t0 = time.time()
         out = Path(a.out) / name if (a.out and len(names) > 1) else a.out
-        d = mod.main(a.quick, out=out, verbose=a.verbose, fresh=a.fresh)
+        extra = {"real_mbps": a.real} if a.real is not None else {}
+        d = mod.main(a.quick, out=out, verbose=a.verbose, fresh=a.fresh, **extra)
         print(f"{name}: {d} ({(time.time() - t0) / 60:.1f} min)", flush=True)
 
 

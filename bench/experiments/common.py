@@ -68,10 +68,13 @@ class Output:
     same command again after an interruption and it measures only the missing points. The file is
     removed once the summary is written; --fresh discards it first."""
 
-    def __init__(self, name, quick, out=None, fresh=False):
+    def __init__(self, name, quick, out=None, fresh=False, args="", dir_name=None):
+        """args: the command's options after the name; dir_name: results/<dir_name> instead of
+        results/<name>."""
         self.name = name
         self.quick = quick
-        self.dir = Path(out) if out else (QUICK_RESULTS if quick else RESULTS) / name
+        self.args = args
+        self.dir = Path(out) if out else (QUICK_RESULTS if quick else RESULTS) / (dir_name or name)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.t0 = time.time()
         self.points_file = self.dir / "points.jsonl"
@@ -118,7 +121,7 @@ class Output:
     def summary(self, title, body):
         took = self.minutes()
         text = (f"# {title}\n\n"
-                f"Command: `sudo /usr/bin/python3 bench/experiment.py {self.name}{' --quick' if self.quick else ''}`"
+                f"Command: `sudo /usr/bin/python3 bench/experiment.py {self.name}{self.args}{' --quick' if self.quick else ''}`"
                 f" ({'quick mode: too short to judge the effect' if self.quick else 'full run'}, "
                 f"took {took:.1f} min{' over several sessions' if self.resumed_s else ''} on {time.strftime('%Y-%m-%d')}).\n\n"
                 f"{body.strip()}\n\n{setup_line()}\n")

@@ -82,5 +82,32 @@ class FeasParsing(unittest.TestCase):
                          {"boosts": 2, "boosted_ns": 20, "events": 0, "boosted_for_ms": 0})
 
 
+class MembwReal(unittest.TestCase):
+    """The membw experiment's --real mode, which this host cannot run: its figures from samples
+    shaped as the daemon's status (the VM test checks the parser on a real status)."""
+
+    def test_figures_split_rt_streaming_from_idle(self):
+        from experiments import membw
+        rows = []
+        for t, rt, hog1 in [(0.1, 700, 200), (0.2, 660, 210), (0.3, 0, 900), (0.4, 0, 950)]:
+            st = {"vms": [{"name": n, "membw": {"last_period_mbps": v, "guarantee_mbps": g, "throttled": n == "hog1",
+                                                "stats": {"throttles": 3}}}
+                          for n, v, g in [("rt", rt, 700), ("hog1", hog1, 200), ("hog2", 50, 0)]]
+                  + [{"name": "other", "membw": None}]}
+            rows += membw.real_samples(st, "reclaim", t)
+        self.assertEqual(len(rows), 12)
+        f = membw.real_figures(rows, True, 1000)
+        self.assertEqual((f["rt_mbps"], f["rt_pct"], f["hog1_mbps"], f["hog1_idle_mbps"], f["hog2_mbps"]),
+                         (680.0, 97.1, 205.0, 925.0, 50.0))
+        self.assertEqual(membw.real_figures(rows, False, 1000)["rt_pct"], "", "no guarantee unregulated")
+
+    def test_config_declares_the_shares_and_an_unreachable_bandwidth_unregulated(self):
+        from experiments import membw
+        self.assertIn("guaranteed_mbps = 5000\n", membw.real_config(5000, True))
+        self.assertIn("guaranteed_mbps = 1000000000\n", membw.real_config(5000, False))
+        self.assertIn("[vm.rt]\nmembw_share = 700\n", membw.real_config(5000, True))
+        self.assertIn('backend = "pmu"', membw.real_config(5000, True))
+
+
 if __name__ == "__main__":
     unittest.main()

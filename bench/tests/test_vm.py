@@ -15,6 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cosched_bench as cb  # noqa: E402
 import harness  # noqa: E402
 
+BENCH = Path(__file__).resolve().parents[1]
+
 SCHED_DEADLINE = 6
 
 
@@ -996,6 +998,11 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
         m = ev["after_release"]["vms"][0]["membw"]
         self.assertEqual((m["effective_permille"], m["requested_permille"]), (100, None), m)
         self.assertIn("membw: asked 500‰, the host granted 500‰", agent_log(console))
+        # The membw experiment's --real mode reads this status the same way.
+        from experiments import membw as membw_exp
+        rows = membw_exp.real_samples(st, "m", 1.0, names={"mb"})
+        self.assertEqual(len(rows), 1, st)
+        self.assertEqual((rows[0]["guarantee_mbps"], rows[0]["throttles"] >= 5), (500.0, True), rows)
 
     def test_with_this_hosts_default_backend_the_guest_is_told_unsupported(self):
         need_root(self)
@@ -1009,3 +1016,17 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
         self.assertIn("unsupported here because no resctrl at /sys/fs/resctrl", why)
         self.assertIn("perf_event_open(cache-misses) is refused", why)
         self.assertIsNone(ev["before_release"]["vms"][0]["membw"])
+
+    def test_the_experiments_real_mode_stops_with_the_daemons_reason_without_counters(self):
+        """`experiment.py membw --real`: here (no PMU) it stops at once with the daemon's reason;
+        on a host with counters it runs (quick) and writes its summary."""
+        need_root(self)
+        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp:
+            r = subprocess.run([sys.executable, str(BENCH / "experiment.py"), "membw", "--real", "5000", "--quick",
+                                "--out", tmp], capture_output=True, text=True, timeout=1200)
+            if r.returncode == 0:
+                self.assertIn("real guests", (Path(tmp) / "summary.md").read_text())
+            else:
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn("membw --real: the daemon cannot regulate memory bandwidth on this host: ", r.stderr)
+                self.assertIn("perf_event_open(cache-misses) is refused", r.stderr)

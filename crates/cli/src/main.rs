@@ -85,8 +85,8 @@ enum Cmd {
     /// Memory-bandwidth regulation for the whole host: the period, reclaim of unused budget and
     /// best effort (config [membw]; per VM: `cosched vm membw`). Without options, shows it
     Membw {
-        /// The regulation period in ms (budgets are per period; a VM over its budget stops until
-        /// the period ends)
+        /// The regulation period in ms (budgets are per period; a VM over its budget is stopped,
+        /// or with resctrl MBA slowed, until the period ends)
         #[arg(long)]
         period_ms: Option<u64>,
         /// on: lend what a VM is predicted not to use, and what no share holds, to VMs over

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendChoice {
-    /// resctrl, then the PMU; unsupported if neither.
+    /// The PMU counters; unsupported without them.
     #[default]
     Auto,
     Pmu,

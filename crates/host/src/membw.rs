@@ -369,8 +369,14 @@ impl Mba {
         let min_percent = read("info/MB/min_bandwidth")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
-            .filter(|v| (1..=100).contains(v))
-            .ok_or(format!("resctrl at {at}: info/MB/min_bandwidth is missing or not a percent"))?;
+            .ok_or(format!("resctrl at {at}: info/MB/min_bandwidth is missing"))?;
+        if !(1..=100).contains(&min_percent) {
+            // AMD's MB values are bandwidths in 1/8 GB/s with a minimum of 0, not percents.
+            return Err(format!(
+                "resctrl at {at}: MB values here are not percents (min_bandwidth {min_percent}; AMD's are in 1/8 \
+                 GB/s), which this version does not drive"
+            ));
+        }
         let schemata = read("schemata").map_err(|e| format!("resctrl at {at}: reading schemata: {e}"))?;
         let line = schemata
             .lines()
@@ -552,6 +558,8 @@ mod tests {
         assert!(Mba::probe(&rc, "").unwrap_err().starts_with("no resctrl at"));
         fs::create_dir_all(rc.join("info/MB")).unwrap();
         assert!(Mba::probe(&rc, "").unwrap_err().contains("min_bandwidth is missing"));
+        fs::write(rc.join("info/MB/min_bandwidth"), "0\n").unwrap();
+        assert!(Mba::probe(&rc, "").unwrap_err().contains("not percents (min_bandwidth 0"));
         fs::write(rc.join("info/MB/min_bandwidth"), "10\n").unwrap();
         assert!(Mba::probe(&rc, "").unwrap_err().contains("reading schemata"));
         fs::write(rc.join("schemata"), "    L3:0=fff\n").unwrap();

@@ -109,11 +109,14 @@ pub struct Options {
     /// round trip
     #[arg(long)]
     pub stats_interval_s: Option<u64>,
-    /// The local memory-bandwidth API (root only): an application asks for a share of the host's
-    /// guaranteed memory bandwidth with `cosched request-membw <permille>`, the agent relays it
-    /// (`MEMBW`) and answers with what the host granted
+    /// The local memory-bandwidth API (root only, unless --membw-group): an application asks for a
+    /// share of the host's guaranteed memory bandwidth with `cosched request-membw <permille>`,
+    /// the agent relays it (`MEMBW`) and answers with what the host granted
     #[arg(long, default_value = MEMBW_SOCKET)]
     pub membw_socket: PathBuf,
+    /// Also let the members of this group (a name or a gid) ask: the socket becomes theirs, 0660
+    #[arg(long, value_name = "GROUP")]
+    pub membw_group: Option<String>,
     /// No memory-bandwidth API (MEMBW is then not offered to the host)
     #[arg(long)]
     pub no_membw: bool,
@@ -207,11 +210,13 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     let api = if opts.no_membw {
         None
     } else {
-        match membw::Api::bind(&opts.membw_socket) {
+        match membw::Api::bind(&opts.membw_socket, opts.membw_group.as_deref()) {
             Ok(api) => {
                 log(&format!("memory-bandwidth API at {}", opts.membw_socket.display()));
                 Some(api)
             }
+            // Asked for by name: a group that cannot be given the socket is an error.
+            Err(e) if opts.membw_group.is_some() => return Err(e),
             Err(e) => {
                 log(&format!("no memory-bandwidth API: {e:#}"));
                 None

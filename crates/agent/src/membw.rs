@@ -40,6 +40,22 @@ pub fn parse_request(line: &str) -> Result<u64, String> {
     }
 }
 
+/// The id of group `name` (or a number).
+fn group_id(name: &str) -> anyhow::Result<u32> {
+    if let Ok(gid) = name.parse::<u32>() {
+        return Ok(gid);
+    }
+    let c = std::ffi::CString::new(name).map_err(|_| anyhow::anyhow!("group name {name:?} has a NUL byte"))?;
+    // SAFETY: `c` is a valid C string; the returned entry is read at once, before any other
+    // call that could overwrite it (the agent is single-threaded when it binds).
+    let gr = unsafe { libc::getgrnam(c.as_ptr()) };
+    if gr.is_null() {
+        anyhow::bail!("--membw-group {name}: no such group");
+    }
+    // SAFETY: non-null, a valid `struct group`.
+    Ok(unsafe { (*gr).gr_gid })
+}
+
 /// The listening socket and the clients waiting for the host.
 pub struct Api {
     listener: UnixListener,
@@ -49,7 +65,10 @@ pub struct Api {
 }
 
 impl Api {
-    pub fn bind(path: &Path) -> anyhow::Result<Api> {
+    /// Listens at `path`, for root only (0600), or also for the members of `group` (a name or
+    /// a number: the socket is then that group's, 0660).
+    pub fn bind(path: &Path, group: Option<&str>) -> anyhow::Result<Api> {
+        let gid = group.map(group_id).transpose()?;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
@@ -57,6 +76,11 @@ impl Api {
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        if let Some(gid) = gid {
+            std::os::unix::fs::chown(path, None, Some(gid))
+                .with_context(|| format!("giving {} to group {gid}", path.display()))?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+        }
         listener.set_nonblocking(true)?;
         Ok(Api { listener, path: path.to_path_buf(), waiting: Vec::new(), next_client: 1 })
     }
@@ -159,7 +183,7 @@ mod tests {
     fn a_client_gets_the_reply_through_the_socket() {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("sub/membw.sock");
-        let mut api = Api::bind(&path).unwrap();
+        let mut api = Api::bind(&path, None).unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         let p = path.clone();
         let client = std::thread::spawn(move || membw_request(&p, 400));
@@ -188,5 +212,25 @@ mod tests {
         assert_eq!(e, "denied unsupported: no backend");
         drop(api);
         assert!(!path.exists(), "the socket goes with the agent");
+    }
+
+    #[test]
+    fn a_group_may_be_let_in() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("membw.sock");
+        // Our own group (chown to it needs no privilege), by number and by name.
+        // SAFETY: getegid cannot fail.
+        let gid = unsafe { libc::getegid() };
+        let _api = Api::bind(&path, Some(&gid.to_string())).unwrap();
+        let m = std::fs::metadata(&path).unwrap();
+        assert_eq!((m.permissions().mode() & 0o777, m.gid()), (0o660, gid));
+        if gid == 0 {
+            let _api = Api::bind(&path, Some("root")).unwrap();
+            assert_eq!(std::fs::metadata(&path).unwrap().gid(), 0);
+        }
+        let e = Api::bind(&d.path().join("other.sock"), Some("no-such-group-cosched")).err().unwrap();
+        assert!(e.to_string().contains("no such group"), "{e}");
+        assert!(!d.path().join("other.sock").exists(), "nothing is bound for a bad group");
     }
 }

@@ -10,8 +10,9 @@ cd "$repo"
 # Build: clang for the BPF programs, libelf/zlib (static) for libbpf; gcc and libc6-dev for the
 # static guest tools. Guest: guest/DEPS. Experiments: Debian's python3 with matplotlib, gzip and
 # bzip2 as host jobs, fuse3 and libfuse3-dev for the emulated slow disk (bench/slowdisk), iproute2
-# (tap devices, network namespaces) and curl (the download client) for the feas-* experiments.
-pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config gcc libc6-dev make seabios python3 python3-matplotlib gzip bzip2 fuse3 libfuse3-dev iproute2 curl)
+# (tap devices, network namespaces) and curl (the download client) for the feas-* experiments;
+# systemd (systemd-analyze verifies the units) and binutils (strip) for the package.
+pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config gcc libc6-dev make seabios python3 python3-matplotlib gzip bzip2 fuse3 libfuse3-dev iproute2 curl systemd binutils)
 while read -r p; do pkgs+=("$p"); done < <(sed 's/#.*//' guest/DEPS | tr -s ' \t' '\n' | grep -v '^$')
 missing=()
 for p in "${pkgs[@]}"; do

@@ -118,6 +118,18 @@ enum Cmd {
         #[arg(long)]
         state_dir: Option<PathBuf>,
     },
+    /// For packagers: man pages or shell completions, generated from this command line's
+    /// definition
+    #[command(subcommand, hide = true)]
+    Generate(GenerateCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum GenerateCmd {
+    /// Writes cosched.1 and one page per subcommand (cosched-host.1, ...) into DIR
+    Man { dir: PathBuf },
+    /// Prints the completion script for SHELL
+    Completions { shell: clap_complete::Shell },
 }
 
 #[derive(Subcommand, Debug)]
@@ -490,6 +502,28 @@ fn control(config: Option<&Path>, explicit: Option<PathBuf>) -> anyhow::Result<P
     })
 }
 
+/// `cosched generate man DIR`: the top page and one per visible subcommand, nested ones too
+/// (`cosched-vm-membw.1`).
+fn generate_man(dir: &Path) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    fn page(cmd: clap::Command, name: &str, dir: &Path) -> anyhow::Result<()> {
+        // A one-shot generator: the few page names may live as long as the process.
+        let cmd = cmd.name(&*name.to_string().leak());
+        let mut out = Vec::new();
+        clap_mangen::Man::new(cmd.clone()).render(&mut out)?;
+        let path = dir.join(format!("{name}.1"));
+        std::fs::write(&path, out).with_context(|| format!("writing {}", path.display()))?;
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
+            page(sub.clone(), &format!("{name}-{}", sub.get_name()), dir)?;
+        }
+        Ok(())
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut cmd = Cli::command();
+    cmd.build();
+    page(cmd, "cosched", dir)
+}
+
 fn main() {
     let cli = Cli::parse();
     let config = cli.config.as_deref();
@@ -547,6 +581,13 @@ fn main() {
             let m = request(&control(config, control_socket)?, &Request::Metrics)?.context("empty reply")?;
             print!("{}", m["text"].as_str().unwrap_or_default());
             Ok(())
+        }
+        Cmd::Generate(GenerateCmd::Man { dir }) => generate_man(&dir),
+        Cmd::Generate(GenerateCmd::Completions { shell }) => {
+            use clap::CommandFactory;
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "cosched", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script).context("writing the completion script")
         }
         Cmd::Restore { state_dir } => {
             // The config names the cgroup hierarchy the weight lever's groups were made in.

@@ -29,6 +29,7 @@ install -Dm644 packaging/cosched-guest.service "$stage/lib/systemd/system/cosche
 install -Dm644 packaging/60-cosched.rules "$stage/lib/udev/rules.d/60-cosched.rules"
 install -Dm644 packaging/host.toml "$stage/etc/cosched/host.toml"
 install -Dm644 README.md "$stage/usr/share/doc/cosched/README.md"
+install -Dm644 packaging/grafana/cosched.json "$stage/usr/share/cosched/grafana/cosched.json"
 gzip -9n "$stage/usr/share/doc/cosched/README.md"
 mkdir -p "$stage/usr/share/man/man1"
 "$bin" generate man "$stage/usr/share/man/man1"

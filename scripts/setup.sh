@@ -11,8 +11,9 @@ cd "$repo"
 # static guest tools. Guest: guest/DEPS. Experiments: Debian's python3 with matplotlib, gzip and
 # bzip2 as host jobs, fuse3 and libfuse3-dev for the emulated slow disk (bench/slowdisk), iproute2
 # (tap devices, network namespaces) and curl (the download client) for the feas-* experiments;
-# systemd (systemd-analyze verifies the units) and binutils (strip) for the package.
-pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config gcc libc6-dev make seabios python3 python3-matplotlib gzip bzip2 fuse3 libfuse3-dev iproute2 curl systemd binutils)
+# systemd (systemd-analyze verifies the units) and binutils (strip) for the package; python3-venv
+# for kubernetes-validate.
+pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config gcc libc6-dev make seabios python3 python3-matplotlib gzip bzip2 fuse3 libfuse3-dev iproute2 curl systemd binutils python3-venv)
 while read -r p; do pkgs+=("$p"); done < <(sed 's/#.*//' guest/DEPS | tr -s ' \t' '\n' | grep -v '^$')
 missing=()
 for p in "${pkgs[@]}"; do
@@ -29,6 +30,13 @@ if ! command -v cargo >/dev/null; then
     [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 fi
 command -v cargo >/dev/null || { echo "setup.sh: cargo not found: install Rust (rustup, 1.85 or newer)" >&2; exit 1; }
+
+# kubernetes-validate (PyPI, with the Kubernetes schemas) checks the DaemonSet manifest offline.
+if [ ! -x build/venv/bin/kubernetes-validate ]; then
+    echo "setup.sh: installing kubernetes-validate into build/venv"
+    python3 -m venv build/venv
+    build/venv/bin/pip install --quiet --disable-pip-version-check kubernetes-validate
+fi
 
 echo "setup.sh: building cosched (cargo build --release)"
 cargo build --release --locked --workspace --quiet

@@ -44,8 +44,19 @@ enum Cmd {
     /// Show VMs, their threads, boost state and counters
     Status {
         /// Machine-readable output
-        #[arg(long)]
+        #[arg(long, conflicts_with = "watch")]
         json: bool,
+        /// Live, like top: each VM per resource, redrawn every --interval-ms, with what changed
+        /// since the last redraw (boosts/s, share of the time boosted, denials/s, memory MB/s).
+        /// Ctrl-C ends it
+        #[arg(long)]
+        watch: bool,
+        /// --watch: the redraw interval
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+        interval_ms: u64,
+        /// --watch: stop after this many redraws (default: until Ctrl-C)
+        #[arg(long, requires = "watch")]
+        count: Option<u64>,
         /// [default: control_socket from the config, /run/cosched/control.sock]
         #[arg(long)]
         control_socket: Option<PathBuf>,
@@ -237,6 +248,109 @@ fn fmt_ms(ns_ms: f64) -> String {
     } else {
         format!("{ns_ms:.1} ms")
     }
+}
+
+/// `cosched status --watch`: redraws [`watch_frame`] every `interval_ms` (on a terminal, from the
+/// top of a cleared screen), `count` times or until interrupted.
+fn watch_status(socket: &Path, interval_ms: u64, count: Option<u64>) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    let tty = std::io::stdout().is_terminal();
+    let mut prev: Option<(Value, std::time::Instant)> = None;
+    let mut n = 0;
+    loop {
+        let s = request(socket, &Request::Status)?.context("empty status")?;
+        let now = std::time::Instant::now();
+        let frame = watch_frame(prev.as_ref().map(|(p, t)| (p, now.duration_since(*t).as_secs_f64())), &s);
+        print!("{}{frame}", if tty { "\x1b[H\x1b[2J" } else { "" });
+        std::io::Write::flush(&mut std::io::stdout())?;
+        prev = Some((s, now));
+        n += 1;
+        if count.is_some_and(|c| n >= c) {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(interval_ms));
+    }
+}
+
+/// One redraw of `status --watch`: the host's resources, then a line per VM and resource with
+/// its level and, against `prev` (the last status and the seconds since), boosts/s, the share
+/// of the time boosted, denials/s, and the memory bandwidth.
+fn watch_frame(prev: Option<(&Value, f64)>, s: &Value) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let res: Vec<String> = s["resources"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(r, v)| format!("{r} {}", if v["enabled"].as_bool() == Some(true) { "on" } else { "OFF" }))
+        .collect();
+    let l = &s["latency"];
+    let _ = writeln!(
+        out,
+        "cosched: {} VM(s); {}; hint-to-applied p50 {} µs, p99 {} µs{}",
+        s["vms"].as_array().map_or(0, |v| v.len()),
+        res.join(", "),
+        l["p50_us"],
+        l["p99_us"],
+        prev.map_or("; rates from the next redraw".to_string(), |(_, dt)| format!("; rates over {dt:.1} s"))
+    );
+    let _ = writeln!(
+        out,
+        "\n{:<16} {:>7} {:<6} {:<9} {:>8} {:>8} {:>8} {:>8}  MEMBW",
+        "VM", "PID", "RES", "LEVEL", "BOOSTS", "BOOST/S", "BOOSTED", "DENY/S"
+    );
+    // The same VM in the last status: same name, same QEMU process.
+    let find = |p: &Value, vm: &Value| -> Option<Value> {
+        p["vms"].as_array()?.iter().find(|v| v["name"] == vm["name"] && v["pid"] == vm["pid"]).cloned()
+    };
+    let denied =
+        |c: &Value| -> f64 { c["denied"].as_object().map_or(0.0, |m| m.values().filter_map(Value::as_f64).sum()) };
+    let boosted_s = |r: &Value| {
+        r["counters"]["boosted_ns"].as_f64().unwrap_or(0.0) / 1e9 + r["boosted_for_ms"].as_f64().unwrap_or(0.0) / 1e3
+    };
+    for vm in s["vms"].as_array().cloned().unwrap_or_default() {
+        let before = prev.and_then(|(p, dt)| find(p, &vm).map(|b| (b, dt)));
+        for (i, (r, res)) in vm["resources"].as_object().into_iter().flatten().enumerate() {
+            let c = &res["counters"];
+            let rates = before.as_ref().map(|(b, dt)| {
+                let br = &b["resources"][r];
+                let d = |k: &str| c[k].as_f64().unwrap_or(0.0) - br["counters"][k].as_f64().unwrap_or(0.0);
+                (
+                    d("boosts") / dt,
+                    100.0 * (boosted_s(res) - boosted_s(br)) / dt,
+                    (denied(c) - denied(&br["counters"])) / dt,
+                )
+            });
+            let membw = if i == 0 && vm["membw"].is_object() {
+                let m = &vm["membw"];
+                format!(
+                    "{:.0} MB/s of {} guaranteed{}",
+                    m["last_period_mbps"].as_f64().unwrap_or(0.0),
+                    m["guarantee_mbps"],
+                    if m["throttled"].as_bool() == Some(true) { ", THROTTLED" } else { "" }
+                )
+            } else {
+                String::new()
+            };
+            let first = i == 0;
+            let _ = writeln!(
+                out,
+                "{:<16} {:>7} {:<6} {:<9} {:>8} {:>8} {:>8} {:>8}  {membw}",
+                if first { vm["name"].as_str().unwrap_or("?") } else { "" },
+                if first { vm["pid"].to_string() } else { String::new() },
+                r,
+                if res["active"].as_bool() == Some(false) { "off" } else { res["level"].as_str().unwrap_or("?") },
+                c["boosts"],
+                rates.map_or("-".into(), |r| format!("{:.1}", r.0)),
+                rates.map_or("-".into(), |r| format!("{:.0}%", r.1)),
+                rates.map_or("-".into(), |r| format!("{:.1}", r.2)),
+            );
+        }
+    }
+    if s["vms"].as_array().is_none_or(|v| v.is_empty()) {
+        let _ = writeln!(out, "no VMs (socket directory {})", s["daemon"]["socket_dir"].as_str().unwrap_or("?"));
+    }
+    out
 }
 
 fn print_status(s: &Value) {
@@ -530,7 +644,10 @@ fn main() {
     let result: anyhow::Result<()> = (|| match cli.cmd {
         Cmd::Host(a) => run_host(config, a),
         Cmd::Guest(opts) => cosched_agent::run(opts),
-        Cmd::Status { json, control_socket } => {
+        Cmd::Status { watch: true, interval_ms, count, control_socket, .. } => {
+            watch_status(&control(config, control_socket)?, interval_ms, count)
+        }
+        Cmd::Status { json, control_socket, .. } => {
             let s = request(&control(config, control_socket)?, &Request::Status)?.context("empty status")?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
@@ -615,5 +732,55 @@ fn main() {
     if let Err(e) = result {
         eprintln!("cosched: error: {e:#}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn status(pid: u64, boosts: u64, boosted_ns: u64, denied: u64, level: &str) -> Value {
+        json!({
+            "resources": {"cpu": {"enabled": true}, "io": {"enabled": false}},
+            "latency": {"p50_us": 15, "p99_us": 600},
+            "vms": [{
+                "name": "vm1", "pid": pid,
+                "resources": {
+                    "cpu": {"active": true, "level": level, "boosted_for_ms": 0.0,
+                            "counters": {"boosts": boosts, "boosted_ns": boosted_ns, "denied": {"budget": denied}}},
+                    "io": {"active": false, "level": "normal", "boosted_for_ms": 0.0,
+                           "counters": {"boosts": 0, "boosted_ns": 0, "denied": {}}}
+                },
+                "membw": {"last_period_mbps": 512.4, "guarantee_mbps": 700.0, "throttled": true}
+            }]
+        })
+    }
+
+    #[test]
+    fn the_watch_view_shows_each_vm_per_resource_with_rates_since_the_last_redraw() {
+        let first = watch_frame(None, &status(7, 10, 1_000_000_000, 1, "normal"));
+        assert!(first.contains("1 VM(s); cpu on, io OFF; hint-to-applied p50 15 µs, p99 600 µs"), "{first}");
+        assert!(first.contains("rates from the next redraw"), "{first}");
+        let row = |f: &str, res: &str| {
+            f.lines().skip(3).find(|l| l.split_whitespace().any(|w| w == res)).unwrap().to_string()
+        };
+        let cpu = row(&first, "cpu");
+        assert_eq!(cpu.split_whitespace().collect::<Vec<_>>()[..7], ["vm1", "7", "cpu", "normal", "10", "-", "-"]);
+        assert!(cpu.ends_with("512 MB/s of 700.0 guaranteed, THROTTLED"), "{cpu}");
+        // 2 s later: 10 more boosts, 1 s more boosted, 4 more denials.
+        let prev = status(7, 10, 1_000_000_000, 1, "normal");
+        let next = watch_frame(Some((&prev, 2.0)), &status(7, 20, 2_000_000_000, 5, "boosted"));
+        let cpu = row(&next, "cpu");
+        assert_eq!(
+            cpu.split_whitespace().collect::<Vec<_>>()[..8],
+            ["vm1", "7", "cpu", "boosted", "20", "5.0", "50%", "2.0"]
+        );
+        assert_eq!(row(&next, "io").split_whitespace().collect::<Vec<_>>()[..2], ["io", "off"]);
+        // A VM restarted (another pid) under the same name has no rates yet.
+        let restarted = watch_frame(Some((&prev, 2.0)), &status(8, 1, 0, 0, "normal"));
+        assert_eq!(row(&restarted, "cpu").split_whitespace().nth(5), Some("-"));
+        assert!(watch_frame(None, &json!({"vms": [], "daemon": {"socket_dir": "/run/cosched/vms"}}))
+            .contains("no VMs (socket directory /run/cosched/vms)"));
     }
 }

@@ -74,8 +74,21 @@ impl World {
     }
 
     fn daemon(&self, config: &str) -> Daemon {
+        self.daemon_with(config, &[])
+    }
+
+    /// The daemon started through `prefix` (e.g. capsh, to run it as another user).
+    fn daemon_with(&self, config: &str, prefix: &[&str]) -> Daemon {
         std::fs::write(self.p("host.toml"), config).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_cosched"))
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(env!("CARGO_BIN_EXE_cosched"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_cosched")),
+        };
+        let child = cmd
             .arg("host")
             .arg("--config")
             .arg(self.p("host.toml"))
@@ -2023,4 +2036,33 @@ fn membw_throttle_freezes_real_vcpus_and_kill_9_is_restored() {
     assert!(runtime_ns(vcpu) - r2 > 100_000_000, "the vCPU runs again");
     assert!(state_files(&w).is_empty());
     drop(freezer);
+}
+
+/// `cosched status --watch`: redrawn live from the running daemon, each VM per resource, with
+/// the share of the time boosted since the last redraw.
+#[test]
+fn status_watch_redraws_each_vm_per_resource_live() {
+    let Some(Setup { w: _w, d, mut vm }) = one_vm(QUIET_POLICY) else {
+        return;
+    };
+    vm.register();
+    vm.request(Kind::Cpu, 1);
+    assert!(vm.boosted_soon(1));
+    let out = d.cli(&["status", "--watch", "--count", "2", "--interval-ms", "300"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!text.contains('\x1b'), "no screen control codes when not on a terminal");
+    let frames: Vec<&str> = text.split("cosched: 1 VM(s)").skip(1).collect();
+    assert_eq!(frames.len(), 2, "{text}");
+    let cpu = |f: &str| {
+        f.lines().find(|l| l.starts_with("vm1")).map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+    };
+    let first = cpu(frames[0]).unwrap();
+    assert_eq!((first[2].as_str(), first[3].as_str(), first[6].as_str()), ("cpu", "boosted", "-"), "{text}");
+    // Boosted the whole 0.3 s between the redraws.
+    let second = cpu(frames[1]).unwrap();
+    let pct: f64 = second[6].trim_end_matches('%').parse().unwrap();
+    assert!(pct > 80.0, "{text}");
+    let bad = d.cli(&["status", "--watch", "--json"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("cannot be used with"));
 }

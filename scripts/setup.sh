@@ -12,8 +12,8 @@ cd "$repo"
 # bzip2 as host jobs, fuse3 and libfuse3-dev for the emulated slow disk (bench/slowdisk), iproute2
 # (tap devices, network namespaces) and curl (the download client) for the feas-* experiments;
 # systemd (systemd-analyze verifies the units) and binutils (strip) for the package; python3-venv
-# for kubernetes-validate.
-pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config gcc libc6-dev make seabios python3 python3-matplotlib gzip bzip2 fuse3 libfuse3-dev iproute2 curl systemd binutils python3-venv)
+# for kubernetes-validate; libcap2-bin (capsh) to run the daemon as another user in a test.
+pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config gcc libc6-dev make seabios python3 python3-matplotlib gzip bzip2 fuse3 libfuse3-dev iproute2 curl systemd binutils python3-venv libcap2-bin)
 while read -r p; do pkgs+=("$p"); done < <(sed 's/#.*//' guest/DEPS | tr -s ' \t' '\n' | grep -v '^$')
 missing=()
 for p in "${pkgs[@]}"; do

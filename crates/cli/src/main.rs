@@ -218,9 +218,14 @@ struct HostArgs {
 }
 
 fn run_host(config: Option<&Path>, a: HostArgs) -> anyhow::Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        anyhow::bail!("`cosched host` must run as root (it changes the scheduling of QEMU threads)");
+    // Root, or the capabilities the README's "Least privilege" lists: at least CAP_SYS_NICE,
+    // without which no boost can change another process's thread.
+    let caps = cosched_host::caps::Caps::read(Path::new("/proc/self/status"))?;
+    if !caps.has(cosched_host::caps::CAP_SYS_NICE) {
+        anyhow::bail!(
+            "`cosched host` needs root, or at least CAP_SYS_NICE (it changes the scheduling of QEMU threads); the \
+             capabilities each feature needs are in the README, \"Least privilege\""
+        );
     }
     let mut cfg = HostConfig::load(config)?;
     if let Some(d) = a.socket_dir {
@@ -430,6 +435,13 @@ fn print_status(s: &Value) {
     }
     for e in s["shield"]["errors"].as_array().cloned().unwrap_or_default() {
         println!("shield: {}", e.as_str().unwrap_or("?"));
+    }
+    for l in s["privileges"]["lost"].as_array().cloned().unwrap_or_default() {
+        println!(
+            "privileges: lost {} (needs {})",
+            l["feature"].as_str().unwrap_or("?"),
+            l["needs"].as_str().unwrap_or("?")
+        );
     }
     let l = &s["latency"];
     println!(

@@ -2066,3 +2066,69 @@ fn status_watch_redraws_each_vm_per_resource_live() {
     let bad = d.cli(&["status", "--watch", "--json"]);
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("cannot be used with"));
 }
+
+/// `capsh` arguments that run what follows as user nobody with exactly `caps` (ambient, so
+/// they survive the exec) and no others.
+fn as_nobody_with(caps: &str) -> Vec<String> {
+    assert!(
+        Path::new("/usr/sbin/capsh").exists() || Path::new("/sbin/capsh").exists(),
+        "capsh missing: scripts/setup.sh"
+    );
+    vec![
+        "capsh".into(),
+        format!("--caps={caps}+eip cap_setpcap,cap_setuid,cap_setgid+ep"),
+        "--keep=1".into(),
+        "--user=nobody".into(),
+        format!("--addamb={caps}"),
+        "--".into(),
+        "-c".into(),
+        "exec \"$0\" \"$@\"".into(),
+    ]
+}
+
+/// Least privilege: the daemon runs as user nobody with only the systemd unit's capabilities,
+/// and boosts; without CAP_BPF it says it lost host BPF (thread events, event
+/// boosting) and boosts all the same.
+#[test]
+fn the_daemon_runs_as_nobody_with_the_units_capabilities_and_says_what_it_lost_without_some() {
+    if !have_root() {
+        return;
+    }
+    const UNIT: &str =
+        "cap_sys_nice,cap_bpf,cap_perfmon,cap_dac_override,cap_dac_read_search,cap_sys_ptrace,cap_ipc_lock";
+    const NO_BPF: &str = "cap_sys_nice,cap_perfmon,cap_dac_override,cap_dac_read_search,cap_sys_ptrace,cap_ipc_lock";
+    for (caps, bpf) in [(UNIT, true), (NO_BPF, false)] {
+        let w = World::new();
+        let prefix = as_nobody_with(caps);
+        let d = w.daemon_with(QUIET_POLICY, &prefix.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+        d.wait_vm("vm1");
+        let st = d.status();
+        let p = &st["privileges"];
+        assert_eq!(p["uid"], 65534, "{p}");
+        let lost: Vec<String> = p["lost"].as_array().unwrap().iter().map(|l| l["feature"].to_string()).collect();
+        if bpf {
+            assert!(lost.is_empty(), "{lost:?}");
+            assert_eq!(st["daemon"]["thread_events"].as_str(), Some("tp_btf"), "{}", st["daemon"]);
+        } else {
+            assert_eq!(lost.len(), 1, "{lost:?}");
+            assert!(lost[0].contains("host BPF"), "{lost:?}");
+            assert_ne!(st["daemon"]["thread_events"].as_str(), Some("tp_btf"), "{}", st["daemon"]);
+            let log = std::fs::read_to_string(w.p("daemon.log")).unwrap();
+            assert!(
+                log.contains("privileges: uid 65534 without CAP_BPF + CAP_PERFMON or CAP_SYS_ADMIN: lost host BPF"),
+                "{log}"
+            );
+            let text = String::from_utf8_lossy(&d.cli(&["status"]).stdout).to_string();
+            assert!(text.contains("privileges: lost host BPF"), "{text}");
+        }
+        // The boost works either way, and is undone.
+        vm.register();
+        assert_eq!(vm.request(Kind::Cpu, 1).kind, Kind::Ack);
+        assert!(vm.boosted_soon(1), "{:?}", vm.attrs());
+        vm.request(Kind::Cpu, 0);
+        wait_for("the deboost", Duration::from_secs(2), || vm.none_realtime().then_some(()));
+        drop(vm);
+        drop(d);
+    }
+}

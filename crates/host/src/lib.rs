@@ -12,6 +12,7 @@
 pub mod log;
 pub mod actuator;
 pub mod blockdev;
+pub mod caps;
 pub mod cgroup;
 pub mod config;
 pub mod control;

@@ -134,10 +134,14 @@ impl Clients {
                 }
             };
             match os::peer_cred(stream.as_raw_fd()) {
-                Ok((_, 0)) => self.add(Stream::Control(stream), poll, now),
+                // Root, or the user the daemon runs as (a daemon given capabilities, not uid 0).
+                // SAFETY: geteuid has no preconditions.
+                Ok((_, uid)) if uid == 0 || uid == unsafe { libc::geteuid() } => {
+                    self.add(Stream::Control(stream), poll, now)
+                }
                 Ok((pid, uid)) => {
-                    warn!("control: refusing pid {pid} uid {uid} (root only)");
-                    let _ = stream.write_all(b"{\"ok\":false,\"error\":\"root only\"}\n");
+                    warn!("control: refusing pid {pid} uid {uid} (root or the daemon's user only)");
+                    let _ = stream.write_all(b"{\"ok\":false,\"error\":\"root or the daemon's user only\"}\n");
                 }
                 Err(e) => warn!("control: SO_PEERCRED: {e}"),
             }

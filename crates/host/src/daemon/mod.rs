@@ -122,6 +122,8 @@ pub struct Daemon {
     statics: std::collections::BTreeMap<String, crate::config::StaticConfig>,
     /// Memory-bandwidth shares the operator set by command, per VM name.
     membw_shares: std::collections::BTreeMap<String, u64>,
+    /// The daemon's uid and capabilities, read at start (`None`: unreadable).
+    caps: Option<crate::caps::Caps>,
     /// CPU shielding's host-wide side (IRQs, the operator's host groups).
     shield: crate::shield::HostShield,
     /// Wakes the loop at the coordinator's next deadline to the µs (predicted boosts).
@@ -152,6 +154,7 @@ impl Daemon {
         poll.registry().register(&mut SourceFd(&signals.as_raw_fd()), SIGNALS, Interest::READABLE)?;
         let channels = Channels::watch(&cfg.socket_dir, &poll, INOTIFY)?;
         let clients = Clients::bind(&cfg.control_socket, cfg.metrics_listen.as_deref(), &poll, CONTROL, METRICS)?;
+        let caps = privileges();
         set_own_priority(cfg.daemon_priority)?;
         let io = io_support(&cfg, sched.cgroups());
         // The daemon's time zero, in the clock of the BPF side's timestamps too.
@@ -208,6 +211,7 @@ impl Daemon {
             membw,
             statics: cfg_statics,
             membw_shares: Default::default(),
+            caps,
             shield,
             timer,
             _lock: lock,
@@ -822,6 +826,7 @@ impl Daemon {
             events: &self.events,
             membw: &self.membw,
             shield: &self.shield,
+            caps: &self.caps,
         })
     }
 
@@ -907,6 +912,27 @@ fn restore_at_start(
 
 /// Puts the daemon's own thread at `SCHED_FIFO priority` (0: leaves it), RESET_ON_FORK so
 /// nothing it starts inherits it.
+/// The daemon's privileges, logged: the features it lost for want of a capability (it keeps
+/// the rest).
+fn privileges() -> Option<crate::caps::Caps> {
+    match crate::caps::Caps::read(Path::new("/proc/self/status")) {
+        Ok(c) => {
+            let lost = c.lost();
+            if lost.is_empty() {
+                info!("privileges: uid {}, {}: every feature available", c.uid, c.used_present().join(" "));
+            }
+            for l in &lost {
+                warn!("privileges: uid {} without {}: lost {}", c.uid, l.needs, l.feature);
+            }
+            Some(c)
+        }
+        Err(e) => {
+            warn!("privileges: cannot read them: {e}");
+            None
+        }
+    }
+}
+
 fn set_own_priority(priority: u8) -> anyhow::Result<()> {
     if priority == 0 {
         return Ok(());

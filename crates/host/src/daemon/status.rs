@@ -25,6 +25,7 @@ pub struct View<'a> {
     pub events: &'a Result<super::events::EventBoost, String>,
     pub membw: &'a Result<super::membw::Membw, String>,
     pub shield: &'a crate::shield::HostShield,
+    pub caps: &'a Option<crate::caps::Caps>,
 }
 
 pub fn snapshot(v: &View) -> Value {
@@ -119,6 +120,11 @@ pub fn snapshot(v: &View) -> Value {
         "event": event_status(v),
         "membw": super::membw::status(v.cfg, v.membw),
         "shield": v.shield.report(),
+        "privileges": v.caps.map(|c| json!({
+            "uid": c.uid,
+            "capabilities": c.used_present(),
+            "lost": c.lost(),
+        })),
         "rt": v.cfg.rt(),
         "latency": v.latency.summary(),
         "vms": vms,

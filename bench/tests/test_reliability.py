@@ -1,0 +1,40 @@
+"""The reliability campaign's crash test, 5 cycles (the full run is `bench/reliability.py crash`,
+100 cycles, figures in results/reliability): after `kill -9` of the daemon at a random moment
+while its VMs are boosted, raised, shielded, at static FIFO and throttled, `cosched restore`
+leaves the host exactly as it was before the daemon first touched it."""
+
+import os
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import reliability  # noqa: E402
+
+
+class CrashCycles(unittest.TestCase):
+    def test_five_kill_9_cycles_leave_no_difference(self):
+        if os.geteuid() != 0:
+            if os.environ.get("COSCHED_REQUIRE_ROOT") == "1":
+                raise AssertionError("COSCHED_REQUIRE_ROOT=1 but not root")
+            self.skipTest("needs root (set COSCHED_REQUIRE_ROOT=1 to make this a failure)")
+        rows = reliability.crash(5, log=lambda line: print(line, file=sys.stderr))
+        self.assertEqual([r["differences"] for r in rows], [0] * 5, [r["detail"] for r in rows])
+        # Each change was in force at some kill (else the test proves nothing about it).
+        for k in ("boosted", "raised", "throttles", "shielded", "fifo"):
+            self.assertTrue(any(r[k] for r in rows), f"never {k} at a kill: {rows}")
+
+    def test_a_difference_is_seen(self):
+        """The comparison itself: a thread whose nice changed, an IRQ moved, a group left."""
+        t = {"comm": "x", "policy": 0, "prio": 0, "nice": 0, "ioprio": 0, "affinity": [0, 1], "cgroups": "0::/\n"}
+        before = {"threads": {(1, "5"): t, (2, "6"): t}, "irqs": {"24": "0-1"}, "groups": []}
+        after = {"threads": {(1, "5"): dict(t, nice=-20, comm="y"), (2, "7"): dict(t, nice=5)},
+                 "irqs": {"24": "0"}, "groups": ["/sys/fs/cgroup/blkio/cosched-io-9"]}
+        d = reliability.differences(before, after)
+        self.assertEqual(len(d), 3, d)
+        self.assertIn("'nice': (0, -20)", d[0])
+        self.assertEqual(reliability.differences(before, dict(before, threads={(1, "5"): dict(t, comm="z")})), [])
+
+
+if __name__ == "__main__":
+    unittest.main()

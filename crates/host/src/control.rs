@@ -1,7 +1,8 @@
 //! The control socket: one JSON request per connection, one JSON reply, both a single line.
 //!
-//! The socket is created mode 0600 and the daemon also checks the peer's uid (root only): the
-//! operator interface must not be reachable by a guest or an unprivileged user.
+//! The socket is created mode 0600 and the daemon also checks the peer's uid (root, or the user
+//! the daemon runs as: see [`crate::caps`]): the operator interface must not be reachable by a
+//! guest or an unprivileged user.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -83,6 +84,15 @@ impl Reply {
 }
 
 /// Sends `req` to the daemon at `socket` and returns its data, or its error as an error.
+/// The request in a control client's input so far: `None` until a whole line is in; the line
+/// parsed, or why it is not a request. What the daemon does with every control connection (and
+/// what the fuzzer feeds).
+pub fn parse_request(input: &[u8]) -> Option<Result<Request, String>> {
+    let nl = input.iter().position(|b| *b == b'\n')?;
+    let line = String::from_utf8_lossy(&input[..nl]);
+    Some(serde_json::from_str::<Request>(&line).map_err(|e| format!("bad request: {e}")))
+}
+
 pub fn request(socket: &Path, req: &Request) -> anyhow::Result<Option<serde_json::Value>> {
     let mut s = UnixStream::connect(socket).with_context(|| {
         format!(
@@ -117,5 +127,12 @@ mod tests {
             Request::Enable { vm: None, resource: None }
         );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
+    }
+
+    #[test]
+    fn a_request_is_parsed_once_its_line_is_whole() {
+        assert_eq!(parse_request(br#"{"cmd":"sta"#), None);
+        assert_eq!(parse_request(b"{\"cmd\":\"status\"}\n{\"cmd\":\"metrics\"}"), Some(Ok(Request::Status)));
+        assert!(parse_request(b"\xff\xfe\n").unwrap().unwrap_err().starts_with("bad request: "));
     }
 }

@@ -184,11 +184,7 @@ impl Clients {
             }
         };
         match c.stream {
-            Stream::Control(_) => {
-                let nl = c.input.iter().position(|b| *b == b'\n')?;
-                let line = String::from_utf8_lossy(&c.input[..nl]);
-                Some(Ask::Control(serde_json::from_str::<Request>(&line).map_err(|e| format!("bad request: {e}"))))
-            }
+            Stream::Control(_) => crate::control::parse_request(&c.input).map(Ask::Control),
             // Any request gets the metrics; answer once its headers are in.
             Stream::Http(_) if closed || c.input.windows(4).any(|w| w == b"\r\n\r\n") => Some(Ask::Metrics),
             Stream::Http(_) => None,

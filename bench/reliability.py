@@ -1,7 +1,12 @@
 #!/usr/bin/python3
 """cosched's reliability campaign: figures in results/reliability/summary.md.
 
+  sudo /usr/bin/python3 bench/reliability.py all [--cycles 100] [--runs 10000000]   (~20 min)
   sudo /usr/bin/python3 bench/reliability.py crash [--cycles 100] [--out DIR]
+
+fuzz (in `all`): bench/fuzz.sh, `--runs` executions of each fuzz target (the guest channel's frame
+decoder, the control socket's request parser, the config loader), with AddressSanitizer; no
+crash, no hang (10 s per input), no memory past 1 GiB.
 
 crash: `kill -9` of the daemon at a random moment, cycle after cycle, while its VMs are boosted
 (CPU), raised (I/O, through a cgroup), shielded (a dedicated CPU, IRQs moved off it), run at
@@ -12,8 +17,8 @@ cgroups, the IRQ affinities, and the daemon's own cgroups (there must be none). 
 differences. The VMs are synthetic (cosched-fake-qemu playing the guest: REGISTER, CPU 1, IO 1,
 MEMBW), so a cycle takes about a second.
 
-Needs root and a built tree (scripts/setup.sh). Not yet built: the fuzzing, soak and isolation
-parts of the campaign (see the README).
+Needs root and a built tree (scripts/setup.sh). Not yet built: the soak and isolation parts of
+the campaign (see the README).
 """
 
 import argparse
@@ -262,7 +267,15 @@ def crash(cycles, seed=None, log=print):
     return rows
 
 
-def write_summary(rows, out):
+def fuzz(runs, out):
+    """bench/fuzz.sh with `runs` executions per target; returns (its table, whether all passed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    table = out / "fuzz.md"
+    r = subprocess.run(["bash", str(harness.REPO / "bench/fuzz.sh"), "--runs", str(runs), "--report", str(table)])
+    return table.read_text(), r.returncode == 0
+
+
+def write_summary(rows, out, fuzz_table=None, fuzz_runs=None):
     out.mkdir(parents=True, exist_ok=True)
     import csv
     with open(out / "crash.csv", "w", newline="") as f:
@@ -272,9 +285,20 @@ def write_summary(rows, out):
     n = len(rows)
     bad = [r for r in rows if r["differences"]]
     count = lambda k: sum(1 for r in rows if r[k])  # noqa: E731
+    command = f"all --cycles {n} --runs {fuzz_runs}" if fuzz_table else f"crash --cycles {n}"
+    fuzz_text = "Not run (`reliability.py all` runs it)." if not fuzz_table else f"""`bench/fuzz.sh --runs {fuzz_runs}`:
+coverage-guided (cargo-fuzz, libFuzzer, AddressSanitizer, nightly toolchain), each target from
+the committed corpus (`fuzz/corpus`). A crash, a hang (over 10 s on one input) or memory past
+1 GiB fails a target. The peak RSS is the fuzzing process's, sanitizer quarantine included.
+
+{fuzz_table}"""
     text = f"""# Reliability campaign
 
-Command: `sudo /usr/bin/python3 bench/reliability.py crash --cycles {n}` ({time.strftime('%Y-%m-%d')}).
+Command: `sudo /usr/bin/python3 bench/reliability.py {command}` ({time.strftime('%Y-%m-%d')}).
+
+## Fuzzing
+
+{fuzz_text}
 
 ## Crash cycles
 
@@ -289,7 +313,7 @@ memory-bandwidth throttled (frozen) at least once in {count('throttles')}.
 Target: 0 differences. **{"met" if not bad else "NOT met"}**: {sum(r['differences'] for r in rows)} differences
 in {len(bad)} of {n} cycles.{"" if not bad else chr(10) + chr(10) + chr(10).join(f"- cycle {r['cycle']}: {r['detail']}" for r in bad[:10])}
 
-Not yet run: fuzzing, the 1-hour soak, isolation (see the README).
+Not yet built: the 1-hour soak and the isolation test (see the README).
 """
     (out / "summary.md").write_text(text)
     return text
@@ -302,13 +326,19 @@ def main():
     c.add_argument("--cycles", type=int, default=100)
     c.add_argument("--seed", type=int, help="for the random kill moments (default: random)")
     c.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS}")
+    al = sub.add_parser("all", help="crash cycles and fuzzing, one summary")
+    al.add_argument("--cycles", type=int, default=100)
+    al.add_argument("--runs", type=int, default=10_000_000, help="executions per fuzz target")
+    al.add_argument("--seed", type=int)
+    al.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS}")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("reliability.py: must run as root (the daemon)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     rows = crash(a.cycles, a.seed)
-    print(write_summary(rows, a.out))
-    sys.exit(1 if any(r["differences"] for r in rows) else 0)
+    table, fuzz_ok = fuzz(a.runs, a.out) if a.cmd == "all" else (None, True)
+    print(write_summary(rows, a.out, table, getattr(a, "runs", None)))
+    sys.exit(1 if any(r["differences"] for r in rows) or not fuzz_ok else 0)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,12 @@ if [ ! -x build/venv/bin/kubernetes-validate ]; then
     build/venv/bin/pip install --quiet --disable-pip-version-check kubernetes-validate
 fi
 
+# cargo-fuzz for the fuzz targets (fuzz/, bench/fuzz.sh), on the nightly toolchain.
+if ! command -v cargo-fuzz >/dev/null; then
+    echo "setup.sh: installing cargo-fuzz (cargo install)"
+    cargo install --locked --quiet cargo-fuzz
+fi
+
 echo "setup.sh: building cosched (cargo build --release)"
 cargo build --release --locked --workspace --quiet
 echo "setup.sh: building the test guest (guest/build.sh, guest/build-python-layer.sh)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # All tests, three tiers: unprivileged unit tests, root tests on the real kernel (the daemon,
 # fake QEMU processes with real threads, sched_getattr), and VM tests that boot the test guest
-# with the real agent under host load. Installs and builds first (scripts/setup.sh). Run as root.
+# with the real agent under host load; between them, 60 s of fuzzing per target (bench/fuzz.sh).
+# Installs and builds first (scripts/setup.sh). Run as root.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # Root is needed (packages, the daemon, QEMU threads). A root shell runs it as it is; otherwise
@@ -26,6 +27,8 @@ before=$(rt_threads)
 export COSCHED_REQUIRE_ROOT=1
 echo "== unit and root tests (cargo test)"
 cargo test --release --locked --workspace
+echo "== fuzzing: the frame decoder, the control request parser, the config loader (60 s each)"
+bash bench/fuzz.sh --seconds 60
 echo "== harness and VM tests (bench/tests)"
 /usr/bin/python3 -m unittest discover -s bench/tests -v
 echo "== no thread left at a real-time policy by the tests"

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing of the inputs a guest or an operator controls: the guest channel's
+# frame decoder, the control socket's request parser, the host config loader (fuzz/, cargo-fuzz
+# and libFuzzer on the nightly toolchain, with AddressSanitizer). Each target starts from the
+# committed corpus (fuzz/corpus/<target>) and adds what it finds there.
+#   bash bench/fuzz.sh --seconds 60          (CI: 60 s per target)
+#   bash bench/fuzz.sh --runs 10000000       (the campaign: 10 million executions per target)
+# A crash, a hang (an input taking over 10 s) or memory past 1 GiB fails the target and leaves
+# the input in fuzz/artifacts/<target>/. With --report FILE, a markdown table of what ran.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+limit=(-max_total_time=60)
+report=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --seconds) limit=(-max_total_time="$2"); shift 2 ;;
+        --runs) limit=(-runs="$2"); shift 2 ;;
+        --report) report=$2; shift 2 ;;
+        *) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+if ! command -v cargo >/dev/null && [ -f "$HOME/.cargo/env" ]; then
+    # shellcheck disable=SC1091
+    . "$HOME/.cargo/env"
+fi
+command -v cargo-fuzz >/dev/null || { echo "fuzz.sh: cargo-fuzz missing: scripts/setup.sh installs it" >&2; exit 1; }
+# AddressSanitizer needs the nightly toolchain; without one (or with FUZZ_TOOLCHAIN=stable) the
+# same targets run coverage-guided on stable, without the sanitizer.
+toolchain=${FUZZ_TOOLCHAIN:-nightly}
+if [ "$toolchain" = nightly ] && ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    echo "fuzz.sh: no nightly toolchain: fuzzing on stable, without AddressSanitizer" >&2
+    toolchain=stable
+fi
+sanitizer=address
+[ "$toolchain" = nightly ] || sanitizer=none
+fuzz=(cargo "+$toolchain" fuzz)
+export CC=clang CXX=clang++
+targets=(frame_decoder control_request config_loader)
+"${fuzz[@]}" build -O -s "$sanitizer"
+[ -n "$report" ] && printf '| target | toolchain, sanitizer | executions | exec/s | corpus | peak RSS (MB) | seconds | result |\n|---|---|---|---|---|---|---|---|\n' > "$report"
+failed=0
+for t in "${targets[@]}"; do
+    log=$(mktemp)
+    start=$(date +%s)
+    mkdir -p "fuzz/corpus/$t"
+    if "${fuzz[@]}" run -O -s "$sanitizer" "$t" "fuzz/corpus/$t" -- "${limit[@]}" -timeout=10 -rss_limit_mb=1024 \
+        -print_final_stats=1 >"$log" 2>&1; then
+        result=ok
+    else
+        result=FAILED
+        failed=1
+        tail -40 "$log" >&2
+    fi
+    secs=$(( $(date +%s) - start ))
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+    rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
+    corpus=$(find "fuzz/corpus/$t" -type f | wc -l)
+    echo "fuzz.sh: $t ($toolchain, sanitizer $sanitizer): $result, ${execs:-?} executions (${rate:-?}/s), corpus $corpus, peak RSS ${rss:-?} MB, ${secs} s"
+    [ -n "$report" ] && echo "| $t | $toolchain, $sanitizer | ${execs:-?} | ${rate:-?} | $corpus | ${rss:-?} | $secs | $result |" >> "$report"
+    rm -f "$log"
+done
+exit $failed

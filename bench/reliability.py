@@ -17,8 +17,11 @@ cgroups, the IRQ affinities, and the daemon's own cgroups (there must be none). 
 differences. The VMs are synthetic (cosched-fake-qemu playing the guest: REGISTER, CPU 1, IO 1,
 MEMBW), so a cycle takes about a second.
 
-Needs root and a built tree (scripts/setup.sh). Not yet built: the soak and isolation parts of
-the campaign (see the README).
+isolation (`reliability.py isolation`, results/reliability/isolation.md): a hostile VM floods its
+channel beside a victim; nothing of the host's or the victim's threads may change, and the
+victim's boost latency is measured against the daemon's per-turn read bound.
+
+Needs root and a built tree (scripts/setup.sh). Not yet built: the 1-hour soak (see the README).
 """
 
 import argparse
@@ -267,6 +270,185 @@ def crash(cycles, seed=None, log=print):
     return rows
 
 
+ISOLATION_CONFIG = """daemon_priority = 99
+[policy]
+max_continuous_boost_ms = 0
+max_boost_share_permille = 1000
+rt_guard_max_share_permille = 0
+host_reserve_cpus = 0
+"""
+# The daemon reads at most 8 reads of 4 KiB from one VM per loop turn (READS_PER_WAKEUP in
+# crates/host/src/daemon/mod.rs): 2048 frames.
+FRAMES_PER_TURN = 8 * 4096 // 16
+
+
+def policy(tid):
+    return os.sched_getscheduler(tid) & ~os.SCHED_RESET_ON_FORK
+
+
+def vcpu_of(vm):
+    for t in vm.tids():
+        try:
+            if Path(f"/proc/{vm.proc.pid}/task/{t}/comm").read_text().strip() == "CPU 0/TCG":
+                return t
+        except OSError:
+            pass
+    raise RuntimeError(f"{vm.name}: no vCPU thread")
+
+
+def boost_latencies(vm, rounds, rng):
+    """`rounds` times: CPU 1, then the time until its vCPU is SCHED_RR; CPU 0 and back to
+    SCHED_OTHER. Returns the latencies in µs (None for a boost not seen within 1 s)."""
+    tid, out = vcpu_of(vm), []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        vm.send("cpu", 1)
+        while policy(tid) != os.SCHED_RR and time.perf_counter() - t0 < 1.0:
+            pass
+        out.append((time.perf_counter() - t0) * 1e6 if policy(tid) == os.SCHED_RR else None)
+        vm.send("cpu", 0)
+        t1 = time.perf_counter()
+        while policy(tid) != os.SCHED_OTHER and time.perf_counter() - t1 < 1.0:
+            time.sleep(0.0002)
+        time.sleep(rng.uniform(0.005, 0.02))
+    return out
+
+
+class Hostile(threading.Thread):
+    """Writes into its VM's channel as fast as the socket takes it: valid frames of every kind
+    (CPU at the highest guest priority, IO, MEMBW 1000, WAKE, REGISTER again), with some
+    malformed frames and garbage (under the malformed rate that would deregister it)."""
+
+    def __init__(self, vm, rng):
+        super().__init__(daemon=True)
+        self.vm, self.rng, self.stop, self.bytes = vm, rng, threading.Event(), 0
+
+    def run(self):
+        seq, chunk = 1000, []
+        while not self.stop.is_set():
+            for _ in range(256):
+                seq += 1
+                r = self.rng.random()
+                if r < 0.70:
+                    chunk.append(frame("cpu", seq, (1 | 99 << 8) if seq % 2 else 0))
+                elif r < 0.80:
+                    chunk.append(frame("io", seq, seq % 2))
+                elif r < 0.88:
+                    chunk.append(frame("membw", seq, 1000))
+                elif r < 0.96:
+                    chunk.append(struct.pack("<2sBBIQ", b"CS", 1, 6, seq, 500 | 99 << 32))  # WAKE
+                else:
+                    chunk.append(frame("register", seq, CAPS))
+            # A few malformed frames and garbage a second (the limit is 20).
+            if self.rng.random() < 0.01:
+                chunk.append(struct.pack("<2sBBIQ", b"CS", 7, 3, seq, 1) + b"garbage!")
+            data = b"".join(chunk)
+            chunk.clear()
+            try:
+                self.vm.proc.stdin.write(data)
+                self.vm.proc.stdin.flush()
+                self.bytes += len(data)
+            except (BrokenPipeError, ValueError):
+                return
+
+
+def isolation(seconds, rounds=200, seed=None, log=print):
+    """Two VMs, one hostile. Returns the figures: the victim's boost latency quiet and under the
+    flood, what the flood did, the per-turn read bound, and every difference found on the threads
+    of the host and of the victim."""
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory(prefix="cosched-isolation-") as tmp:
+        (Path(tmp) / "d" / "vms").mkdir(parents=True)
+        vms = []
+        d = None
+        try:
+            victim, hostile = FakeVm(tmp, "victim", spin=False), FakeVm(tmp, "hostile", spin=False)
+            vms = [victim, hostile]
+            hostile_tids = set(hostile.tids())
+            base = snapshot(skip_pids={hostile.proc.pid})
+            d = harness.Daemon(Path(tmp) / "d", ISOLATION_CONFIG)
+            deadline = time.time() + 10
+            while len((d.status() or {}).get("vms", [])) < 2:
+                if time.time() > deadline:
+                    raise RuntimeError("the daemon did not find both VMs")
+                time.sleep(0.02)
+            victim.send("register", 1)
+            hostile.send("register", CAPS)
+            time.sleep(0.2)
+            quiet = boost_latencies(victim, rounds, rng)
+            st0 = d.status()
+            flood = Hostile(hostile, rng)
+            flood.start()
+            t0 = time.monotonic()
+            under = boost_latencies(victim, rounds, rng)
+            while time.monotonic() - t0 < seconds:
+                time.sleep(0.1)
+            flood.stop.set()
+            flood.join(5)
+            flood_s = time.monotonic() - t0
+            st1 = d.status()
+            time.sleep(0.3)
+            # The victim deboosted: the host and the victim exactly as before the daemon.
+            after = snapshot(skip_pids={hostile.proc.pid, d.proc.pid})
+            diffs = differences(base, after)
+        finally:
+            if d is not None:
+                d.stop()
+            for v in vms:
+                v.stop()
+    c0, c1 = st0["daemon"]["cost"], st1["daemon"]["cost"]
+    frames = c1["frames"] - c0["frames"]
+    busy_ns = sum(c1[k] - c0[k] for k in ("read_ns", "decode_ns", "coordinator_ns", "actuate_ns", "encode_ns",
+                                           "write_ns"))
+    per_frame_us = busy_ns / max(frames, 1) / 1000
+    hv = next(v for v in st1["vms"] if v["name"] == "hostile")
+    vv = next(v for v in st1["vms"] if v["name"] == "victim")
+
+    def pct(xs, p):
+        xs = sorted(x for x in xs if x is not None)
+        return round(xs[min(len(xs) - 1, int(p / 100 * len(xs)))], 1) if xs else None
+    return {
+        "quiet_p50_us": pct(quiet, 50), "quiet_p99_us": pct(quiet, 99), "quiet_max_us": pct(quiet, 100),
+        "flood_p50_us": pct(under, 50), "flood_p99_us": pct(under, 99), "flood_max_us": pct(under, 100),
+        "victim_missed": sum(x is None for x in quiet + under),
+        "victim_denied": vv["counters"].get("denied", {}),
+        "flood_mb": round(flood.bytes / 1e6, 1), "flood_frames_per_s": round(frames / flood_s),
+        "hostile_registered_at_end": hv.get("registered"), "hostile_malformed": hv["counters"].get("malformed"),
+        "hostile_denied": hv["counters"].get("denied", {}),
+        "per_frame_us": round(per_frame_us, 2), "turn_bound_us": round(FRAMES_PER_TURN * per_frame_us),
+        "differences": diffs, "hostile_threads": len(hostile_tids),
+    }
+
+
+def isolation_text(r, seconds):
+    bound_met = r["flood_p99_us"] is not None and r["flood_p99_us"] - r["quiet_p99_us"] <= r["turn_bound_us"]
+    return f"""## Isolation
+
+Command: `sudo /usr/bin/python3 bench/reliability.py isolation --seconds {seconds:g}`.
+Two synthetic VMs under the daemon (default `daemon_priority` 99). "hostile" floods its channel
+as fast as the socket takes it: CPU 1 at the highest guest priority and CPU 0, IO, MEMBW 1000,
+WAKE, REGISTER again, and a few malformed frames and garbage (under the rate that would
+deregister it). "victim" asks for a boost 200 times before and 200 times during the flood, and
+the time from its CPU 1 to its vCPU seen at SCHED_RR is measured.
+
+- The flood: {r['flood_mb']} MB, {r['flood_frames_per_s']} frames/s processed; the hostile VM was answered
+  `DENY` {sum(r['hostile_denied'].values())} times ({', '.join(f"{k} {v}" for k, v in r['hostile_denied'].items())}).
+- Threads of the host and of the victim changed by it: **{len(r['differences'])}** (every thread
+  compared with a snapshot from before the daemon, once the victim was deboosted){': ' + '; '.join(r['differences'][:5]) if r['differences'] else ''}.
+- The victim's boosts: {r['victim_missed']} missed, denials {r['victim_denied'] or 'none'}.
+- The per-turn read bound: the daemon reads at most {FRAMES_PER_TURN} frames (8 × 4 KiB) from one VM
+  per loop turn, at {r['per_frame_us']} µs a frame measured during the flood (read, decode, coordinator,
+  actuation, replies): **{r['turn_bound_us']} µs**.
+- The victim's boost latency, quiet: p50 {r['quiet_p50_us']} µs, p99 {r['quiet_p99_us']} µs, max {r['quiet_max_us']} µs;
+  under the flood: p50 {r['flood_p50_us']} µs, p99 {r['flood_p99_us']} µs, max {r['flood_max_us']} µs.
+
+Target: the hostile VM delays the victim's boost by no more than the per-turn bound:
+**{"met" if bound_met else "NOT met"}** (p99 {r['flood_p99_us']} µs against {r['quiet_p99_us']} µs quiet). On this 2-CPU
+host, the flood's writer, the hostile VM's relay and the victim's polling loop compete with the daemon for the CPUs, so
+the delay measured includes their scheduling, not only the daemon's turn.
+"""
+
+
 def fuzz(runs, out):
     """bench/fuzz.sh with `runs` executions per target; returns (its table, whether all passed)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -313,7 +495,7 @@ memory-bandwidth throttled (frozen) at least once in {count('throttles')}.
 Target: 0 differences. **{"met" if not bad else "NOT met"}**: {sum(r['differences'] for r in rows)} differences
 in {len(bad)} of {n} cycles.{"" if not bad else chr(10) + chr(10) + chr(10).join(f"- cycle {r['cycle']}: {r['detail']}" for r in bad[:10])}
 
-Not yet built: the 1-hour soak and the isolation test (see the README).
+Isolation: `reliability.py isolation` (isolation.md). Not yet built: the 1-hour soak (see the README).
 """
     (out / "summary.md").write_text(text)
     return text
@@ -326,6 +508,10 @@ def main():
     c.add_argument("--cycles", type=int, default=100)
     c.add_argument("--seed", type=int, help="for the random kill moments (default: random)")
     c.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS}")
+    iso = sub.add_parser("isolation", help="a hostile VM floods its channel beside a victim")
+    iso.add_argument("--seconds", type=float, default=20)
+    iso.add_argument("--seed", type=int)
+    iso.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS} (isolation.md)")
     al = sub.add_parser("all", help="crash cycles and fuzzing, one summary")
     al.add_argument("--cycles", type=int, default=100)
     al.add_argument("--runs", type=int, default=10_000_000, help="executions per fuzz target")
@@ -335,6 +521,13 @@ def main():
     if os.geteuid() != 0:
         sys.exit("reliability.py: must run as root (the daemon)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    if a.cmd == "isolation":
+        r = isolation(a.seconds, seed=a.seed)
+        a.out.mkdir(parents=True, exist_ok=True)
+        text = isolation_text(r, a.seconds)
+        (a.out / "isolation.md").write_text(text)
+        print(text)
+        sys.exit(1 if r["differences"] or r["victim_missed"] else 0)
     rows = crash(a.cycles, a.seed)
     table, fuzz_ok = fuzz(a.runs, a.out) if a.cmd == "all" else (None, True)
     print(write_summary(rows, a.out, table, getattr(a, "runs", None)))

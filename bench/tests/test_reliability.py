@@ -24,6 +24,20 @@ class CrashCycles(unittest.TestCase):
         for k in ("boosted", "raised", "throttles", "shielded", "fifo"):
             self.assertTrue(any(r[k] for r in rows), f"never {k} at a kill: {rows}")
 
+    def test_a_hostile_vm_changes_nothing_of_the_host_or_its_neighbour(self):
+        """Isolation, 3 s of flood: no thread of the host or of the victim changed, the victim's
+        every boost applied and none denied (its latency is measured by the full run)."""
+        if os.geteuid() != 0:
+            if os.environ.get("COSCHED_REQUIRE_ROOT") == "1":
+                raise AssertionError("COSCHED_REQUIRE_ROOT=1 but not root")
+            self.skipTest("needs root (set COSCHED_REQUIRE_ROOT=1 to make this a failure)")
+        r = reliability.isolation(3, rounds=50)
+        self.assertEqual(r["differences"], [], r)
+        self.assertEqual((r["victim_missed"], r["victim_denied"]), (0, {}), r)
+        # The flood happened, and the daemon answered it (else the test proves nothing).
+        self.assertGreater(r["flood_frames_per_s"], 10_000, r)
+        self.assertGreater(r["hostile_denied"].get("rate_limited", 0), 0, r)
+
     def test_a_difference_is_seen(self):
         """The comparison itself: a thread whose nice changed, an IRQ moved, a group left."""
         t = {"comm": "x", "policy": 0, "prio": 0, "nice": 0, "ioprio": 0, "affinity": [0, 1], "cgroups": "0::/\n"}

@@ -336,6 +336,31 @@ pub(super) fn own_v2_group(env: &mut Host, tid: i32, why: &str) -> io::Result<St
     Ok(group)
 }
 
+/// The record of a number in `file` of a whole v2 group, (group, value): the v2 weight lever's
+/// `io.bfq.weight`, the v2 throttle's `cgroup.freeze`.
+pub(super) fn v2_group_setting(file: &str, original: &(String, u32), applied: &[(String, u32)]) -> Setting {
+    Setting::GroupWeight {
+        hierarchy: String::new(),
+        group: original.0.clone(),
+        file: file.into(),
+        original: original.1,
+        applied: applied.iter().map(|a| a.1).collect(),
+    }
+}
+
+/// A v2 group's value: (group, number).
+pub(super) type GroupValue = (String, u32);
+
+/// The original and applied values of a [`v2_group_setting`] of `file`.
+pub(super) fn parse_v2_group_setting(file: &str, s: &Setting) -> Option<(GroupValue, Vec<GroupValue>)> {
+    match s {
+        Setting::GroupWeight { hierarchy, group, file: f, original, applied } if hierarchy.is_empty() && f == file => {
+            Some(((group.clone(), *original), applied.iter().map(|w| (group.clone(), *w)).collect()))
+        }
+        _ => None,
+    }
+}
+
 /// cgroup v2: the default `io.bfq.weight` of the VM's own group, kept on its main thread.
 #[derive(Debug)]
 struct V2WeightKnob {
@@ -359,23 +384,10 @@ impl Knob for V2WeightKnob {
         (original.1 < self.weight).then(|| (original.0.clone(), self.weight))
     }
     fn setting(&self, original: &(String, u32), applied: &[(String, u32)]) -> Setting {
-        Setting::GroupWeight {
-            hierarchy: String::new(),
-            group: original.0.clone(),
-            file: V2_WEIGHT.into(),
-            original: original.1,
-            applied: applied.iter().map(|a| a.1).collect(),
-        }
+        v2_group_setting(V2_WEIGHT, original, applied)
     }
     fn parse_setting(&self, s: &Setting) -> Option<((String, u32), Vec<(String, u32)>)> {
-        match s {
-            Setting::GroupWeight { hierarchy, group, file, original, applied }
-                if hierarchy.is_empty() && file == V2_WEIGHT =>
-            {
-                Some(((group.clone(), *original), applied.iter().map(|w| (group.clone(), *w)).collect()))
-            }
-            _ => None,
-        }
+        parse_v2_group_setting(V2_WEIGHT, s)
     }
     fn show(&self, v: &(String, u32)) -> (&'static str, String) {
         ("io_weight", format!("{} {}", v.0, v.1))

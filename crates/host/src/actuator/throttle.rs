@@ -28,7 +28,7 @@ use std::io;
 
 use cosched_procfs::{TaskId, ThreadInfo};
 
-use super::block::{own_v2_group, Knob, V1GroupKnob};
+use super::block::{own_v2_group, parse_v2_group_setting, v2_group_setting, Knob, V1GroupKnob};
 use super::class::is_vcpu;
 use super::Host;
 use crate::cgroup::CgroupFs;
@@ -149,23 +149,10 @@ impl Knob for V2FreezeKnob {
         (original.1 == 0).then(|| (original.0.clone(), 1))
     }
     fn setting(&self, original: &(String, u32), applied: &[(String, u32)]) -> Setting {
-        Setting::GroupWeight {
-            hierarchy: String::new(),
-            group: original.0.clone(),
-            file: V2_FREEZE.into(),
-            original: original.1,
-            applied: applied.iter().map(|a| a.1).collect(),
-        }
+        v2_group_setting(V2_FREEZE, original, applied)
     }
     fn parse_setting(&self, s: &Setting) -> Option<((String, u32), Vec<(String, u32)>)> {
-        match s {
-            Setting::GroupWeight { hierarchy, group, file, original, applied }
-                if hierarchy.is_empty() && file == V2_FREEZE =>
-            {
-                Some(((group.clone(), *original), applied.iter().map(|w| (group.clone(), *w)).collect()))
-            }
-            _ => None,
-        }
+        parse_v2_group_setting(V2_FREEZE, s)
     }
     fn show(&self, v: &(String, u32)) -> (&'static str, String) {
         ("freeze", format!("{} {}", v.0, v.1))

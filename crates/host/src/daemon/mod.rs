@@ -910,8 +910,6 @@ fn restore_at_start(
     Ok((store, lock))
 }
 
-/// Puts the daemon's own thread at `SCHED_FIFO priority` (0: leaves it), RESET_ON_FORK so
-/// nothing it starts inherits it.
 /// The daemon's privileges, logged: the features it lost for want of a capability (it keeps
 /// the rest).
 fn privileges() -> Option<crate::caps::Caps> {
@@ -933,6 +931,8 @@ fn privileges() -> Option<crate::caps::Caps> {
     }
 }
 
+/// Puts the daemon's own thread at `SCHED_FIFO priority` (0: leaves it), RESET_ON_FORK so
+/// nothing it starts inherits it.
 fn set_own_priority(priority: u8) -> anyhow::Result<()> {
     if priority == 0 {
         return Ok(());

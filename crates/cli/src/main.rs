@@ -255,6 +255,11 @@ fn fmt_ms(ns_ms: f64) -> String {
     }
 }
 
+/// A status resource entry's time boosted (ms): its closed boosts and the one under way.
+fn boosted_ms(res: &Value) -> f64 {
+    res["counters"]["boosted_ns"].as_f64().unwrap_or(0.0) / 1e6 + res["boosted_for_ms"].as_f64().unwrap_or(0.0)
+}
+
 /// `cosched status --watch`: redraws [`watch_frame`] every `interval_ms` (on a terminal, from the
 /// top of a cleared screen), `count` times or until interrupted.
 fn watch_status(socket: &Path, interval_ms: u64, count: Option<u64>) -> anyhow::Result<()> {
@@ -310,9 +315,6 @@ fn watch_frame(prev: Option<(&Value, f64)>, s: &Value) -> String {
     };
     let denied =
         |c: &Value| -> f64 { c["denied"].as_object().map_or(0.0, |m| m.values().filter_map(Value::as_f64).sum()) };
-    let boosted_s = |r: &Value| {
-        r["counters"]["boosted_ns"].as_f64().unwrap_or(0.0) / 1e9 + r["boosted_for_ms"].as_f64().unwrap_or(0.0) / 1e3
-    };
     for vm in s["vms"].as_array().cloned().unwrap_or_default() {
         let before = prev.and_then(|(p, dt)| find(p, &vm).map(|b| (b, dt)));
         for (i, (r, res)) in vm["resources"].as_object().into_iter().flatten().enumerate() {
@@ -322,7 +324,7 @@ fn watch_frame(prev: Option<(&Value, f64)>, s: &Value) -> String {
                 let d = |k: &str| c[k].as_f64().unwrap_or(0.0) - br["counters"][k].as_f64().unwrap_or(0.0);
                 (
                     d("boosts") / dt,
-                    100.0 * (boosted_s(res) - boosted_s(br)) / dt,
+                    0.1 * (boosted_ms(res) - boosted_ms(br)) / dt,
                     (denied(c) - denied(&br["counters"])) / dt,
                 )
             });
@@ -465,8 +467,7 @@ fn print_status(s: &Value) {
         let mut vm_denied = denied(&vm["counters"]["denied"]);
         for (i, (r, res)) in vm["resources"].as_object().into_iter().flatten().enumerate() {
             let c = &res["counters"];
-            let boosted_ms =
-                c["boosted_ns"].as_f64().unwrap_or(0.0) / 1e6 + res["boosted_for_ms"].as_f64().unwrap_or(0.0);
+            let boosted_ms = boosted_ms(res);
             let mut d = denied(&c["denied"]);
             if i == 0 {
                 d.append(&mut vm_denied);

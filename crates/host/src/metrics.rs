@@ -202,7 +202,7 @@ pub fn render(status: &Value) -> String {
             add(
                 "cosched_vm_membw_throttled",
                 "gauge",
-                "1 if the VM's vCPUs are stopped for memory bandwidth now.",
+                "1 if the VM's vCPUs are held back (frozen, or slowed by resctrl MBA) for memory bandwidth now.",
                 &l,
                 (m["throttled"].as_bool() == Some(true)) as u8 as f64,
             );
@@ -216,14 +216,14 @@ pub fn render(status: &Value) -> String {
             add(
                 "cosched_vm_membw_throttles_total",
                 "counter",
-                "Times stopped for memory bandwidth.",
+                "Times held back for memory bandwidth.",
                 &l,
                 num(&st["throttles"]),
             );
             add(
                 "cosched_vm_membw_throttled_seconds_total",
                 "counter",
-                "Time stopped for memory bandwidth.",
+                "Time held back for memory bandwidth.",
                 &l,
                 num(&st["throttled_ns"]) / 1e9,
             );

@@ -243,6 +243,19 @@ def qemu_threads(pid):
     return out
 
 
+def policy(tid):
+    """A thread's scheduling policy, without SCHED_RESET_ON_FORK (the daemon's boosts set it)."""
+    return os.sched_getscheduler(tid) & ~os.SCHED_RESET_ON_FORK
+
+
+def need_root(test):
+    """In a unittest: skip without root, or fail where COSCHED_REQUIRE_ROOT=1 (CI)."""
+    if os.geteuid() != 0:
+        if os.environ.get("COSCHED_REQUIRE_ROOT") == "1":
+            raise AssertionError("COSCHED_REQUIRE_ROOT=1 but not root")
+        test.skipTest("needs root (set COSCHED_REQUIRE_ROOT=1 to make this a failure)")
+
+
 def is_vcpu(comm):
     return comm.startswith("CPU ") and (comm.endswith("/TCG") or comm.endswith("/KVM"))
 

@@ -101,11 +101,15 @@ class FakeVm:
                 raise RuntimeError(f"fake VM {name}: its threads did not start")
             time.sleep(0.01)
 
-    def tids(self):
+    def threads(self):
+        """(tid, comm) of its threads ([] once it is gone)."""
         try:
-            return [int(t) for t in os.listdir(f"/proc/{self.proc.pid}/task")]
+            return harness.qemu_threads(self.proc.pid)
         except OSError:
             return []
+
+    def tids(self):
+        return [t for t, _ in self.threads()]
 
     def send(self, kind, value):
         self.seq += 1
@@ -282,17 +286,10 @@ host_reserve_cpus = 0
 FRAMES_PER_TURN = 8 * 4096 // 16
 
 
-def policy(tid):
-    return os.sched_getscheduler(tid) & ~os.SCHED_RESET_ON_FORK
-
-
 def vcpu_of(vm):
-    for t in vm.tids():
-        try:
-            if Path(f"/proc/{vm.proc.pid}/task/{t}/comm").read_text().strip() == "CPU 0/TCG":
-                return t
-        except OSError:
-            pass
+    for t, comm in vm.threads():
+        if harness.is_vcpu(comm):
+            return t
     raise RuntimeError(f"{vm.name}: no vCPU thread")
 
 
@@ -303,12 +300,12 @@ def boost_latencies(vm, rounds, rng):
     for _ in range(rounds):
         t0 = time.perf_counter()
         vm.send("cpu", 1)
-        while policy(tid) != os.SCHED_RR and time.perf_counter() - t0 < 1.0:
+        while harness.policy(tid) != os.SCHED_RR and time.perf_counter() - t0 < 1.0:
             pass
-        out.append((time.perf_counter() - t0) * 1e6 if policy(tid) == os.SCHED_RR else None)
+        out.append((time.perf_counter() - t0) * 1e6 if harness.policy(tid) == os.SCHED_RR else None)
         vm.send("cpu", 0)
         t1 = time.perf_counter()
-        while policy(tid) != os.SCHED_OTHER and time.perf_counter() - t1 < 1.0:
+        while harness.policy(tid) != os.SCHED_OTHER and time.perf_counter() - t1 < 1.0:
             time.sleep(0.0002)
         time.sleep(rng.uniform(0.005, 0.02))
     return out

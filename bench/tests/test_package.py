@@ -29,11 +29,6 @@ def run(*cmd, check=True, **kw):
     return r
 
 
-def policy(tid):
-    """The thread's scheduling policy, without SCHED_RESET_ON_FORK (the daemon's boosts set it)."""
-    return os.sched_getscheduler(tid) & ~os.SCHED_RESET_ON_FORK
-
-
 def installed():
     r = run("dpkg-query", "-W", "-f=${Status}", "cosched", check=False)
     return r.returncode == 0 and "installed" in r.stdout and "not-installed" not in r.stdout
@@ -41,10 +36,7 @@ def installed():
 
 class Package(unittest.TestCase):
     def setUp(self):
-        if os.geteuid() != 0:
-            if os.environ.get("COSCHED_REQUIRE_ROOT") == "1":
-                raise AssertionError("COSCHED_REQUIRE_ROOT=1 but not root")
-            self.skipTest("needs root (set COSCHED_REQUIRE_ROOT=1 to make this a failure)")
+        harness.need_root(self)
         # Never replace what an operator installed: fail, saying why.
         self.assertFalse(installed(), "a cosched package is installed on this machine: the package test would "
                                       "replace and purge it; remove it first (dpkg --purge cosched)")
@@ -106,15 +98,15 @@ class Package(unittest.TestCase):
             qemu = Path(tmp) / "qemu-system-x86_64"
             shutil.copy(FAKE, qemu)
             vcpu = self.boosted_then_killed(qemu)
-            self.assertEqual(policy(vcpu), os.SCHED_RR, "left boosted by the killed daemon")
+            self.assertEqual(harness.policy(vcpu), os.SCHED_RR, "left boosted by the killed daemon")
             upgrade, new_version = self.bumped(deb, tmp)
             run("dpkg", "-i", upgrade)  # prerm upgrade, then postinst configure
             self.assertEqual(run("dpkg-query", "-W", "-f=${Version}", "cosched").stdout, new_version)
             run("/usr/bin/cosched", "--version")
-            self.assertEqual(policy(vcpu), os.SCHED_RR, "an upgrade alone does not restore")
+            self.assertEqual(harness.policy(vcpu), os.SCHED_RR, "an upgrade alone does not restore")
             r = run("dpkg", "--purge", "cosched")
             self.assertRegex(r.stdout + r.stderr, r"restored [1-9]\d* thread\(s\)")
-            self.assertEqual(policy(vcpu), os.SCHED_OTHER, "the purge restored the vCPU")
+            self.assertEqual(harness.policy(vcpu), os.SCHED_OTHER, "the purge restored the vCPU")
             for p in self.procs:
                 p.kill()
         for f in UNITS + ["/usr/bin/cosched", "/etc/cosched", "/lib/udev/rules.d/60-cosched.rules"]:
@@ -142,15 +134,14 @@ class Package(unittest.TestCase):
         vm.stdin.write(struct.pack("<2sBBIQ", b"CS", 1, 3, 2, 1))  # CPU 1
         vm.stdin.flush()
         while True:
-            tids = [t for t in os.listdir(f"/proc/{vm.pid}/task")
-                    if Path(f"/proc/{vm.pid}/task/{t}/comm").read_text().strip() == "CPU 0/TCG"]
-            if tids and policy(int(tids[0])) == os.SCHED_RR:
+            tids = [t for t, comm in harness.qemu_threads(vm.pid) if harness.is_vcpu(comm)]
+            if tids and harness.policy(tids[0]) == os.SCHED_RR:
                 break
             self.assertLess(time.time(), deadline, "the installed daemon never boosted the fake VM")
             time.sleep(0.01)
         daemon.kill()
         daemon.wait()
-        return int(tids[0])
+        return tids[0]
 
 
 if __name__ == "__main__":

@@ -3,21 +3,18 @@
 while its VMs are boosted, raised, shielded, at static FIFO and throttled, `cosched restore`
 leaves the host exactly as it was before the daemon first touched it."""
 
-import os
 import sys
 import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness  # noqa: E402
 import reliability  # noqa: E402
 
 
 class CrashCycles(unittest.TestCase):
     def test_five_kill_9_cycles_leave_no_difference(self):
-        if os.geteuid() != 0:
-            if os.environ.get("COSCHED_REQUIRE_ROOT") == "1":
-                raise AssertionError("COSCHED_REQUIRE_ROOT=1 but not root")
-            self.skipTest("needs root (set COSCHED_REQUIRE_ROOT=1 to make this a failure)")
+        harness.need_root(self)
         rows = reliability.crash(5, log=lambda line: print(line, file=sys.stderr))
         self.assertEqual([r["differences"] for r in rows], [0] * 5, [r["detail"] for r in rows])
         # Each change was in force at some kill (else the test proves nothing about it).
@@ -27,10 +24,7 @@ class CrashCycles(unittest.TestCase):
     def test_a_hostile_vm_changes_nothing_of_the_host_or_its_neighbour(self):
         """Isolation, 3 s of flood: no thread of the host or of the victim changed, the victim's
         every boost applied and none denied (its latency is measured by the full run)."""
-        if os.geteuid() != 0:
-            if os.environ.get("COSCHED_REQUIRE_ROOT") == "1":
-                raise AssertionError("COSCHED_REQUIRE_ROOT=1 but not root")
-            self.skipTest("needs root (set COSCHED_REQUIRE_ROOT=1 to make this a failure)")
+        harness.need_root(self)
         r = reliability.isolation(3, rounds=50)
         self.assertEqual(r["differences"], [], r)
         self.assertEqual((r["victim_missed"], r["victim_denied"]), (0, {}), r)

@@ -45,10 +45,7 @@ def userspace_rt_threads():
 
 
 def need_root(test):
-    if os.geteuid() != 0:
-        if os.environ.get("COSCHED_REQUIRE_ROOT") == "1":
-            raise AssertionError("COSCHED_REQUIRE_ROOT=1 but not root")
-        test.skipTest("needs root (set COSCHED_REQUIRE_ROOT=1 to make this a failure)")
+    harness.need_root(test)
     for f in (cb.COSCHED, cb.RUN_SH):
         if not Path(f).exists():
             raise AssertionError(f"{f} missing: build first (README)")

@@ -915,7 +915,8 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
         for ahead_us, delay_us, p in sent:
             self.assertEqual(p, 80, why)
             self.assertLessEqual(ahead_us, 10_000, why)
-            self.assertTrue(0 < delay_us <= ahead_us <= delay_us + 5_000, why)
+            self.assertTrue(0 < delay_us <= ahead_us <= delay_us + 5_000,
+                            f"predicted {ahead_us} µs ahead, WAKE in {delay_us} µs\n{why}")
         self.assertNotIn("the host does not support WAKE", agent, why)
         self.assertNotIn("-> DENY(cpu: unsupported)", log)
         # The host planned them, boosted the VM ahead of the wake-ups (or found it boosted), and

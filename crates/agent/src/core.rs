@@ -16,14 +16,18 @@
 //!
 //! Predictive boost: right after a `CPU 0`, the I/O layer hands [`AgentCore::predict`] the guest's
 //! next RT wake-up (from the detector); if it is within the horizon the core sends `WAKE` with the
-//! delay until then, minus the frame's estimated one-way transit: half the smoothed round trip of
-//! the agent's own requests (send to `ACK`/`DENY`, on the guest's clock; it includes the host's
-//! handling and the agent's own wake-up to read the reply, so it errs towards an early boost). A
-//! prediction that is withdrawn before it is due is cancelled with `WAKE 0`. Replies to a `WAKE` are
-//! told apart from those to `CPU` frames by their seq: `DENY(cpu: unsupported)` to a `WAKE` turns
-//! predictions off until the next registration and leaves the CPU boost alone.
+//! delay until then, minus the frame's estimated one-way transit: half the median round trip of
+//! the agent's last 16 requests (send to `ACK`/`DENY`, on the guest's clock; it includes the
+//! host's handling and the agent's own wake-up to read the reply, so it errs towards an early
+//! boost; a median, so that a few replies read late do not move it). A prediction that is withdrawn before it is
+//! due is cancelled with `WAKE 0`. Replies to a `WAKE` are told apart from those to `CPU` frames by
+//! their seq: `DENY(cpu: unsupported)` to a `WAKE` turns predictions off until the next
+//! registration and leaves the CPU boost alone.
 
 use std::collections::VecDeque;
+
+/// Round trips kept for the transit estimate ([`AgentCore::rtt_ns`]).
+const RTT_SAMPLES: usize = 16;
 
 use cosched_proto::cpu::Need;
 use cosched_proto::{caps, DenyReason, Frame, Kind, Resource};
@@ -243,8 +247,8 @@ pub struct AgentCore {
     pub counters: Counters,
     /// Requests sent and not answered yet: (seq, kind, sent at).
     inflight: VecDeque<(u32, Kind, u64)>,
-    /// Smoothed round trip of requests (0: no sample yet).
-    srtt_ns: u64,
+    /// The last [`RTT_SAMPLES`] round trips of requests, oldest first.
+    rtts: VecDeque<u64>,
     predict: PredictState,
     /// Memory-bandwidth requests sent and not answered: (seq, client, share asked).
     membw_pending: Vec<(u32, Option<u64>, u64)>,
@@ -276,7 +280,7 @@ impl AgentCore {
             resources,
             counters: Counters::default(),
             inflight: VecDeque::new(),
-            srtt_ns: 0,
+            rtts: VecDeque::with_capacity(RTT_SAMPLES),
             predict,
             membw_pending: Vec::new(),
             membw_wanted: 0,
@@ -341,9 +345,15 @@ impl AgentCore {
         }
     }
 
-    /// The smoothed round trip of the agent's requests, in ns (0: none measured yet).
-    pub fn srtt_ns(&self) -> u64 {
-        self.srtt_ns
+    /// The round trip of the agent's requests, in ns (0: none measured yet): the median (the
+    /// lower one of an even count) of the last [`RTT_SAMPLES`]. A median, not a mean: a reply read
+    /// late because the agent or the whole guest was not running (the first ones after start-up,
+    /// say, or a TCG guest's stall) says nothing about the channel, and would make every `WAKE`
+    /// that follows that much early; a lasting change wins within half the window.
+    pub fn rtt_ns(&self) -> u64 {
+        let mut v: Vec<u64> = self.rtts.iter().copied().collect();
+        v.sort_unstable();
+        v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0)
     }
 
     /// Predictions are on (configured, and not refused by the host since the registration).
@@ -370,7 +380,7 @@ impl AgentCore {
             c.wakes_acked,
             c.wakes_denied,
             self.predict.on,
-            self.srtt_ns / 1000
+            self.rtt_ns() / 1000
         )
     }
 
@@ -383,8 +393,8 @@ impl AgentCore {
         out.push(Out::Send(f));
     }
 
-    /// The request a reply answers, if remembered; its round trip feeds the smoothed estimate
-    /// (gain 1/8, as TCP's). A `REGISTER`'s does not: the host lists the VM's threads before it
+    /// The request a reply answers, if remembered; its round trip is a sample for
+    /// [`AgentCore::rtt_ns`]. A `REGISTER`'s is not: the host lists the VM's threads before it
     /// answers, and the agent is still starting.
     fn answered(&mut self, seq: u32, now: u64) -> Option<Kind> {
         if seq == 0 {
@@ -393,8 +403,10 @@ impl AgentCore {
         let i = self.inflight.iter().position(|(s, _, _)| *s == seq)?;
         let (_, kind, sent) = self.inflight.remove(i)?;
         if kind != Kind::Register {
-            let sample = now.saturating_sub(sent);
-            self.srtt_ns = if self.srtt_ns == 0 { sample.max(1) } else { (self.srtt_ns * 7 + sample) / 8 };
+            if self.rtts.len() == RTT_SAMPLES {
+                self.rtts.pop_front();
+            }
+            self.rtts.push_back(now.saturating_sub(sent).max(1));
         }
         Some(kind)
     }
@@ -426,7 +438,7 @@ impl AgentCore {
             }
         }
         // The frame is read by the host about one transit after it is sent: say that much less.
-        let transit = self.srtt_ns / 2;
+        let transit = self.rtt_ns() / 2;
         let delay_us = wanted.map_or(0, |p| (p.in_ns.saturating_sub(transit) / 1000).min(u32::MAX as u64) as u32);
         if let (Some(p), true) = (wanted, delay_us > 0) {
             let seq = self.next_seq();
@@ -1374,22 +1386,22 @@ mod tests {
     }
 
     /// Registered (the REGISTER's round trip, 500 µs, is no sample), CPU boosted at 1 ms (seq 2,
-    /// answered after 200 µs) and deboosted at 1.5 ms (seq 3, answered after 100 µs: smoothed
-    /// 187.5 µs).
+    /// answered after 200 µs) and deboosted at 1.5 ms (seq 3, answered after 100 µs: the lower
+    /// median of the two is 100 µs).
     fn deboosted_with_a_round_trip() -> AgentCore {
         let mut a = AgentCore::new(Config::default(), &[Cpu]);
         let mut out = Vec::new();
         a.tick(0, &mut out);
         a.on_frame(Frame::ack(1, caps::CPU), 500_000, &mut out);
-        assert_eq!(a.srtt_ns(), 0);
+        assert_eq!(a.rtt_ns(), 0);
         a.on_need(Cpu, 0, Some(need(80, true)), 1_000_000, &mut out);
         a.on_frame(Frame::ack(2, 1), 1_200_000, &mut out);
-        assert_eq!(a.srtt_ns(), 200_000);
+        assert_eq!(a.rtt_ns(), 200_000);
         assert!(!a.prediction_due());
         a.on_need(Cpu, 0, None, 1_500_000, &mut out);
         assert!(a.prediction_due(), "a CPU 0 went out");
         a.on_frame(Frame::ack(3, 0), 1_600_000, &mut out);
-        assert_eq!(a.srtt_ns(), 187_500);
+        assert_eq!(a.rtt_ns(), 100_000);
         assert_eq!(sent(&out)[1..], [Frame::cpu_rt(2, need(80, true)), Frame::cpu(3, false)]);
         a
     }
@@ -1399,32 +1411,78 @@ mod tests {
     }
 
     #[test]
+    fn replies_read_late_do_not_move_the_transit_estimate() {
+        let mut a = deboosted_with_a_round_trip(); // 200 and 100 µs: 100 µs
+        let mut out = Vec::new();
+        // A reply read 120 ms late (the guest was not running), then one after 150 µs: the
+        // median of 100, 150, 200 µs and 120 ms is 150 µs (the lower of the middle two).
+        a.on_need(Cpu, 0, Some(need(80, true)), 2_000_000, &mut out); // seq 4
+        a.on_frame(Frame::ack(4, 1), 122_000_000, &mut out);
+        a.on_need(Cpu, 0, None, 123_000_000, &mut out); // seq 5
+        a.on_frame(Frame::ack(5, 0), 123_150_000, &mut out);
+        assert_eq!(a.rtt_ns(), 150_000);
+        // So the next WAKE is early by 75 µs, not by half a mean that the 120 ms dominates.
+        out.clear();
+        a.predict(predicted(8_000_000, 80), 124_000_000, &mut out);
+        assert_eq!(sent(&out), vec![Frame::wake(6, 7_925, 80)]);
+        // A lasting rise (every reply now 2 ms) wins once it fills half the window.
+        let mut now = 130_000_000;
+        for i in 0..(RTT_SAMPLES as u32 / 4 + 1) {
+            let seq = 7 + 2 * i;
+            a.on_need(Cpu, 0, Some(need(80, true)), now, &mut out);
+            a.on_frame(Frame::ack(seq, 1), now + 2_000_000, &mut out);
+            a.on_need(Cpu, 0, None, now + 3_000_000, &mut out);
+            a.on_frame(Frame::ack(seq + 1, 0), now + 5_000_000, &mut out);
+            now += 10_000_000;
+        }
+        assert_eq!(a.rtt_ns(), 2_000_000);
+    }
+
+    #[test]
+    fn a_slow_first_reply_does_not_set_the_transit_estimate() {
+        // The host's first boost of a VM is its slowest (and the agent has just started): 10 ms.
+        let mut a = AgentCore::new(Config::default(), &[Cpu]);
+        let mut out = Vec::new();
+        a.tick(0, &mut out);
+        a.on_frame(Frame::ack(1, caps::CPU), 500_000, &mut out);
+        a.on_need(Cpu, 0, Some(need(80, true)), 1_000_000, &mut out);
+        a.on_frame(Frame::ack(2, 1), 11_000_000, &mut out);
+        assert_eq!(a.rtt_ns(), 10_000_000);
+        a.on_need(Cpu, 0, None, 12_000_000, &mut out);
+        a.on_frame(Frame::ack(3, 0), 12_200_000, &mut out);
+        assert_eq!(a.rtt_ns(), 200_000, "the lower of two");
+        out.clear();
+        a.predict(predicted(8_000_000, 80), 12_300_000, &mut out);
+        assert_eq!(sent(&out), vec![Frame::wake(4, 7_900, 80)]);
+    }
+
+    #[test]
     fn a_wake_goes_out_at_the_deboost_less_the_transit() {
         let mut a = deboosted_with_a_round_trip();
         let mut out = Vec::new();
-        // Next wake-up in 8 ms: the host reads the frame half a round trip (93.75 µs) later.
+        // Next wake-up in 8 ms: the host reads the frame half a round trip (50 µs) later.
         a.predict(predicted(8_000_000, 80), 2_000_000, &mut out);
-        assert_eq!(sent(&out), vec![Frame::wake(4, 7_906, 80)]);
+        assert_eq!(sent(&out), vec![Frame::wake(4, 7_950, 80)]);
         assert!(!a.prediction_due());
         // The same wake-up read again (a withdrawal elsewhere, say): nothing new.
         out.clear();
         a.predict(predicted(7_990_000, 80), 2_010_000, &mut out);
         assert!(sent(&out).is_empty(), "{out:?}");
         // The host acknowledges it: counted, and it says nothing about the CPU boost.
-        a.on_frame(Frame::ack(4, 7_906), 2_300_000, &mut out);
+        a.on_frame(Frame::ack(4, 7_950), 2_300_000, &mut out);
         assert_eq!(
             (a.counters.wakes_sent, a.counters.wakes_acked, a.counters.acks),
             (1, 1, 2),
             "the CPU frames' ACKs only"
         );
-        // Its round trip (300 µs) is a sample too.
-        assert_eq!(a.srtt_ns(), (187_500 * 7 + 300_000) / 8);
+        // Its round trip (300 µs) is a sample too: the median of 100, 200 and 300 µs.
+        assert_eq!(a.rtt_ns(), 200_000);
         // The wake-up comes: CPU 1; the prediction is used up, and the next deboost brings the next.
         a.on_need(Cpu, 0, Some(need(80, true)), 10_000_000, &mut out);
         a.on_need(Cpu, 0, None, 10_500_000, &mut out);
         assert!(a.prediction_due());
         a.predict(predicted(9_500_000, 80), 10_500_000, &mut out);
-        let transit = a.srtt_ns() / 2;
+        let transit = a.rtt_ns() / 2;
         assert_eq!(
             sent(&out),
             vec![
@@ -1437,7 +1495,7 @@ mod tests {
         let mut a = deboosted_with_a_round_trip();
         out.clear();
         a.predict(predicted(1_000_000_001, 80), 2_000_000, &mut out);
-        a.predict(predicted(90_000, 80), 2_000_000, &mut out);
+        a.predict(predicted(40_000, 80), 2_000_000, &mut out);
         assert!(sent(&out).is_empty(), "{out:?}");
         // While boosted nothing is predicted.
         let mut a = deboosted_with_a_round_trip();
@@ -1500,18 +1558,19 @@ mod tests {
     fn a_withdrawn_prediction_sends_wake_0() {
         let mut a = deboosted_with_a_round_trip();
         let mut out = Vec::new();
-        a.predict(predicted(8_000_000, 80), 2_000_000, &mut out); // WAKE seq 4, due at 10 ms
-                                                                  // The task was woken early (a signal): no wake-up predicted any more.
+        // WAKE seq 4, due at 10 ms; then the task is woken early (a signal): no wake-up is
+        // predicted any more.
+        a.predict(predicted(8_000_000, 80), 2_000_000, &mut out);
         a.predict(None, 3_000_000, &mut out);
         a.predict(None, 3_100_000, &mut out); // nothing stands: nothing more
-        assert_eq!(sent(&out), vec![Frame::wake(4, 7_906, 80), Frame::wake(5, 0, 0)]);
+        assert_eq!(sent(&out), vec![Frame::wake(4, 7_950, 80), Frame::wake(5, 0, 0)]);
         assert_eq!((a.counters.wakes_sent, a.counters.wake_withdrawals), (1, 1));
         // A later wake-up of another task replaces the standing one (one WAKE, no WAKE 0).
         let mut a = deboosted_with_a_round_trip();
         out.clear();
         a.predict(predicted(8_000_000, 80), 2_000_000, &mut out); // seq 4
         a.predict(predicted(20_000_000, 60), 3_000_000, &mut out); // seq 5
-        assert_eq!(sent(&out), vec![Frame::wake(4, 7_906, 80), Frame::wake(5, 19_906, 60)]);
+        assert_eq!(sent(&out), vec![Frame::wake(4, 7_950, 80), Frame::wake(5, 19_950, 60)]);
         // A prediction already due needs no withdrawal; one moved beyond the horizon does.
         let mut a = deboosted_with_a_round_trip();
         out.clear();
@@ -1519,7 +1578,7 @@ mod tests {
         a.predict(None, 3_500_000, &mut out);
         a.predict(predicted(8_000_000, 80), 3_600_000, &mut out); // seq 5
         a.predict(predicted(2_000_000_000, 80), 3_700_000, &mut out); // seq 6: WAKE 0
-        assert_eq!(sent(&out), vec![Frame::wake(4, 906, 80), Frame::wake(5, 7_906, 80), Frame::wake(6, 0, 0)]);
+        assert_eq!(sent(&out), vec![Frame::wake(4, 950, 80), Frame::wake(5, 7_950, 80), Frame::wake(6, 0, 0)]);
     }
 
     #[test]

@@ -62,6 +62,11 @@ Options:
                          PVH entry, ~2.5 s faster under TCG than the bzImage; the build's
                          vmlinuz if there is no vmlinux)
   --dry-run              print the QEMU command line instead of running it
+  --initrd-out FILE      write the initramfs (with the workload and --add files) to FILE,
+                         print "kernel=PATH", "initrd=FILE", the kernel command line
+                         ("append=...") and the accelerator ("accel=kvm|tcg"), and exit
+                         without booting: for another launcher
+                         (libvirt's <os><kernel>/<initrd>/<cmdline>)
   -h, --help             this text
 
 QEMU runs with -name NAME,debug-threads=on, so its threads are named ("CPU 0/TCG",
@@ -86,6 +91,7 @@ timeout_s=300
 append=
 kernel=
 dry=0
+initrd_out=
 
 need() { [ $# -ge 2 ] || die "$1 needs an argument"; }
 while [ $# -gt 0 ]; do
@@ -105,6 +111,7 @@ while [ $# -gt 0 ]; do
         --append) need "$@"; append=$2; shift ;;
         --kernel) need "$@"; kernel=$2; shift ;;
         --dry-run) dry=1 ;;
+        --initrd-out) need "$@"; initrd_out=$2; shift ;;
         -h|--help) usage; exit 0 ;;
         *) usage >&2; exit 2 ;;
     esac
@@ -267,6 +274,12 @@ if [ ${#nets[@]} -gt 0 ]; then
     [ -z "$nip" ] || cmdline="$cmdline cosched.ip=$nip"
 fi
 [ -z "$append" ] || cmdline="$cmdline $append"
+
+if [ -n "$initrd_out" ]; then
+    cp "$initrd" "$initrd_out"
+    printf 'kernel=%s\ninitrd=%s\nappend=%s\naccel=%s\n' "$kernel" "$initrd_out" "$cmdline" "$accel"
+    exit 0
+fi
 
 args=(
     "$qemu"

@@ -157,6 +157,33 @@ impl CgroupFs {
         &self.root
     }
 
+    /// Why RT group scheduling (`CONFIG_RT_GROUP_SCHED`, a v1 `cpu` hierarchy) refuses a
+    /// real-time policy to thread `tid`: the groups from the top (not the root) down to its own
+    /// whose `cpu.rt_runtime_us` is 0. `None` where that is not the reason (no such hierarchy
+    /// or file, or every group has runtime). libvirt puts a domain's threads in `cpu` groups of
+    /// its own (`/machine/<domain>.libvirt-qemu/vcpu0`) that have none.
+    pub fn rt_runtime_blocker(&self, tid: i32) -> Option<String> {
+        let group = self.get(tid, "cpu").ok()?;
+        let mut zero = Vec::new();
+        let mut g = group.trim_end_matches('/');
+        while !g.is_empty() {
+            if self.read("cpu", g, "cpu.rt_runtime_us").ok()? == "0" {
+                zero.push(g);
+            }
+            g = &g[..g.rfind('/').unwrap_or(0)];
+        }
+        zero.reverse();
+        (!zero.is_empty()).then(|| {
+            format!(
+                "its cpu cgroup {group} cannot run real-time tasks (RT group scheduling): cpu.rt_runtime_us is 0 \
+                 in {}; give {} runtime, from the top down, or keep the VM out of the cpu controller (libvirt: \
+                 cgroup_controllers in /etc/libvirt/qemu.conf without \"cpu\")",
+                zero.join(", "),
+                if zero.len() == 1 { "it" } else { "them" }
+            )
+        })
+    }
+
     /// The directory of `group` in `hierarchy`.
     pub fn dir(&self, hierarchy: &str, group: &str) -> PathBuf {
         let base = match hierarchy {
@@ -196,6 +223,42 @@ fn parse(text: &str, hierarchy: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_the_group_without_rt_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let (proc, root) = (dir.path().join("proc"), dir.path().join("cg"));
+        let cg = CgroupFs::new(&proc, &root);
+        fs::create_dir_all(root.join("cpu")).unwrap();
+        let leaf = "/machine/qemu-1-vm.libvirt-qemu/vcpu0";
+        for (tid, group) in [(10, leaf), (11, "/"), (12, "/other")] {
+            fs::create_dir_all(proc.join(tid.to_string())).unwrap();
+            fs::write(proc.join(format!("{tid}/cgroup")), format!("3:cpu,cpuacct:{group}\n")).unwrap();
+        }
+        let mut path = String::new();
+        for (part, runtime) in [("machine", "950000"), ("qemu-1-vm.libvirt-qemu", "0"), ("vcpu0", "0")] {
+            path = format!("{path}/{part}");
+            cg.make_group("cpu", &path).unwrap();
+            cg.write("cpu", &path, "cpu.rt_runtime_us", runtime).unwrap();
+        }
+        let why = cg.rt_runtime_blocker(10).unwrap();
+        assert!(why.contains(&format!("cgroup {leaf} cannot run real-time")), "{why}");
+        assert!(
+            why.contains("is 0 in /machine/qemu-1-vm.libvirt-qemu, /machine/qemu-1-vm.libvirt-qemu/vcpu0; give them"),
+            "the groups without runtime, from the top: {why}"
+        );
+        // With runtime in the leaf, the group above it alone is named.
+        cg.write("cpu", leaf, "cpu.rt_runtime_us", "100000").unwrap();
+        let why = cg.rt_runtime_blocker(10).unwrap();
+        assert!(why.contains("is 0 in /machine/qemu-1-vm.libvirt-qemu; give it"), "{why}");
+        cg.write("cpu", "/machine/qemu-1-vm.libvirt-qemu", "cpu.rt_runtime_us", "100000").unwrap();
+        assert_eq!(cg.rt_runtime_blocker(10), None, "every group has runtime");
+        // The root group, a group without the file (no RT group scheduling), a gone thread.
+        assert_eq!(cg.rt_runtime_blocker(11), None);
+        cg.make_group("cpu", "/other").unwrap();
+        assert_eq!(cg.rt_runtime_blocker(12), None);
+        assert_eq!(cg.rt_runtime_blocker(13), None);
+    }
 
     #[test]
     fn reads_v1_and_v2_lines() {

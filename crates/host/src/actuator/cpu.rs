@@ -241,7 +241,15 @@ impl Actuator for CpuActuator {
                     t.applied = t.want;
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => gone.push(*tid),
-                Err(e) => out.errors.push(sched::explain_set_error(*tid, &attr, &e)),
+                Err(e) => {
+                    let mut why = sched::explain_set_error(*tid, &attr, &e);
+                    if e.raw_os_error() == Some(libc::EPERM) && attr.is_realtime() {
+                        if let Some(group) = env.sched.cgroups().rt_runtime_blocker(*tid) {
+                            why = format!("{why}: {group}");
+                        }
+                    }
+                    out.errors.push(why)
+                }
             }
         }
         for tid in &gone[first_gone..] {

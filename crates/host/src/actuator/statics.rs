@@ -330,7 +330,15 @@ impl StaticActuator {
             match result {
                 Ok(()) => out.changed += 1,
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => gone.push(tid),
-                Err(e) => out.errors.push(format!("static tuning of thread {tid}: {e}")),
+                Err(e) => {
+                    let blocker = (e.raw_os_error() == Some(libc::EPERM))
+                        .then(|| env.sched.cgroups().rt_runtime_blocker(tid))
+                        .flatten();
+                    out.errors.push(match blocker {
+                        Some(why) => format!("static tuning of thread {tid}: {e}: {why}"),
+                        None => format!("static tuning of thread {tid}: {e}"),
+                    })
+                }
             }
         }
         for tid in gone.iter() {

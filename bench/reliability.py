@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """cosched's reliability campaign: figures in results/reliability/summary.md.
 
-  sudo /usr/bin/python3 bench/reliability.py all [--cycles 100] [--runs 10000000]   (~20 min)
-  sudo /usr/bin/python3 bench/reliability.py crash [--cycles 100] [--out DIR]
+  sudo /usr/bin/python3 bench/reliability.py all [--cycles 100] [--runs 10000000]
+  sudo /usr/bin/python3 bench/reliability.py crash [--cycles 100] [--restore-by alternate|command|restart]
+  sudo /usr/bin/python3 bench/reliability.py isolation [--seconds 20]
+  (each takes --out DIR, default results/reliability; `all` is ~20 min)
 
 fuzz (in `all`): bench/fuzz.sh, `--runs` executions of each fuzz target (the guest channel's frame
 decoder, the control socket's request parser, the config loader), with AddressSanitizer; no
@@ -10,18 +12,32 @@ crash, no hang (10 s per input), no memory past 1 GiB.
 
 crash: `kill -9` of the daemon at a random moment, cycle after cycle, while its VMs are boosted
 (CPU), raised (I/O, through a cgroup), shielded (a dedicated CPU, IRQs moved off it), run at
-static FIFO and throttled (memory bandwidth, through the freezer). After each kill,
-`cosched restore` runs and the host is compared with a snapshot taken before the daemon first
-touched it: every thread's scheduling policy, priority, nice, I/O priority, CPU affinity and
-cgroups, the IRQ affinities, and the daemon's own cgroups (there must be none). Target: 0
-differences. The VMs are synthetic (cosched-fake-qemu playing the guest: REGISTER, CPU 1, IO 1,
-MEMBW), so a cycle takes about a second.
+static FIFO and throttled (memory bandwidth, through the freezer). After each kill the host is
+put back, and compared with a snapshot taken before the daemon first touched it: every thread's
+scheduling policy, priority, nice, I/O priority, CPU affinity and cgroups, the IRQ affinities, and
+the daemon's own cgroups (there must be none). Other QEMU processes on the host are left out of
+the comparison (another daemon, a libvirt test's, may coordinate them meanwhile). Target: 0
+differences. What puts the host back (--restore-by; `alternate`, the default, takes turns):
+  command  `cosched restore`, as an operator runs it after a crash. Proves that the record the
+           dead daemon kept is complete and that the command undoes it exactly.
+  restart  the daemon started again on the same state directory, as systemd restarts it. The
+           VMs are stopped first (SIGSTOP: nothing of theirs reaches the new daemon), and the new
+           daemon has nothing that acts without a request (no static tunings, no event
+           boosting, no memory-bandwidth regulation; RESTART_CONFIG), so the only change it may
+           make is its restore at start. Once it answers (its restore is done before it binds its
+           control socket) and has attached every VM, the host is compared while it runs; then it
+           stops and the VMs resume. Proves that a restarted daemon first puts back everything
+           the dead one left, before it acts again, and that attaching to running VMs changes
+           nothing by itself. (With static tunings or guests asking, a restarted daemon applies
+           them again at once: there would be no quiet moment to compare.)
+The VMs are synthetic (cosched-fake-qemu playing the guest: REGISTER, CPU 1, IO 1, MEMBW), so a
+cycle takes about a second.
 
-isolation (`reliability.py isolation`, results/reliability/isolation.md): a hostile VM floods its
-channel beside a victim; nothing of the host's or the victim's threads may change, and the
-victim's boost latency is measured against the daemon's per-turn read bound.
+isolation (results/reliability/isolation.md): a hostile VM floods its channel beside a victim;
+nothing of the host's or the victim's threads may change, and the victim's boost latency is
+measured against the daemon's per-turn read bound.
 
-Needs root and a built tree (scripts/setup.sh). Not yet built: the 1-hour soak (see the README).
+Needs root and a built tree (scripts/setup.sh).
 """
 
 import argparse
@@ -29,6 +45,7 @@ import ctypes
 import json
 import os
 import random
+import shutil
 import signal
 import struct
 import subprocess
@@ -70,7 +87,11 @@ shield = "{cpu}"
 fifo = true
 """
 CAPS = 1 | 2 | 4  # cpu, io, membw
-KIND = {"register": 1, "cpu": 3, "io": 4, "membw": 5}
+KIND = {"register": 1, "deregister": 2, "cpu": 3, "io": 4, "membw": 5, "wake": 6}
+ACK, DENY, DISABLE, ENABLE = 0x80, 0x81, 0x82, 0x83
+# DENY's reason (its value's low byte; crates/proto DenyReason).
+DENY_REASONS = {1: "disabled", 2: "unsupported", 3: "budget", 4: "malformed", 5: "rate_limited",
+                6: "not_registered", 7: "host_reserve"}
 
 
 def frame(kind, seq, value):
@@ -79,9 +100,13 @@ def frame(kind, seq, value):
 
 
 class FakeVm:
-    """cosched-fake-qemu relaying the daemon's connection to our pipes: we play its guest."""
+    """cosched-fake-qemu relaying the daemon's connection to our pipes: we play its guest.
 
-    def __init__(self, tmp, name, spin):
+    replies: "drop" (a thread reads them and drops them, so that the pipe never fills), "keep"
+    (a thread keeps the ACK/DENY of each seq: `reply(seq)`), or "caller" (nothing reads them: the
+    caller reads proc.stdout itself, e.g. many VMs from one loop)."""
+
+    def __init__(self, tmp, name, spin, replies="drop"):
         exe = Path(tmp) / f"bin-{name}" / "qemu-system-x86_64"
         exe.parent.mkdir()
         exe.write_bytes(FAKE.read_bytes())
@@ -89,17 +114,47 @@ class FakeVm:
         args = [str(exe), "--socket", str(Path(tmp) / "d" / "vms" / f"{name}.sock"), "-name", name,
                 "--spin" if spin else "--thread", "CPU 0/TCG", "--thread", "IO iothread0", "--thread", "worker"]
         self.name = name
+        self.bin = exe.parent
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      preexec_fn=harness.dies_with_us(signal.SIGKILL))
-        # Replies are read and dropped, so that the pipe never fills.
-        threading.Thread(target=lambda: [None for _ in iter(lambda: self.proc.stdout.read(4096), b"")],
-                         daemon=True).start()
+        self.replies, self.cond, self.reader = {}, threading.Condition(), None
+        if replies != "caller":
+            self.reader = threading.Thread(target=self._read, args=(replies == "keep",), daemon=True)
+            self.reader.start()
         self.seq = 0
         deadline = time.time() + 5
         while len(self.tids()) < 5:
             if time.time() > deadline:
+                self.stop()
                 raise RuntimeError(f"fake VM {name}: its threads did not start")
             time.sleep(0.01)
+
+    def _read(self, keep):
+        fd, buf = self.proc.stdout.fileno(), b""
+        while True:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:
+                return
+            if not data:
+                return
+            if keep:
+                buf += data
+                whole = len(buf) // 16 * 16
+                with self.cond:
+                    for _, _, kind, seq, value in struct.iter_unpack("<2sBBIQ", buf[:whole]):
+                        if seq:
+                            self.replies[seq] = (kind, value)
+                    self.cond.notify_all()
+                buf = buf[whole:]
+
+    def reply(self, seq, timeout):
+        """("ack", value) or ("deny", reason name) for frame `seq` (replies="keep"), None if none
+        came within `timeout` s."""
+        with self.cond:
+            self.cond.wait_for(lambda: seq in self.replies, timeout)
+            r = self.replies.pop(seq, None)
+        return None if r is None else ("ack", r[1]) if r[0] == ACK else ("deny", DENY_REASONS.get(r[1] & 0xff, "?"))
 
     def threads(self):
         """(tid, comm) of its threads ([] once it is gone)."""
@@ -112,9 +167,11 @@ class FakeVm:
         return [t for t, _ in self.threads()]
 
     def send(self, kind, value):
+        """Sends one frame; returns its seq."""
         self.seq += 1
         self.proc.stdin.write(frame(kind, self.seq, value))
         self.proc.stdin.flush()
+        return self.seq
 
     def ask_everything(self):
         """As a guest would after the daemon (re)connects: register, then CPU 1, IO 1, MEMBW."""
@@ -124,11 +181,18 @@ class FakeVm:
         self.send("membw", 300)
 
     def stop(self):
+        """Kills it (idempotent); its reader thread ends on the pipe's end before it is closed."""
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
-        self.proc.stdin.close()
-        self.proc.stdout.close()
+        if self.reader is not None:
+            self.reader.join(2)
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:  # a write the fake never read (it is gone)
+                pass
+        shutil.rmtree(self.bin, ignore_errors=True)
 
 
 def ioprio(tid):
@@ -150,24 +214,30 @@ def thread_attrs(tid):
             "cgroups": cg}
 
 
-def own_groups():
-    """Cgroups (and resctrl groups) the daemon makes: cosched-* anywhere under the hierarchies."""
+def own_groups(foreign=()):
+    """Cgroups (and resctrl groups) the daemon makes: cosched-* anywhere under the hierarchies,
+    but those of the `foreign` processes (`cosched-io-<pid>`: another daemon's VM)."""
     out = []
     for root in ("/sys/fs/cgroup", "/sys/fs/resctrl"):
         if not os.path.isdir(root):
             continue
         for d, dirs, _ in os.walk(root):
-            out += [os.path.join(d, x) for x in dirs if x.startswith("cosched-")]
+            out += [os.path.join(d, x) for x in dirs
+                    if x.startswith("cosched-") and x.rsplit("-", 1)[-1] not in {str(p) for p in foreign}]
             dirs[:] = [x for x in dirs if not x.startswith("cosched-")]
     return sorted(out)
 
 
-def snapshot(skip_pids=()):
+def snapshot(skip_pids=(), ours=None):
     """Every thread's attributes (by tid, with its start time so a reused tid is not the same
-    thread), the IRQ affinities, and the daemon's groups."""
+    thread), the IRQ affinities, and the daemon's groups.
+    ours: the pids of our (fake) QEMUs; then every other QEMU process on the host is left out,
+    threads and groups, since another daemon (a libvirt test's) may coordinate it meanwhile."""
+    foreign = set(harness.foreign_qemus(set(ours))) if ours is not None else set()
+    skip = set(skip_pids) | foreign
     threads = {}
     for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) in skip_pids:
+        if not pid.isdigit() or int(pid) in skip:
             continue
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -187,7 +257,7 @@ def snapshot(skip_pids=()):
             irqs[irq] = Path(f"/proc/irq/{irq}/smp_affinity_list").read_text().strip()
         except OSError:
             pass
-    return {"threads": threads, "irqs": irqs, "groups": own_groups()}
+    return {"threads": threads, "irqs": irqs, "groups": own_groups(foreign), "foreign": sorted(foreign)}
 
 
 def differences(before, after):
@@ -222,8 +292,60 @@ def state_at_kill(st):
     return out
 
 
-def crash(cycles, seed=None, log=print):
-    """`cycles` kill -9 cycles; returns one row per cycle."""
+# The daemon a `restart` cycle starts after the kill: the same directories (state, sockets), and
+# nothing that acts without a guest's request: no static tunings, no event boosting (it would
+# boost a VM without an agent on its own), no memory-bandwidth regulation (it would throttle one).
+RESTART_CONFIG = """daemon_priority = 0
+[event]
+vms = "none"
+[membw]
+backend = "off"
+"""
+RESTORE_BY = ("command", "restart")
+
+
+def restart_restore(d, vms, ours):
+    """After the kill of daemon `d`: the VMs stopped (SIGSTOP: no frame of theirs reaches anyone),
+    a daemon started with RESTART_CONFIG on the same directories, which restores the record at
+    start; once it has found every VM, the host compared while it runs. Returns (what it logged
+    it restored, the snapshot taken, the restarted daemon's pid)."""
+    for v in vms:
+        os.kill(v.proc.pid, signal.SIGSTOP)
+    d2 = None
+    try:
+        # The daemon answers its control socket only after its restore at start.
+        d2 = harness.Daemon(d.dir, RESTART_CONFIG)
+        deadline = time.time() + 10
+        while len([v for v in (d2.status() or {}).get("vms", []) if v.get("pid") in ours]) < len(vms):
+            if time.time() > deadline:
+                raise RuntimeError("the restarted daemon did not find the VMs:\n"
+                                   + (d2.dir / "daemon.log").read_text()[-2000:])
+            time.sleep(0.02)
+        time.sleep(0.2)  # a few loop turns with the VMs attached
+        after = snapshot(skip_pids={d.proc.pid, d2.proc.pid}, ours=ours)
+        log = (d2.dir / "daemon.log").read_text()
+        restored = "; ".join(l.split("cosched-host: ", 1)[-1] for l in log.splitlines()
+                             if "restored" in l or "restore:" in l) or "nothing restored"
+        pid = d2.proc.pid
+        d2.stop()
+        return restored, after, pid
+    finally:
+        if d2 is not None:
+            try:
+                d2.stop()
+            except RuntimeError:
+                pass
+        for v in vms:
+            try:
+                os.kill(v.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
+def crash(cycles, seed=None, log=print, restore_by="alternate"):
+    """`cycles` kill -9 cycles; returns one row per cycle.
+    restore_by: "command" (`cosched restore` after the kill), "restart" (a daemon started again
+    restores at start: see restart_restore), or "alternate" (command, restart, command...)."""
     rng = random.Random(seed)
     cpu = max(os.sched_getaffinity(0))
     rows = []
@@ -235,8 +357,9 @@ def crash(cycles, seed=None, log=print):
         try:
             vms = [FakeVm(tmp, "shield", spin=True), FakeVm(tmp, "fifo", spin=False), FakeVm(tmp, "plain", spin=False)]
             ours = {v.proc.pid for v in vms}
-            base = snapshot()
+            base = snapshot(ours=ours)
             for i in range(cycles):
+                mode = RESTORE_BY[i % 2] if restore_by == "alternate" else restore_by
                 d = harness.Daemon(Path(tmp) / "d", CONFIG.format(trace=trace, cpu=cpu))
                 try:
                     deadline = time.time() + 10
@@ -257,14 +380,19 @@ def crash(cycles, seed=None, log=print):
                 except BaseException:
                     d.stop()
                     raise
-                r = subprocess.run([str(harness.COSCHED), "--config", str(d.dir / "host.toml"), "restore",
-                                    "--state-dir", str(d.dir / "state")], capture_output=True, text=True)
-                after = snapshot(skip_pids={d.proc.pid})
-                diffs = differences(base, after)
-                if r.returncode != 0:
-                    diffs.append(f"cosched restore exited {r.returncode}: {r.stderr.strip()}")
-                row = dict(cycle=i, differences=len(diffs), restore=r.stdout.strip(), **at_kill,
-                           detail="; ".join(diffs[:5]))
+                diffs = []
+                if mode == "command":
+                    r = subprocess.run([str(harness.COSCHED), "--config", str(d.dir / "host.toml"), "restore",
+                                        "--state-dir", str(d.dir / "state")], capture_output=True, text=True)
+                    after = snapshot(skip_pids={d.proc.pid}, ours=ours)
+                    restored = r.stdout.strip()
+                    if r.returncode != 0:
+                        diffs.append(f"cosched restore exited {r.returncode}: {r.stderr.strip()}")
+                else:
+                    restored, after, _ = restart_restore(d, vms, ours)
+                diffs = differences(base, after) + diffs
+                row = dict(cycle=i, restore_by=mode, differences=len(diffs), restore=restored, **at_kill,
+                           foreign_qemus=len(after["foreign"]), detail="; ".join(diffs[:5]))
                 rows.append(row)
                 log(f"cycle {i}: {json.dumps({k: row[k] for k in row if k != 'detail'})}"
                     + (f"\n  {row['detail']}" if diffs else ""))
@@ -454,7 +582,9 @@ def fuzz(runs, out):
     return table.read_text(), r.returncode == 0
 
 
-def write_summary(rows, out, fuzz_table=None, fuzz_runs=None):
+def write_summary(rows, out, fuzz_table=None, fuzz_runs=None, command=None):
+    """crash.csv, and summary.md: the fuzzing (this run's, else the last fuzz.md), the crash
+    cycles, and the isolation section as its last run wrote it (isolation.md)."""
     out.mkdir(parents=True, exist_ok=True)
     import csv
     with open(out / "crash.csv", "w", newline="") as f:
@@ -464,14 +594,24 @@ def write_summary(rows, out, fuzz_table=None, fuzz_runs=None):
     n = len(rows)
     bad = [r for r in rows if r["differences"]]
     count = lambda k: sum(1 for r in rows if r[k])  # noqa: E731
-    command = f"all --cycles {n} --runs {fuzz_runs}" if fuzz_table else f"crash --cycles {n}"
-    fuzz_text = "Not run (`reliability.py all` runs it)." if not fuzz_table else f"""`bench/fuzz.sh --runs {fuzz_runs}`:
-coverage-guided (cargo-fuzz, libFuzzer, AddressSanitizer, nightly toolchain), each target from
+    command = command or (f"all --cycles {n} --runs {fuzz_runs}" if fuzz_table else f"crash --cycles {n}")
+    fuzz_intro = """coverage-guided (cargo-fuzz, libFuzzer, AddressSanitizer, nightly toolchain), each target from
 the committed corpus (`fuzz/corpus`). A crash, a hang (over 10 s on one input) or memory past
-1 GiB fails a target. The peak RSS is the fuzzing process's, sanitizer quarantine included.
-
-{fuzz_table}"""
-    text = f"""# Reliability campaign
+1 GiB fails a target. The peak RSS is the fuzzing process's, sanitizer quarantine included."""
+    if fuzz_table:
+        fuzz_text = f"`bench/fuzz.sh --runs {fuzz_runs}`:\n{fuzz_intro}\n\n{fuzz_table}"
+    elif (out / "fuzz.md").exists():
+        fuzz_text = f"Not run by this command: the last `bench/fuzz.sh` run's table (fuzz.md).\n{fuzz_intro}\n\n" \
+            + (out / "fuzz.md").read_text()
+    else:
+        fuzz_text = "Not run (`reliability.py all` runs it)."
+    by_mode = []
+    for mode in RESTORE_BY:
+        m = [r for r in rows if r["restore_by"] == mode]
+        if m:
+            by_mode.append(f"| {mode} | {len(m)} | {sum(r['differences'] for r in m)} | "
+                           f"{sum(1 for r in m if r['differences'])} |")
+    sections = [f"""# Reliability campaign
 
 Command: `sudo /usr/bin/python3 bench/reliability.py {command}` ({time.strftime('%Y-%m-%d')}).
 
@@ -482,18 +622,34 @@ Command: `sudo /usr/bin/python3 bench/reliability.py {command}` ({time.strftime(
 ## Crash cycles
 
 {n} cycles of `kill -9` on the daemon at a random moment (0-1.5 s after three synthetic VMs
-asked for everything), then `cosched restore`, then the host compared with a snapshot taken before
-the daemon first touched it: every thread's policy, priority, nice, I/O priority, affinity and
-cgroups, the IRQ affinities, and the daemon's own groups. What was applied at the kill, from the
-daemon's last status: a VM CPU-boosted in {count('boosted')} cycles, I/O raised (weighted blkio
-group) in {count('raised')}, shielded in {count('shielded')}, at static FIFO in {count('fifo')},
-memory-bandwidth throttled (frozen) at least once in {count('throttles')}.
+asked for everything), then the host compared with a snapshot taken before the daemon first
+touched it: every thread's policy, priority, nice, I/O priority, affinity and cgroups, the IRQ
+affinities, and the daemon's own groups (other QEMU processes, which another daemon may
+coordinate, are left out). What puts the host back after the kill alternates:
+- `command`: `cosched restore`, then the comparison;
+- `restart`: the VMs stopped (SIGSTOP), a daemon started again on the same state directory with
+  nothing that acts without a request (no static tunings, no event boosting, no memory-bandwidth
+  regulation); it restores the record at start, finds the VMs, and the host is compared while it
+  runs; then it stops and the VMs resume.
+
+What was applied at the kill, from the daemon's last status: a VM CPU-boosted in {count('boosted')}
+cycles, I/O raised (weighted blkio group) in {count('raised')}, shielded in {count('shielded')}, at static
+FIFO in {count('fifo')}, memory-bandwidth throttled (frozen) at least once in {count('throttles')}.
+
+| restored by | cycles | differences | cycles with a difference |
+|---|---|---|---|
+{chr(10).join(by_mode)}
 
 Target: 0 differences. **{"met" if not bad else "NOT met"}**: {sum(r['differences'] for r in rows)} differences
-in {len(bad)} of {n} cycles.{"" if not bad else chr(10) + chr(10) + chr(10).join(f"- cycle {r['cycle']}: {r['detail']}" for r in bad[:10])}
-
-Isolation: `reliability.py isolation` (isolation.md). Not yet built: the 1-hour soak (see the README).
-"""
+in {len(bad)} of {n} cycles.{"" if not bad else chr(10) + chr(10) + chr(10).join(f"- cycle {r['cycle']} ({r['restore_by']}): {r['detail']}" for r in bad[:10])}
+"""]
+    for name, what in (("isolation.md", "isolation"),):
+        if (out / name).exists():
+            sections.append((out / name).read_text().strip() + "\n")
+        else:
+            sections.append(f"## {what.capitalize()}\n\nNot run yet (`reliability.py {what}`).\n")
+    sections.append("Not yet built: the 1-hour soak (see the README).\n")
+    text = "\n".join(sections)
     (out / "summary.md").write_text(text)
     return text
 
@@ -503,6 +659,8 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("crash", help="kill -9 cycles, each checked against a snapshot")
     c.add_argument("--cycles", type=int, default=100)
+    c.add_argument("--restore-by", choices=("alternate",) + RESTORE_BY, default="alternate",
+                   help="what puts the host back after a kill (default: alternate, command first)")
     c.add_argument("--seed", type=int, help="for the random kill moments (default: random)")
     c.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS}")
     iso = sub.add_parser("isolation", help="a hostile VM floods its channel beside a victim")
@@ -525,9 +683,14 @@ def main():
         (a.out / "isolation.md").write_text(text)
         print(text)
         sys.exit(1 if r["differences"] or r["victim_missed"] else 0)
-    rows = crash(a.cycles, a.seed)
+    rows = crash(a.cycles, a.seed, restore_by=getattr(a, "restore_by", "alternate"))
     table, fuzz_ok = fuzz(a.runs, a.out) if a.cmd == "all" else (None, True)
-    print(write_summary(rows, a.out, table, getattr(a, "runs", None)))
+    command = None
+    if a.cmd == "all":
+        command = f"all --cycles {a.cycles} --runs {a.runs}"
+    elif a.restore_by != "alternate":
+        command = f"crash --cycles {a.cycles} --restore-by {a.restore_by}"
+    print(write_summary(rows, a.out, table, getattr(a, "runs", None), command))
     sys.exit(1 if any(r["differences"] for r in rows) or not fuzz_ok else 0)
 
 

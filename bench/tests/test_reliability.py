@@ -1,7 +1,9 @@
-"""The reliability campaign's crash test, 5 cycles (the full run is `bench/reliability.py crash`,
-100 cycles, figures in results/reliability): after `kill -9` of the daemon at a random moment
-while its VMs are boosted, raised, shielded, at static FIFO and throttled, `cosched restore`
-leaves the host exactly as it was before the daemon first touched it."""
+"""The reliability campaign, briefly (the full runs are `bench/reliability.py crash`, 100 cycles,
+and `isolation`; figures in results/reliability):
+- crash, 5 cycles: after `kill -9` of the daemon at a random moment while its VMs are boosted,
+  raised, shielded, at static FIFO and throttled, `cosched restore` (cycles 0, 2, 4) or a daemon
+  started again (cycles 1, 3) leaves the host exactly as it was before the daemon first touched it;
+- isolation, 3 s of a hostile VM's flood."""
 
 import sys
 import unittest
@@ -17,6 +19,9 @@ class CrashCycles(unittest.TestCase):
         harness.need_root(self)
         rows = reliability.crash(5, log=lambda line: print(line, file=sys.stderr))
         self.assertEqual([r["differences"] for r in rows], [0] * 5, [r["detail"] for r in rows])
+        # Both ways back: `cosched restore`, and the restore of a daemon started again.
+        self.assertEqual([r["restore_by"] for r in rows], ["command", "restart"] * 2 + ["command"])
+        self.assertTrue(all("restored" in r["restore"] for r in rows), [r["restore"] for r in rows])
         # Each change was in force at some kill (else the test proves nothing about it).
         for k in ("boosted", "raised", "throttles", "shielded", "fifo"):
             self.assertTrue(any(r[k] for r in rows), f"never {k} at a kill: {rows}")

@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """cosched's reliability campaign: figures in results/reliability/summary.md.
 
-  sudo /usr/bin/python3 bench/reliability.py all [--cycles 100] [--runs 10000000]
+  sudo /usr/bin/python3 bench/reliability.py all [--cycles 100] [--runs 10000000] [--soak-minutes 0]
   sudo /usr/bin/python3 bench/reliability.py crash [--cycles 100] [--restore-by alternate|command|restart]
   sudo /usr/bin/python3 bench/reliability.py isolation [--seconds 20]
-  (each takes --out DIR, default results/reliability; `all` is ~20 min)
+  sudo /usr/bin/python3 bench/reliability.py soak [--minutes 60] [--vms 16] [--seed N]
+  /usr/bin/python3 bench/reliability.py summary   (summary.md again from the files of the last runs)
+  (each takes --out DIR, default results/reliability; `all` is ~20 min without the soak; crash,
+  isolation and soak write summary.md again too)
 
 fuzz (in `all`): bench/fuzz.sh, `--runs` executions of each fuzz target (the guest channel's frame
 decoder, the control socket's request parser, the config loader), with AddressSanitizer; no
@@ -37,6 +40,18 @@ isolation (results/reliability/isolation.md): a hostile VM floods its channel be
 nothing of the host's or the victim's threads may change, and the victim's boost latency is
 measured against the daemon's per-turn read bound.
 
+soak (results/reliability/soak.md, soak.csv): one daemon, `--vms` synthetic VMs sending random
+valid and invalid frames at random rates up to the daemon's rate limit (frame_rate, 2000 a
+second), VMs leaving (channel closed, or killed) and new ones coming, operator commands at random
+through the CLI, and a probe VM in a process of its own that asks for a CPU boost every 0.5 s.
+Every ~10 s: the daemon's RSS, fds and threads, the host's load average, the probe's
+hint-to-applied latency. Targets: every frame answered (each frame whose 5 s reply window was
+observed while its VM was there got exactly one ACK or DENY with its seq; frames in flight when
+their VM was killed are counted apart); RSS growth at most 1 MiB after the warm-up (5 min, or a
+sixth of a shorter run); the daemon's fds and threads, once the last VM has gone, as before the
+first; the probe's p99 in the last 10 min within 1.2x of the first 10 (a third of a shorter run).
+Everything it starts stops on Ctrl-C or SIGTERM (the daemon restores; children die with it).
+
 Needs root and a built tree (scripts/setup.sh).
 """
 
@@ -45,6 +60,7 @@ import ctypes
 import json
 import os
 import random
+import select
 import shutil
 import signal
 import struct
@@ -574,6 +590,763 @@ the delay measured includes their scheduling, not only the daemon's turn.
 """
 
 
+# ---------------------------------------------------------------------------------------------
+# Soak
+
+# The daemon of the soak: the defaults (FIFO 99, budgets, the RT guard, the ioprio I/O lever,
+# event boosting for VMs without an agent, predictive boost), but every VM may be boosted at once
+# (no host reserve: on 2 CPUs it would let one vCPU be boosted at a time, and the probe's boosts
+# would be denied whenever a flood VM holds one), and memory bandwidth regulated on simulated
+# counters (there are no PMU counters here). The paths are in it so that operator commands find
+# the daemon with `cosched --config <dir>/host.toml`.
+SOAK_CONFIG = """socket_dir = "{d}/vms"
+state_dir = "{d}/state"
+control_socket = "{d}/control.sock"
+[policy]
+host_reserve_cpus = 0
+max_boosted_vcpus = 64
+[membw]
+backend = "simulated"
+trace = "{trace}"
+guaranteed_mbps = 1000
+"""
+# The daemon's rate limit (crates/core/src/policy.rs, Policy::default): frame_rate = 2000
+# requests a second per VM and resource (token bucket, burst frame_burst = 200), REGISTER on a
+# bucket of the same size; malformed frames: malformed_rate = 20 a second (burst 20), past which
+# a registered VM is deregistered. A flood VM sends at most FRAME_RATE frames a second in all.
+FRAME_RATE = 2000
+MALFORMED_RATE = 20
+REPLY_WINDOW_S = 5.0  # a frame not answered within this is unanswered
+TICK_S = 0.01
+PROBE_PERIOD_S = 0.5
+
+
+def valid_frame(rng, seq):
+    """(kind name, 16 bytes): a random well-formed guest frame."""
+    r = rng.random()
+    if r < 0.52:
+        c = rng.random()
+        v = 0 if c < 0.45 else 1 if c < 0.65 else (1 | rng.randint(1, 99) << 8) if c < 0.9 else (1 | 1 << 16)
+        return "cpu", frame("cpu", seq, v)
+    if r < 0.70:
+        return "io", frame("io", seq, rng.randint(0, 1))
+    if r < 0.82:
+        return "membw", frame("membw", seq, rng.choice((0, rng.randint(1, 300))))
+    if r < 0.99:
+        delay = 0 if rng.random() < 0.2 else rng.randint(100, 20000)
+        return "wake", frame("wake", seq, delay | rng.randint(0, 99) << 32)
+    if r < 0.999:
+        return "register", frame("register", seq, rng.choice((CAPS, CAPS, 1, 1 | 2, 8 | CAPS)))
+    return "deregister", frame("deregister", seq, 0)
+
+
+def invalid_frame(rng, seq):
+    """(kind name, bytes): a frame with a readable header (answered DENY(malformed) with its seq),
+    or (garbage, bytes) that does not start a frame (answered DENY(malformed) seq 0)."""
+    r = rng.random()
+    pack = lambda kind, value: struct.pack("<2sBBIQ", b"CS", 1, kind, seq, value)  # noqa: E731
+    if r < 0.25:
+        return "unknown_type", pack(rng.choice((0, 7, 0x30, 0x7f, 0x84, 0xff)), rng.getrandbits(64))
+    if r < 0.55:
+        kind, value = rng.choice(((3, 2), (3, 1 | 100 << 8), (4, 2), (5, 1001), (2, 1), (6, 1 << 40)))
+        return "invalid_value", pack(kind, value)
+    if r < 0.80:
+        # Host-to-guest kinds from a guest (ACK, DENY, DISABLE, ENABLE) are a protocol violation.
+        return "wrong_direction", pack(rng.choice((ACK, DISABLE, ENABLE)), rng.randint(0, 7))
+    # Bytes below 0x43 ("C") never start a frame header.
+    return "garbage", bytes(rng.randrange(0, 0x43) for _ in range(rng.randint(5, 40)))
+
+
+class SoakVm:
+    """A flood VM of the soak: its fake QEMU (replies read by the soak's loop), its rates, and
+    what became of each frame it sent: answered (ACK or DENY with its seq), unanswered (its
+    reply window, REPLY_WINDOW_S, passed while the VM was there), or in flight when it was
+    killed (its window not fully observed: not counted either way)."""
+
+    def __init__(self, tmp, name, rng):
+        self.vm = FakeVm(tmp, name, spin=False, replies="caller")
+        self.name, self.rng = name, rng
+        self.rate = rng.uniform(100, FRAME_RATE)
+        self.invalid_rate = rng.uniform(0.5, 15)
+        self.wfd, self.rfd = self.vm.proc.stdin.fileno(), self.vm.proc.stdout.fileno()
+        os.set_blocking(self.wfd, False)
+        os.set_blocking(self.rfd, False)
+        self.state = "arriving"  # active, draining (no more frames), dying (killed), gone
+        self.seq = 0
+        self.pending = {}  # seq -> (sent at, kind)
+        self.outbuf, self.inbuf = bytearray(), b""
+        self.carry = self.invalid_carry = 0.0
+        self.need_register, self.registering = True, None
+        self.sent = {}  # by kind (garbage: runs)
+        self.answered = self.unanswered = self.lost = self.extra = 0
+        self.replies = {}  # "ack", "deny:<reason>"
+        self.unsolicited = {}  # seq 0: "deny:<reason>", "disable", "enable"
+        self.examples = []  # the first unanswered frames
+        self.drain_until = None
+
+    def pid(self):
+        return self.vm.proc.pid
+
+    def _count(self, d, k, n=1):
+        d[k] = d.get(k, 0) + n
+
+    def _frame(self, kind, data, now):
+        self.outbuf += data
+        self._count(self.sent, kind)
+        if kind != "garbage":
+            self.pending[self.seq] = (now, kind)
+
+    def generate(self, dt, now, malformed_burst=False):
+        """The frames of `dt` seconds at its rates (a late tick does not catch up: never faster
+        than the rate)."""
+        dt = min(dt, 5 * TICK_S)
+        self.carry += self.rate * dt
+        self.invalid_carry += self.invalid_rate * dt
+        rng = self.rng
+        n, self.carry = int(self.carry), self.carry % 1
+        for _ in range(n):
+            self.seq += 1
+            if self.need_register and self.registering is None:
+                self.registering = self.seq
+                self._frame("register", frame("register", self.seq, CAPS), now)
+                continue
+            kind, data = valid_frame(rng, self.seq)
+            if kind == "deregister":
+                self.need_register = True
+            self._frame(kind, data, now)
+        k, self.invalid_carry = int(self.invalid_carry), self.invalid_carry % 1
+        for _ in range(k + (MALFORMED_RATE + 5 if malformed_burst else 0)):
+            self.seq += 1
+            kind, data = invalid_frame(rng, self.seq)
+            self._frame(kind, data, now)
+
+    def flush(self):
+        """Writes what the pipe takes now; the rest waits for the next turn."""
+        if not self.outbuf or self.state in ("dying", "gone"):
+            return
+        try:
+            n = os.write(self.wfd, self.outbuf)
+            del self.outbuf[:n]
+        except BlockingIOError:
+            pass
+        except (BrokenPipeError, OSError):
+            self.outbuf.clear()
+
+    def read(self, now):
+        """Reads the replies there are; False at the pipe's end (the fake exited)."""
+        try:
+            data = os.read(self.rfd, 1 << 16)
+        except BlockingIOError:
+            return True
+        except OSError:
+            data = b""
+        if not data:
+            return False
+        buf = self.inbuf + data
+        whole = len(buf) // 16 * 16
+        for _, _, kind, seq, value in struct.iter_unpack("<2sBBIQ", buf[:whole]):
+            what = "ack" if kind == ACK else f"deny:{DENY_REASONS.get(value & 0xff, value)}" if kind == DENY \
+                else {DISABLE: "disable", ENABLE: "enable"}.get(kind, f"kind {kind:#x}")
+            if seq == 0:
+                self._count(self.unsolicited, what)
+                continue
+            if self.pending.pop(seq, None) is None:
+                self.extra += 1  # a second reply, or one to no frame of ours
+                continue
+            self.answered += 1
+            self._count(self.replies, what)
+            if seq == self.registering:
+                self.registering = None
+                self.need_register = what != "ack"
+            elif what == "deny:not_registered" and self.registering is None:
+                self.need_register = True
+        self.inbuf = buf[whole:]
+        return True
+
+    def expire(self, now):
+        """Frames whose reply window has passed unanswered."""
+        while self.pending:
+            seq = next(iter(self.pending))
+            t, kind = self.pending[seq]
+            if now - t < REPLY_WINDOW_S:
+                break
+            del self.pending[seq]
+            self.unanswered += 1
+            if seq == self.registering:
+                self.registering = None
+            if len(self.examples) < 5:
+                self.examples.append(f"{self.name} seq {seq} ({kind})")
+
+    def leave(self, graceful, now):
+        """Departs: gracefully (stops sending, waits for its replies, then its stdin closes and it
+        exits as QEMU would) or killed at once (SIGKILL, a QEMU crash)."""
+        if graceful:
+            self.state = "draining"
+            self.drain_until = now + REPLY_WINDOW_S
+        else:
+            self.expire(now)
+            self.state = "dying"
+            self.outbuf.clear()
+            self.vm.proc.kill()
+
+    def close_input(self):
+        self.outbuf.clear()
+        try:
+            self.vm.proc.stdin.close()
+        except OSError:
+            pass
+
+    def finish(self):
+        """At the pipe's end: what is still pending was in flight when it went."""
+        self.lost += len(self.pending)
+        self.pending.clear()
+        self.state = "gone"
+        self.vm.stop()
+
+
+def _probe_main(tmp, name, seed, conn):
+    """The probe VM, in a process of its own (so that the soak's loop does not delay its
+    polling): registers for the CPU, then every PROBE_PERIOD_S asks for a boost and measures as
+    boost_latencies does, the time from its CPU 1 to its vCPU seen at SCHED_RR. Sends the parent
+    (t, µs or None, reply) per round."""
+    harness.dies_with_us(signal.SIGKILL)()
+    rng = random.Random(seed)
+    vm = FakeVm(tmp, name, spin=False, replies="keep")
+    try:
+        conn.send(("pid", vm.proc.pid))
+        if conn.recv() != "go":
+            return
+        tid = vcpu_of(vm)
+        registered = False
+        while not conn.poll(0):
+            if not registered:
+                registered = vm.reply(vm.send("register", 1), 2.0) == ("ack", 1)
+                if not registered:
+                    time.sleep(0.2)
+                    continue
+            t0 = time.perf_counter()
+            seq = vm.send("cpu", 1)
+            while harness.policy(tid) != os.SCHED_RR and time.perf_counter() - t0 < 1.0:
+                pass
+            lat = (time.perf_counter() - t0) * 1e6 if harness.policy(tid) == os.SCHED_RR else None
+            reply = vm.reply(seq, 1.0)
+            vm.reply(vm.send("cpu", 0), 1.0)
+            t1 = time.perf_counter()
+            while harness.policy(tid) != os.SCHED_OTHER and time.perf_counter() - t1 < 1.0:
+                time.sleep(0.0002)
+            conn.send((time.monotonic(), lat, reply and "/".join(map(str, reply))))
+            if reply == ("deny", "not_registered"):
+                registered = False
+            time.sleep(max(0.0, PROBE_PERIOD_S * rng.uniform(0.8, 1.2) - (time.perf_counter() - t0)))
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        pass
+    finally:
+        vm.stop()
+
+
+def pct(xs, p):
+    """The p-th percentile (nearest rank) of the numbers in xs (None left out); None if none."""
+    xs = sorted(x for x in xs if x is not None)
+    return round(xs[min(len(xs) - 1, int(p / 100 * len(xs)))], 1) if xs else None
+
+
+def proc_sample(pid):
+    """(RSS in KiB, open fds, threads, CPU seconds) of process `pid`."""
+    rss = next(int(l.split()[1]) for l in Path(f"/proc/{pid}/status").read_text().splitlines()
+               if l.startswith("VmRSS:"))
+    return rss, len(os.listdir(f"/proc/{pid}/fd")), len(os.listdir(f"/proc/{pid}/task")), harness.cpu_time_s(pid)
+
+
+class Operator:
+    """Operator commands at random, through the CLI as an operator types them
+    (`cosched --config <dir>/host.toml ...`); what they turn off is turned back on a few
+    seconds later. Never aimed at the probe VM (its boosts are the latency measured); the
+    host-wide `disable` reaches it too, and its denied boosts are counted apart."""
+
+    def __init__(self, config, rng):
+        self.config, self.rng = config, rng
+        self.later = []  # (when, args): the undo of an earlier command
+        self.counts, self.failures, self.errors = {}, {}, {}
+
+    def run(self, args):
+        name = " ".join(a for a in args[:2] if not a[0].isdigit() and not a.startswith("-")
+                        and not a.startswith("flood-"))
+        self.counts[name] = self.counts.get(name, 0) + 1
+        try:
+            r = subprocess.run([str(harness.COSCHED), "--config", str(self.config), *args], capture_output=True,
+                               text=True, timeout=10)
+            ok, err = r.returncode == 0, (r.stderr.strip().splitlines() or [""])[-1]
+        except subprocess.TimeoutExpired:
+            ok, err = False, "timed out (10 s)"
+        if not ok:
+            self.failures[name] = self.failures.get(name, 0) + 1
+            # One example per kind of error, numbers and VM names left out.
+            key = " ".join("N" if w.strip(",.:;()").isdigit() else "VM" if "flood-" in w else w
+                           for w in err.split(" (connected:")[0].split())[:160]
+            self.errors[key] = self.errors.get(key, 0) + 1
+        return ok
+
+    def random_command(self, vms, now):
+        rng = self.rng
+        res = rng.choice(("cpu", "io", "membw", None))
+        vm = rng.choice(vms) if vms else None
+        r = rng.random()
+        if r < 0.12 or vm is None:
+            return self.run(["status"])
+        if r < 0.22:
+            return self.run(["status", "--json"])
+        if r < 0.30:
+            return self.run(["metrics"])
+        if r < 0.38:
+            self.later.append((now + rng.uniform(1, 5), ["enable"] + ([res] if res else [])))
+            return self.run(["disable"] + ([res] if res else []))
+        if r < 0.50:
+            self.later.append((now + rng.uniform(1, 10), ["vm", "enable", vm] + ([res] if res else [])))
+            return self.run(["vm", "disable", vm] + ([res] if res else []))
+        if r < 0.60:
+            return self.run(["vm", "priority", vm, str(rng.randint(1, 40))])
+        if r < 0.67:
+            return self.run(["vm", "ceiling", vm, str(rng.randint(2, 49))])
+        if r < 0.80:
+            guard = rng.choice(("on", "off"))
+            self.later.append((now + rng.uniform(2, 20), ["vm", "static", vm, "--fifo", "off", "--guard", "off"]))
+            return self.run(["vm", "static", vm, "--fifo", "on", "--guard", guard])
+        if r < 0.90:
+            return self.run(["vm", "membw", vm, str(rng.randint(0, 300))])
+        return self.run(["membw", "--period-ms", str(rng.choice((10, 20, 50))), "--reclaim",
+                         rng.choice(("on", "off")), "--best-effort", rng.choice(("on", "off"))])
+
+    def due(self, now):
+        for item in [x for x in self.later if x[0] <= now]:
+            self.later.remove(item)
+            self.run(item[1])
+
+
+def soak(minutes, nvms, seed=None, log=print, csv_path=None):
+    """`nvms` flood VMs and a probe VM under one daemon for `minutes`; returns the figures (see
+    soak_text). Samples every ~10 s (csv_path: written as they come)."""
+    import csv
+    import multiprocessing
+    rng = random.Random(seed)
+    duration = minutes * 60
+    warmup = min(300.0, duration / 6)
+    window = min(600.0, duration / 3)
+    sample_every = min(10.0, duration / 10)
+    churn_mean = min(30.0, duration / 8)
+    op_mean = min(10.0, duration / 12)
+    res = {"minutes": minutes, "vms": nvms, "seed": seed, "warmup_s": warmup, "window_s": window,
+           "samples": [], "probe": [], "arrivals": 0, "graceful": 0, "killed": 0, "malformed_bursts": 0}
+    with tempfile.TemporaryDirectory(prefix="cosched-soak-") as tmp:
+        dd = Path(tmp) / "d"
+        (dd / "vms").mkdir(parents=True)
+        trace = Path(tmp) / "membw.trace"
+        trace.write_text("0 * 1000\n")
+        # The binary under test, copied: a rebuild of target/ during the soak changes nothing here.
+        exe = Path(tmp) / "cosched"
+        shutil.copy2(harness.COSCHED, exe)
+        res["binary_sha256"] = subprocess.run(["sha256sum", str(exe)], capture_output=True,
+                                              text=True).stdout.split()[0]
+        old_cosched, harness.COSCHED = harness.COSCHED, exe
+        d, probe, conn, flood = None, None, None, []
+        csv_file = open(csv_path, "w", newline="") if csv_path else None
+        writer = None
+        try:
+            ours = set()
+            base = snapshot(ours=ours)
+            groups0 = own_groups()
+            d = harness.Daemon(dd, SOAK_CONFIG.format(d=dd, trace=trace))
+            dpid = d.proc.pid
+            time.sleep(1)
+            res["baseline"] = dict(zip(("rss_kib", "fds", "threads", "cpu_s"), proc_sample(dpid)))
+            op = Operator(dd / "host.toml", random.Random(rng.random()))
+            # The probe.
+            ctx = multiprocessing.get_context("spawn")
+            conn, child = ctx.Pipe()
+            probe = ctx.Process(target=_probe_main, args=(tmp, "probe", rng.random(), child), daemon=True)
+            probe.start()
+            child.close()
+            if not conn.poll(30):
+                raise RuntimeError("the probe VM did not start")
+            probe_pid = conn.recv()[1]
+            ours.add(probe_pid)
+            counter = [0]
+
+            def arrive():
+                counter[0] += 1
+                v = SoakVm(tmp, f"flood-{counter[0]}", random.Random(rng.random()))
+                flood.append(v)
+                ours.add(v.pid())
+                res["arrivals"] += 1
+                return v
+
+            for _ in range(nvms):
+                arrive()
+            deadline = time.time() + 20
+            while True:
+                listed = {v.get("pid") for v in (d.status() or {}).get("vms", [])}
+                if probe_pid in listed and all(v.pid() in listed for v in flood):
+                    break
+                if time.time() > deadline:
+                    raise RuntimeError("the daemon did not find the VMs:\n" + (dd / "daemon.log").read_text()[-2000:])
+                time.sleep(0.05)
+            for v in flood:
+                v.state = "active"
+            conn.send("go")
+            log(f"soak: {nvms} flood VMs at {', '.join(f'{v.rate:.0f}' for v in flood)} frames/s, and the probe; "
+                f"{minutes:g} min, warm-up {warmup:.0f} s, samples every {sample_every:.0f} s")
+
+            t0 = time.monotonic()
+            end = t0 + duration
+            now = t0
+            last_tick = next_tick = t0
+            next_sample = t0 + sample_every
+            next_churn = t0 + rng.expovariate(1 / churn_mean)
+            next_op = t0 + rng.expovariate(1 / op_mean)
+            next_expire = t0 + 1
+            next_arrival_check = t0
+            to_arrive = []  # when a replacement VM starts
+            prev = {"t": 0.0, "sent": 0, "answered": 0, "probe": 0}
+            gone = []
+
+            def totals():
+                vs = flood + gone
+                return {"sent": sum(sum(v.sent.values()) for v in vs),
+                        "answered": sum(v.answered for v in vs),
+                        "unanswered": sum(v.unanswered for v in vs), "lost": sum(v.lost for v in vs),
+                        "extra": sum(v.extra for v in vs)}
+
+            def take_sample(t):
+                rss, fds, threads, cpu_s = proc_sample(dpid)
+                st = d.status() or {}
+                tot = totals()
+                live = [v for v in st.get("vms", []) if v.get("pid") in ours]
+                lat = [p[1] for p in res["probe"][prev["probe"]:] if p[1] is not None and (p[2] or "").startswith("ack")]
+                row = {"t_s": round(t, 1), "rss_kib": rss, "fds": fds, "threads": threads,
+                       "cpu_s": round(cpu_s, 2), "load1": os.getloadavg()[0],
+                       "foreign_qemus": len(harness.foreign_qemus(ours)), "vms": len(live),
+                       "frames_per_s": round((tot["sent"] - prev["sent"]) / max(t - prev["t"], 1e-9)),
+                       "sent": tot["sent"], "answered": tot["answered"], "unanswered": tot["unanswered"],
+                       "lost_at_kill": tot["lost"], "extra_replies": tot["extra"],
+                       "dropped_replies": sum(v.get("dropped_replies", 0) for v in live),
+                       "probe_rounds": len(res["probe"]) - prev["probe"], "probe_p50_us": pct(lat, 50),
+                       "probe_p99_us": pct(lat, 99), "probe_max_us": pct(lat, 100)}
+                prev.update(t=t, sent=tot["sent"], answered=tot["answered"], probe=len(res["probe"]))
+                res["samples"].append(row)
+                nonlocal writer
+                if csv_file:
+                    if writer is None:
+                        writer = csv.DictWriter(csv_file, fieldnames=list(row))
+                        writer.writeheader()
+                    writer.writerow(row)
+                    csv_file.flush()
+                log(f"soak {t:6.0f} s: rss {rss} KiB, fds {fds}, threads {threads}, load {row['load1']:.2f}, "
+                    f"vms {row['vms']}, {row['frames_per_s']} frames/s, unanswered {tot['unanswered']}, "
+                    f"probe p99 {row['probe_p99_us']} µs")
+
+            while True:
+                now = time.monotonic()
+                if now >= end:
+                    break
+                live = [v for v in flood if v.state not in ("gone",)]
+                rfds = [v.rfd for v in live] + [conn]
+                wfds = [v.wfd for v in live if v.outbuf and v.state in ("active", "draining")]
+                wait = max(0.0, min(next_tick, next_sample, next_churn, next_op, end) - now)
+                r, w, _ = select.select(rfds, wfds, [], wait)
+                now = time.monotonic()
+                by_fd = {v.rfd: v for v in live}
+                for fd in r:
+                    if fd is conn:
+                        try:
+                            while conn.poll(0):
+                                res["probe"].append(conn.recv())
+                        except EOFError:
+                            raise RuntimeError("the probe VM's process died")
+                        continue
+                    v = by_fd[fd]
+                    if not v.read(now):
+                        v.finish()
+                wby = {v.wfd: v for v in live}
+                for fd in w:
+                    wby[fd].flush()
+                if now >= next_tick:
+                    dt = now - last_tick
+                    last_tick = now
+                    next_tick = max(next_tick + TICK_S, now)
+                    for v in flood:
+                        if v.state == "active":
+                            burst = rng.random() < dt / 600  # once in ~10 minutes per VM
+                            res["malformed_bursts"] += burst
+                            v.generate(dt, now, burst)
+                            v.flush()
+                        elif v.state == "draining" and (not v.pending or now >= v.drain_until):
+                            v.expire(now + REPLY_WINDOW_S)  # what is left is unanswered
+                            v.close_input()
+                            v.state = "closing"
+                if now >= next_expire:
+                    next_expire = now + 1
+                    for v in flood:
+                        if v.state in ("active", "draining"):
+                            v.expire(now)
+                    # Gone VMs: their totals kept, their processes reaped.
+                    for v in [v for v in flood if v.state == "gone"]:
+                        flood.remove(v)
+                        gone.append(v)
+                if now >= next_churn:
+                    next_churn = now + rng.expovariate(1 / churn_mean)
+                    active = [v for v in flood if v.state == "active"]
+                    if active:
+                        graceful = rng.random() < 0.7
+                        rng.choice(active).leave(graceful, now)
+                        res["graceful" if graceful else "killed"] += 1
+                        to_arrive.append(now + rng.uniform(0, 5))
+                for when in [x for x in to_arrive if x <= now]:
+                    to_arrive.remove(when)
+                    arrive()
+                if now >= next_arrival_check and any(v.state == "arriving" for v in flood):
+                    next_arrival_check = now + 0.5
+                    listed = {v.get("pid") for v in (d.status() or {}).get("vms", [])}
+                    for v in flood:
+                        if v.state == "arriving" and v.pid() in listed:
+                            v.state = "active"
+                if now >= next_op:
+                    next_op = now + rng.expovariate(1 / op_mean)
+                    op.random_command([v.name for v in flood if v.state == "active"], now)
+                op.due(now)
+                if now >= next_sample:
+                    next_sample += sample_every
+                    take_sample(now - t0)
+            # The end: the operator's changes undone, every VM drained and gone, the probe stopped;
+            # then the daemon's fds and threads against its baseline without VMs.
+            for _, args in op.later:
+                op.run(args)
+            op.later.clear()
+            take_sample(time.monotonic() - t0)
+            res["at_end_with_vms"] = res["samples"][-1]
+            drain_end = time.monotonic() + REPLY_WINDOW_S
+            for v in flood:
+                if v.state in ("active", "arriving"):
+                    v.state = "draining"
+            while any(v.state == "draining" and v.pending for v in flood) and time.monotonic() < drain_end:
+                r, _, _ = select.select([v.rfd for v in flood if v.state == "draining"], [], [], 0.05)
+                for v in flood:
+                    if v.rfd in r and not v.read(time.monotonic()):
+                        v.finish()
+            for v in flood:
+                if v.state == "draining":
+                    v.expire(time.monotonic() + REPLY_WINDOW_S)
+                if v.state != "gone":
+                    v.close_input()
+                    v.vm.proc.wait(10)
+                    os.set_blocking(v.rfd, True)
+                    while v.read(time.monotonic()):
+                        pass
+                    v.finish()
+            gone += flood
+            flood.clear()
+            conn.send("stop")
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                try:
+                    if conn.poll(0.1):
+                        msg = conn.recv()
+                        if isinstance(msg, tuple) and len(msg) == 3:
+                            res["probe"].append(msg)
+                    elif not probe.is_alive():
+                        break
+                except (EOFError, OSError):
+                    break
+            probe.join(5)
+            deadline = time.time() + 10
+            while [v for v in (d.status() or {}).get("vms", []) if v.get("pid") in ours]:
+                if time.time() > deadline:
+                    raise RuntimeError("VMs still listed by the daemon after they all exited")
+                time.sleep(0.1)
+            time.sleep(1)
+            res["final"] = dict(zip(("rss_kib", "fds", "threads", "cpu_s"), proc_sample(dpid)))
+            res["daemon_log"] = (dd / "daemon.log").read_text()
+            d.stop()
+            time.sleep(0.3)
+            res["differences"] = differences(base, snapshot(skip_pids={dpid}, ours=set()))
+            res["groups_left"] = sorted(set(own_groups()) - set(groups0))
+            res["daemon_left"] = Path(f"/proc/{dpid}").exists()
+        finally:
+            if conn is not None:
+                try:
+                    conn.send("stop")
+                except (OSError, ValueError):
+                    pass
+            if probe is not None:
+                probe.join(5)
+                if probe.is_alive():
+                    probe.kill()
+                    probe.join()
+            for v in flood:
+                v.vm.stop()
+            if d is not None:
+                d.stop()
+            harness.COSCHED = old_cosched
+            if csv_file:
+                csv_file.close()
+    vs = gone
+    res.update(sent={}, replies={}, unsolicited={}, examples=[], operator=op.counts, operator_failures=op.failures,
+               operator_errors=op.errors)
+    for v in vs:
+        for src, dst in ((v.sent, "sent"), (v.replies, "replies"), (v.unsolicited, "unsolicited")):
+            for k, n in src.items():
+                res[dst][k] = res[dst].get(k, 0) + n
+        res["examples"] += v.examples
+    res.update(totals={"sent": sum(sum(v.sent.values()) for v in vs), "answered": sum(v.answered for v in vs),
+                       "unanswered": sum(v.unanswered for v in vs), "lost_at_kill": sum(v.lost for v in vs),
+                       "extra": sum(v.extra for v in vs)})
+    res["rates"] = sorted(round(v.rate) for v in vs)
+    res["duration_s"] = duration
+    res["probe"] = [(round(t - t0, 3), lat, reply) for t, lat, reply in res["probe"]]
+    return res
+
+
+def soak_verdicts(r):
+    """Each target of the soak: (key, name, met, the figures)."""
+    s, tot = r["samples"], r["totals"]
+    during = [x for x in s if x["t_s"] >= r["warmup_s"]] or s[-1:]
+    warm = during[0]
+    end = r["at_end_with_vms"]
+    growth = (end["rss_kib"] - warm["rss_kib"]) / 1024
+    peak = (max(x["rss_kib"] for x in during) - warm["rss_kib"]) / 1024
+    if len(during) > 2:
+        ts, ys = [x["t_s"] for x in during], [x["rss_kib"] for x in during]
+        mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
+        slope = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / max(sum((t - mt) ** 2 for t in ts), 1e-9)
+    else:
+        slope = 0.0
+    dropped = max((x["dropped_replies"] for x in s), default=0)
+    b, f = r["baseline"], r["final"]
+    first = [lat for t, lat, rep in r["probe"] if t < r["window_s"] and lat is not None and (rep or "").startswith("ack")]
+    last = [lat for t, lat, rep in r["probe"]
+            if t >= r["duration_s"] - r["window_s"] and lat is not None and (rep or "").startswith("ack")]
+    p1, p2 = pct(first, 99), pct(last, 99)
+    ratio = p2 / p1 if p1 and p2 else None
+    return [
+        ("answered", "every frame answered", tot["unanswered"] == 0 and tot["extra"] == 0 and dropped == 0,
+         f"{tot['unanswered']} unanswered of {tot['answered'] + tot['unanswered']} frames whose reply window was "
+         f"observed, {tot['extra']} second replies, {dropped} replies dropped by the daemon"),
+        ("rss", "RSS growth after warm-up ≤ 1 MiB", growth <= 1.0,
+         f"{warm['rss_kib'] / 1024:.2f} MiB at {warm['t_s']:.0f} s, {end['rss_kib'] / 1024:.2f} MiB at the end "
+         f"({growth:+.2f} MiB; highest {peak:+.2f} MiB; trend {slope * 3600 / 1024:+.2f} MiB/h)"),
+        ("fds", "no fd leak", f["fds"] == b["fds"],
+         f"{b['fds']} fds before the first VM, {f['fds']} after the last had gone"),
+        ("threads", "no thread leak", f["threads"] == b["threads"],
+         f"{b['threads']} thread(s) before the first VM, {f['threads']} after the last had gone"),
+        ("latency", "probe p99 last window ≤ 1.2 × first", ratio is not None and ratio <= 1.2,
+         f"p99 {p1} µs in the first {r['window_s'] / 60:.2g} min ({len(first)} boosts), {p2} µs in the last "
+         f"({len(last)} boosts): × {ratio:.2f}" if ratio else f"not enough boosts ({len(first)}, {len(last)})"),
+    ]
+
+
+def soak_text(r, command):
+    s, tot = r["samples"], r["totals"]
+    verdicts = soak_verdicts(r)
+    table = "\n".join(f"| {n} | {'met' if ok else '**NOT met**'} | {why} |" for _, n, ok, why in verdicts)
+    sent = r["sent"]
+    framed = sum(n for k, n in sent.items() if k != "garbage")
+    invalid = sum(sent.get(k, 0) for k in ("unknown_type", "invalid_value", "wrong_direction"))
+    dur = r["duration_s"]
+    acks = r["replies"].get("ack", 0)
+    denies = ", ".join(f"{k[5:]} {n}" for k, n in sorted(r["replies"].items(), key=lambda x: -x[1])
+                       if k.startswith("deny:"))
+    unsolicited = ", ".join(f"{k} {n}" for k, n in sorted(r["unsolicited"].items(), key=lambda x: -x[1]))
+    loads = sorted(x["load1"] for x in s)
+    foreign = sum(1 for x in s if x["foreign_qemus"])
+    probe = r["probe"]
+    pr_lat = [lat for _, lat, rep in probe if lat is not None and (rep or "").startswith("ack")]
+    pr_missed = sum(1 for _, lat, rep in probe if lat is None and (rep or "").startswith("ack"))
+    pr_denied = {}
+    for _, _, rep in probe:
+        if rep and rep.startswith("deny"):
+            pr_denied[rep[5:]] = pr_denied.get(rep[5:], 0) + 1
+    pr_noreply = sum(1 for _, _, rep in probe if rep is None)
+    ops = ", ".join(f"`{k}` {n}" for k, n in sorted(r["operator"].items(), key=lambda x: -x[1]))
+    fails = "; ".join(f"{n}× {e or '(no message)'}" for e, n in sorted(r["operator_errors"].items(),
+                                                                       key=lambda x: -x[1]))
+    warnings = {}
+    for l in r["daemon_log"].splitlines():
+        if "warning:" in l:
+            key = " ".join("N" if w.strip(",.:;()").isdigit() else "VM:" if w.startswith("flood-") else w
+                           for w in l.split("warning:", 1)[1].split())
+            key = " ".join("<path>" if "/" in w else w for w in key.split())[:140]
+            warnings[key] = warnings.get(key, 0) + 1
+    warn_text = "; ".join(f"{n}× {w}" for w, n in sorted(warnings.items(), key=lambda x: -x[1])[:6]) or "none"
+    # The samples, a row per twelfth of the run.
+    step = dur / 12
+    rows = []
+    for i in range(12):
+        part = [x for x in s if i * step <= x["t_s"] < (i + 1) * step + 1e-6]
+        if not part:
+            continue
+        lat = [lat for t, lat, rep in probe if i * step <= t < (i + 1) * step and lat is not None
+               and (rep or "").startswith("ack")]
+        x = part[-1]
+        rows.append(f"| {x['t_s'] / 60:.1f} | {x['rss_kib'] / 1024:.2f} | {x['fds']} | {x['threads']} | {x['vms']} | "
+                    f"{round(sum(p['frames_per_s'] for p in part) / len(part))} | "
+                    f"{max(p['load1'] for p in part):.2f} | {max(p['foreign_qemus'] for p in part)} | "
+                    f"{pct(lat, 50)} | {pct(lat, 99)} |")
+    b, f = r["baseline"], r["final"]
+    diffs = r["differences"]
+    return f"""## Soak
+
+Command: `{command}` ({time.strftime('%Y-%m-%d')}), {dur / 60:.1f} min, binary sha256
+`{r['binary_sha256'][:16]}…` (copied at the start, so a rebuild during the run changes nothing).
+
+One daemon (the defaults: FIFO 99, budgets, the RT guard, the ioprio I/O lever, event boosting,
+predictive boost; no host reserve and up to 64 vCPUs boosted at once, so that every VM may be
+boosted; memory bandwidth on simulated counters) and {r['vms']} synthetic VMs (`cosched-fake-qemu`,
+the soak playing their guests), each sending at a rate drawn once between 100 and 2000 frames/s
+(the daemon's `frame_rate`, per VM and resource; here {min(r['rates'])}-{max(r['rates'])}, median
+{r['rates'][len(r['rates']) // 2]}): CPU (boost with or without a guest priority or the interrupt bit,
+and deboost), IO, MEMBW, WAKE, REGISTER and DEREGISTER, plus 0.5-15 invalid frames a second
+(unknown type, invalid value, host-to-guest kinds, garbage), and about once in 10 minutes a burst
+over `malformed_rate` (deregistered, the VM registers again). VMs come and go (about every
+{min(30, dur / 8):.0f} s one leaves, 70% closing its channel as QEMU exits, 30% killed, and a new one
+comes within 5 s): {r['arrivals']} VMs in all, {r['graceful']} left, {r['killed']} killed. Operator
+commands at random (about every {min(10, dur / 12):.0f} s) through the CLI, `cosched --config
+<dir>/host.toml ...`, each `disable` undone 1-10 s later and each static FIFO 2-20 s later: {ops}.
+A probe VM, in its own process, asks for a CPU boost every 0.5 s and measures the time to its vCPU
+seen at SCHED_RR (as `isolation` does); operator commands never name it. Every
+{r['samples'][1]['t_s'] - r['samples'][0]['t_s'] if len(s) > 1 else 10:.0f} s: the daemon's RSS, fds
+and threads, the host's load average (`soak.csv`). Warm-up: the first {r['warmup_s'] / 60:.2g} min.
+
+| target | result | figures |
+|---|---|---|
+{table}
+
+- Frames: {framed} with a header sent ({invalid} invalid), {sent.get('garbage', 0)} runs of garbage;
+  {tot['answered']} answered ({acks} ACK; DENY: {denies}); {tot['unanswered']} unanswered (a reply
+  window of {REPLY_WINDOW_S:g} s, counted only where it was fully observed: a VM leaving gracefully
+  waits for its replies); {tot['lost_at_kill']} in flight when their VM was killed (not counted).
+  {r['malformed_bursts']} malformed bursts. Unsolicited (seq 0): {unsolicited or 'none'}{'' if not r['examples'] else
+  '. First unanswered: ' + ', '.join(r['examples'][:5])}.
+- The daemon: {b['rss_kib'] / 1024:.2f} MiB, {b['fds']} fds and {b['threads']} thread(s) before the first VM;
+  {f['rss_kib'] / 1024:.2f} MiB, {f['fds']} fds, {f['threads']} thread(s) once the last had gone; {f['cpu_s']:.0f} s of
+  CPU in all. Warnings in its log: {warn_text}.
+- The probe: {len(probe)} boosts asked, {len(pr_lat)} applied (p50 {pct(pr_lat, 50)} µs, p99
+  {pct(pr_lat, 99)} µs, max {pct(pr_lat, 100)} µs), {pr_missed} acknowledged but not applied within 1 s,
+  {pr_noreply} without a reply within 1 s, denied: {', '.join(f'{k} {n}' for k, n in pr_denied.items()) or 'none'}
+  (`disabled`: the operator's host-wide `disable`).
+- Operator commands that failed: {sum(r['operator_failures'].values())} of {sum(r['operator'].values())}
+  ({fails or 'none'}).
+- The host: load average (1 min) {loads[0]:.2f} to {loads[-1]:.2f}, median {loads[len(loads) // 2]:.2f}, on
+  {harness.NCPUS} CPUs; other QEMU processes (another engineer's TCG guests) present in {foreign} of
+  {len(s)} samples. The soak's own processes (the fake QEMUs' relays, its Python loop, the probe's
+  polling) share the CPUs with the daemon.
+- After the daemon stopped: {len(diffs)} thread(s) or IRQ(s) of the host differing from before it
+  started{': ' + '; '.join(diffs[:3]) if diffs else ''}; {len(r['groups_left'])} cosched group(s) left; daemon
+  process {'still there' if r['daemon_left'] else 'gone'}.
+
+| min | RSS (MiB) | fds | threads | VMs | frames/s | load (max) | other QEMUs | probe p50 (µs) | probe p99 (µs) |
+|---|---|---|---|---|---|---|---|---|---|
+{chr(10).join(rows)}
+"""
+
+
 def fuzz(runs, out):
     """bench/fuzz.sh with `runs` executions per target; returns (its table, whether all passed)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -582,19 +1355,41 @@ def fuzz(runs, out):
     return table.read_text(), r.returncode == 0
 
 
+def load_crash_rows(path):
+    """The rows of a crash.csv, typed as crash() returns them."""
+    import csv
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            for k in ("cycle", "differences", "boosted", "raised", "throttles", "foreign_qemus"):
+                if k in r:
+                    r[k] = int(r[k])
+            for k in ("shielded", "fifo"):
+                r[k] = r[k] == "True"
+            r.setdefault("restore_by", "command")  # before the restart variant
+            rows.append(r)
+    return rows
+
+
 def write_summary(rows, out, fuzz_table=None, fuzz_runs=None, command=None):
-    """crash.csv, and summary.md: the fuzzing (this run's, else the last fuzz.md), the crash
-    cycles, and the isolation section as its last run wrote it (isolation.md)."""
+    """crash.csv (unless `rows` is None: then read from it), and summary.md: the fuzzing (this
+    run's, else the last fuzz.md), the crash cycles, and the isolation and soak sections as their
+    last runs wrote them (isolation.md, soak.md)."""
     out.mkdir(parents=True, exist_ok=True)
     import csv
-    with open(out / "crash.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    if rows is None:
+        rows = load_crash_rows(out / "crash.csv")
+    else:
+        with open(out / "crash.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
     n = len(rows)
     bad = [r for r in rows if r["differences"]]
     count = lambda k: sum(1 for r in rows if r[k])  # noqa: E731
-    command = command or (f"all --cycles {n} --runs {fuzz_runs}" if fuzz_table else f"crash --cycles {n}")
+    if not command:
+        modes = {r["restore_by"] for r in rows}
+        command = f"crash --cycles {n}" + (f" --restore-by {modes.pop()}" if len(modes) == 1 else "")
     fuzz_intro = """coverage-guided (cargo-fuzz, libFuzzer, AddressSanitizer, nightly toolchain), each target from
 the committed corpus (`fuzz/corpus`). A crash, a hang (over 10 s on one input) or memory past
 1 GiB fails a target. The peak RSS is the fuzzing process's, sanitizer quarantine included."""
@@ -613,7 +1408,8 @@ the committed corpus (`fuzz/corpus`). A crash, a hang (over 10 s on one input) o
                            f"{sum(1 for r in m if r['differences'])} |")
     sections = [f"""# Reliability campaign
 
-Command: `sudo /usr/bin/python3 bench/reliability.py {command}` ({time.strftime('%Y-%m-%d')}).
+Written by `bench/reliability.py` ({time.strftime('%Y-%m-%d')}) from the last run of each part; each
+section says its command.
 
 ## Fuzzing
 
@@ -621,11 +1417,13 @@ Command: `sudo /usr/bin/python3 bench/reliability.py {command}` ({time.strftime(
 
 ## Crash cycles
 
+Command: `sudo /usr/bin/python3 bench/reliability.py {command}`.
 {n} cycles of `kill -9` on the daemon at a random moment (0-1.5 s after three synthetic VMs
 asked for everything), then the host compared with a snapshot taken before the daemon first
 touched it: every thread's policy, priority, nice, I/O priority, affinity and cgroups, the IRQ
 affinities, and the daemon's own groups (other QEMU processes, which another daemon may
-coordinate, are left out). What puts the host back after the kill alternates:
+coordinate, are left out). What puts the host back after the kill (`--restore-by`; by default
+they alternate):
 - `command`: `cosched restore`, then the comparison;
 - `restart`: the VMs stopped (SIGSTOP), a daemon started again on the same state directory with
   nothing that acts without a request (no static tunings, no event boosting, no memory-bandwidth
@@ -643,12 +1441,11 @@ FIFO in {count('fifo')}, memory-bandwidth throttled (frozen) at least once in {c
 Target: 0 differences. **{"met" if not bad else "NOT met"}**: {sum(r['differences'] for r in rows)} differences
 in {len(bad)} of {n} cycles.{"" if not bad else chr(10) + chr(10) + chr(10).join(f"- cycle {r['cycle']} ({r['restore_by']}): {r['detail']}" for r in bad[:10])}
 """]
-    for name, what in (("isolation.md", "isolation"),):
+    for name, what in (("isolation.md", "isolation"), ("soak.md", "soak")):
         if (out / name).exists():
             sections.append((out / name).read_text().strip() + "\n")
         else:
             sections.append(f"## {what.capitalize()}\n\nNot run yet (`reliability.py {what}`).\n")
-    sections.append("Not yet built: the 1-hour soak (see the README).\n")
     text = "\n".join(sections)
     (out / "summary.md").write_text(text)
     return text
@@ -667,12 +1464,24 @@ def main():
     iso.add_argument("--seconds", type=float, default=20)
     iso.add_argument("--seed", type=int)
     iso.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS} (isolation.md)")
-    al = sub.add_parser("all", help="crash cycles and fuzzing, one summary")
+    so = sub.add_parser("soak", help="many VMs flooding within their rate limit, coming and going, for an hour")
+    so.add_argument("--minutes", type=float, default=60)
+    so.add_argument("--vms", type=int, default=16, help="flood VMs (the probe VM is one more)")
+    so.add_argument("--seed", type=int)
+    so.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS} (soak.md, soak.csv)")
+    sm = sub.add_parser("summary", help="summary.md again from the last runs' files (crash.csv, fuzz.md, ...)")
+    sm.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS}")
+    al = sub.add_parser("all", help="crash cycles and fuzzing (and the soak if asked), one summary")
     al.add_argument("--cycles", type=int, default=100)
     al.add_argument("--runs", type=int, default=10_000_000, help="executions per fuzz target")
+    al.add_argument("--soak-minutes", type=float, default=0, help="run the soak this long first (default 0: not)")
+    al.add_argument("--vms", type=int, default=16, help="the soak's flood VMs")
     al.add_argument("--seed", type=int)
     al.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS}")
     a = ap.parse_args()
+    if a.cmd == "summary":
+        print(write_summary(None, a.out))
+        return
     if os.geteuid() != 0:
         sys.exit("reliability.py: must run as root (the daemon)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -682,16 +1491,32 @@ def main():
         text = isolation_text(r, a.seconds)
         (a.out / "isolation.md").write_text(text)
         print(text)
+        if (a.out / "crash.csv").exists():
+            write_summary(None, a.out)
         sys.exit(1 if r["differences"] or r["victim_missed"] else 0)
+    soak_ok = True
+    if a.cmd == "soak" or (a.cmd == "all" and a.soak_minutes > 0):
+        minutes = a.minutes if a.cmd == "soak" else a.soak_minutes
+        a.out.mkdir(parents=True, exist_ok=True)
+        r = soak(minutes, a.vms, seed=a.seed, csv_path=a.out / "soak.csv")
+        text = soak_text(r, f"sudo /usr/bin/python3 bench/reliability.py soak --minutes {minutes:g} --vms {a.vms}")
+        (a.out / "soak.md").write_text(text)
+        print(text)
+        if a.cmd == "soak" and (a.out / "crash.csv").exists():
+            write_summary(None, a.out)
+        soak_ok = all(ok for _, _, ok, _ in soak_verdicts(r))
+        if a.cmd == "soak":
+            sys.exit(0 if soak_ok else 1)
     rows = crash(a.cycles, a.seed, restore_by=getattr(a, "restore_by", "alternate"))
     table, fuzz_ok = fuzz(a.runs, a.out) if a.cmd == "all" else (None, True)
     command = None
     if a.cmd == "all":
-        command = f"all --cycles {a.cycles} --runs {a.runs}"
+        command = f"all --cycles {a.cycles} --runs {a.runs}" + (f" --soak-minutes {a.soak_minutes:g}"
+                                                                 if a.soak_minutes else "")
     elif a.restore_by != "alternate":
         command = f"crash --cycles {a.cycles} --restore-by {a.restore_by}"
     print(write_summary(rows, a.out, table, getattr(a, "runs", None), command))
-    sys.exit(1 if any(r["differences"] for r in rows) or not fuzz_ok else 0)
+    sys.exit(1 if any(r["differences"] for r in rows) or not fuzz_ok or not soak_ok else 0)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """The reliability campaign, briefly (the full runs are `bench/reliability.py crash`, 100 cycles,
-and `isolation`; figures in results/reliability):
+`isolation` and `soak`, 1 hour; figures in results/reliability):
 - crash, 5 cycles: after `kill -9` of the daemon at a random moment while its VMs are boosted,
   raised, shielded, at static FIFO and throttled, `cosched restore` (cycles 0, 2, 4) or a daemon
   started again (cycles 1, 3) leaves the host exactly as it was before the daemon first touched it;
-- isolation, 3 s of a hostile VM's flood."""
+- isolation, 3 s of a hostile VM's flood;
+- soak, 30 s with 4 flood VMs coming and going."""
 
 import sys
 import unittest
@@ -36,6 +37,29 @@ class CrashCycles(unittest.TestCase):
         # The flood happened, and the daemon answered it (else the test proves nothing).
         self.assertGreater(r["flood_frames_per_s"], 10_000, r)
         self.assertGreater(r["hostile_denied"].get("rate_limited", 0), 0, r)
+
+    def test_a_short_soak_answers_every_frame_and_leaks_nothing(self):
+        """Soak, 30 s with 4 flood VMs within their rate limit, coming and going, and operator
+        commands: every frame answered, the daemon's fds and threads back to their count before
+        the first VM, nothing of the host changed (the RSS and latency targets need the hour)."""
+        harness.need_root(self)
+        r = reliability.soak(0.5, 4, log=lambda line: print(line, file=sys.stderr))
+        v = {key: (ok, why) for key, _, ok, why in reliability.soak_verdicts(r)}
+        for key in ("answered", "fds", "threads"):
+            self.assertTrue(v[key][0], v[key][1])
+        self.assertEqual((r["differences"], r["groups_left"], r["daemon_left"]), ([], [], False), r["differences"])
+        # The flood happened and was answered, VMs came and went, the operator acted, the probe
+        # measured (else the test proves nothing).
+        t = r["totals"]
+        self.assertGreater(t["answered"], 20_000, t)
+        self.assertGreater(r["replies"].get("ack", 0), 5_000, r["replies"])
+        self.assertGreater(r["replies"].get("deny:malformed", 0), 0, r["replies"])
+        self.assertGreater(r["graceful"] + r["killed"], 0)
+        self.assertGreater(r["arrivals"], 4)
+        self.assertGreater(sum(r["operator"].values()), 3, r["operator"])
+        applied = [lat for _, lat, rep in r["probe"] if lat is not None]
+        self.assertGreater(len(applied), 20, r["probe"])
+        self.assertFalse([p for p in r["probe"] if p[1] is None and (p[2] or "").startswith("ack")], r["probe"])
 
     def test_a_difference_is_seen(self):
         """The comparison itself: a thread whose nice changed, an IRQ moved, a group left."""

@@ -129,6 +129,12 @@ pub struct HostConfig {
     /// libvirt domains without the channel), every `rescan_ms`, so that `[vm.NAME]` (by QEMU's
     /// `-name`) and host-side features reach them. Only root-owned QEMU binaries are adopted.
     pub discover_processes: bool,
+    /// Also find the domains libvirt runs (their `<domain>.pid` in `libvirt_dir`), channel or
+    /// not, every `rescan_ms`, named by the domain: libvirt's domains only, where
+    /// `discover_processes` takes every QEMU on the host.
+    pub discover_libvirt: bool,
+    /// libvirt's run directory for QEMU domains.
+    pub libvirt_dir: PathBuf,
     /// How often the socket directory (and the processes) are rescanned (inotify catches most
     /// socket changes at once).
     pub rescan_ms: u64,
@@ -180,6 +186,8 @@ impl Default for HostConfig {
             control_socket: DEFAULT_CONTROL_SOCKET.into(),
             metrics_listen: None,
             discover_processes: false,
+            discover_libvirt: false,
+            libvirt_dir: "/run/libvirt/qemu".into(),
             rescan_ms: 1000,
             thread_refresh_ms: 100,
             thread_events: true,

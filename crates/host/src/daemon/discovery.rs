@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::fs;
 use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cosched_hostbpf::{ThreadEvent, ThreadWatch};
@@ -99,22 +100,66 @@ impl Discovery {
             if known(pid) || pid == std::process::id() as i32 {
                 continue;
             }
-            let Ok(p) = procfs.process(pid) else { continue };
-            if !p.is_qemu() {
-                continue;
+            if let Some(p) = self.trusted_qemu(procfs, pid) {
+                let args = procfs.cmdline(pid).unwrap_or_default();
+                found.push((cosched_procfs::qemu_name(&args).unwrap_or_else(|| format!("qemu-{pid}")), p));
             }
-            if let Err(e) = check_binary(procfs, &p) {
-                if self.refused.insert(pid) {
-                    warn!("{e}");
-                }
-                continue;
-            }
-            let args = procfs.cmdline(pid).unwrap_or_default();
-            found.push((cosched_procfs::qemu_name(&args).unwrap_or_else(|| format!("qemu-{pid}")), p));
         }
         self.refused.retain(|pid| procfs.process(*pid).is_ok());
         found
     }
+
+    /// libvirt's running QEMU domains that `known` does not know, named by their domain: the
+    /// `<domain>.pid` files libvirt keeps in `dir` (`/run/libvirt/qemu`) while a domain runs.
+    /// The same checks as [`Discovery::qemu_processes`]: a QEMU, from a trusted binary.
+    pub fn libvirt_domains(
+        &mut self,
+        procfs: &ProcFs,
+        dir: &Path,
+        known: impl Fn(i32) -> bool,
+    ) -> Vec<(String, ProcessInfo)> {
+        let mut found = Vec::new();
+        for (domain, pid) in libvirt_pid_files(dir) {
+            if known(pid) {
+                continue;
+            }
+            if let Some(p) = self.trusted_qemu(procfs, pid) {
+                found.push((domain, p));
+            }
+        }
+        self.refused.retain(|pid| procfs.process(*pid).is_ok());
+        found
+    }
+
+    /// Process `pid` if it is QEMU from a trusted binary; one warning per refused process.
+    fn trusted_qemu(&mut self, procfs: &ProcFs, pid: i32) -> Option<ProcessInfo> {
+        let p = procfs.process(pid).ok().filter(|p| p.is_qemu())?;
+        match check_binary(procfs, &p) {
+            Ok(()) => Some(p),
+            Err(e) => {
+                if self.refused.insert(pid) {
+                    warn!("{e}");
+                }
+                None
+            }
+        }
+    }
+}
+
+/// (domain, pid) of each `<domain>.pid` file in libvirt's run directory for QEMU; files that
+/// are not a pid are skipped (libvirt writes them whole, but a domain may be starting).
+pub fn libvirt_pid_files(dir: &Path) -> Vec<(String, i32)> {
+    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    let mut out: Vec<(String, i32)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.strip_suffix(".pid")?.to_string();
+            let pid = fs::read_to_string(e.path()).ok()?.trim().parse::<i32>().ok().filter(|p| *p > 0)?;
+            (!name.is_empty()).then_some((name, pid))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// The socket was listened on by a process that is not QEMU (libvirt passes the listening
@@ -165,4 +210,27 @@ pub fn check_binary(procfs: &ProcFs, p: &ProcessInfo) -> Result<(), Error> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_libvirts_pid_files() {
+        let dir = tempfile::tempdir().unwrap();
+        for (file, text) in [
+            ("web.pid", "4242\n"),
+            ("db.pid", "17"),
+            ("starting.pid", ""),
+            ("bad.pid", "x"),
+            ("zero.pid", "0"),
+            ("web.xml", "<domstatus/>"),
+            (".pid", "5"),
+        ] {
+            fs::write(dir.path().join(file), text).unwrap();
+        }
+        assert_eq!(libvirt_pid_files(dir.path()), vec![("db".into(), 17), ("web".into(), 4242)]);
+        assert_eq!(libvirt_pid_files(&dir.path().join("none")), vec![]);
+    }
 }

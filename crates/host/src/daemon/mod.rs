@@ -348,7 +348,7 @@ impl Daemon {
             }
             let opened = self.channels.scan(now, &self.host.procfs);
             self.open(opened);
-            if self.cfg.discover_processes {
+            if self.cfg.discover_processes || self.cfg.discover_libvirt {
                 self.discover_processes();
             }
             self.clients.expire(now, &self.poll);
@@ -457,10 +457,23 @@ impl Daemon {
 
     /// Makes entries of QEMU processes that have no channel to us (guests without an agent,
     /// libvirt domains without the channel): config `[vm.NAME]` applies to them by QEMU's
-    /// `-name`, and host-side features act on them.
+    /// `-name` or their libvirt domain, and host-side features act on them.
     fn discover_processes(&mut self) {
         let vms = &self.vms;
-        for (name, p) in self.discovery.qemu_processes(&self.host.procfs, |pid| vms.by_pid(pid).is_some()) {
+        let mut found = Vec::new();
+        if self.cfg.discover_libvirt {
+            found = self
+                .discovery
+                .libvirt_domains(&self.host.procfs, &self.cfg.libvirt_dir, |pid| vms.by_pid(pid).is_some());
+        }
+        if self.cfg.discover_processes {
+            let libvirts: Vec<i32> = found.iter().map(|(_, p)| p.task.id).collect();
+            found.extend(
+                self.discovery
+                    .qemu_processes(&self.host.procfs, |pid| vms.by_pid(pid).is_some() || libvirts.contains(&pid)),
+            );
+        }
+        for (name, p) in found {
             let pid = p.task.id;
             match self.adopt(&name, p.task) {
                 Ok(_) => info!("{name}: found QEMU pid {pid} with no agent channel"),

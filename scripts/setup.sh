@@ -12,8 +12,11 @@ cd "$repo"
 # bzip2 as host jobs, fuse3 and libfuse3-dev for the emulated slow disk (bench/slowdisk), iproute2
 # (tap devices, network namespaces) and curl (the download client) for the feas-* experiments;
 # systemd (systemd-analyze verifies the units) and binutils (strip) for the package; python3-venv
-# for kubernetes-validate; libcap2-bin (capsh) to run the daemon as another user in a test.
-pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config gcc libc6-dev make seabios python3 python3-matplotlib gzip bzip2 fuse3 libfuse3-dev iproute2 curl systemd binutils python3-venv libcap2-bin)
+# for kubernetes-validate; libcap2-bin (capsh) to run the daemon as another user in a test;
+# libvirt's daemon, QEMU driver and virsh for the libvirt test (bench/tests/test_libvirt.py; not
+# libvirt-daemon-system, which would pull in systemd as init).
+pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config gcc libc6-dev make seabios python3 python3-matplotlib gzip bzip2 fuse3 libfuse3-dev iproute2 curl systemd binutils python3-venv libcap2-bin
+      libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients)
 while read -r p; do pkgs+=("$p"); done < <(sed 's/#.*//' guest/DEPS | tr -s ' \t' '\n' | grep -v '^$')
 missing=()
 for p in "${pkgs[@]}"; do
@@ -23,6 +26,15 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "setup.sh: installing ${missing[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# libvirt's QEMU runs as libvirt-qemu (Debian's build default), a user libvirt-daemon-system's
+# postinst would create.
+if ! getent passwd libvirt-qemu >/dev/null; then
+    echo "setup.sh: adding the system user libvirt-qemu (libvirt runs QEMU as it)"
+    getent group libvirt-qemu >/dev/null || groupadd --system libvirt-qemu
+    useradd --system --gid libvirt-qemu --home-dir /var/lib/libvirt --no-create-home \
+        --shell /usr/sbin/nologin libvirt-qemu
 fi
 
 if ! command -v cargo >/dev/null; then

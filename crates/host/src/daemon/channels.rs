@@ -32,7 +32,15 @@ struct Attempt {
     backoff_ms: u64,
     /// The last failure we logged: a different one is logged again.
     reported: String,
+    /// Failed tries so far.
+    tries: u32,
 }
+
+/// A socket's first failure is logged as information, not a warning: libvirt binds a domain's
+/// socket before its QEMU runs (so nothing has accepted yet), and removes it a moment after
+/// QEMU exits (connection refused). A failure still there at this try (about 6 s on, with the
+/// back-off from 50 ms) is a warning.
+const WARN_AT_TRY: u32 = 7;
 
 /// A connected socket whose QEMU process is known, for the loop to attach to a VM.
 pub struct Opened {
@@ -157,8 +165,13 @@ impl Channels {
             next_try_ns: 0,
             backoff_ms: FIRST_RETRY_MS,
             reported: String::new(),
+            tries: 0,
         });
-        if a.reported != msg {
+        a.tries += 1;
+        if a.tries == 1 {
+            info!("{}: not ready yet: {msg}; will retry", path.display());
+            a.reported = msg;
+        } else if a.reported != msg || a.tries == WARN_AT_TRY {
             warn!("{}: {msg}; will retry", path.display());
             a.reported = msg;
         } else {

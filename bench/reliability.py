@@ -941,12 +941,15 @@ def soak(minutes, nvms, seed=None, log=print, csv_path=None):
         (dd / "vms").mkdir(parents=True)
         trace = Path(tmp) / "membw.trace"
         trace.write_text("0 * 1000\n")
-        # The binary under test, copied: a rebuild of target/ during the soak changes nothing here.
-        exe = Path(tmp) / "cosched"
+        # The binaries under test, copied: a rebuild of target/ during the soak changes nothing here.
+        global FAKE
+        exe, fake = Path(tmp) / "cosched", Path(tmp) / "cosched-fake-qemu"
         shutil.copy2(harness.COSCHED, exe)
+        shutil.copy2(FAKE, fake)
         res["binary_sha256"] = subprocess.run(["sha256sum", str(exe)], capture_output=True,
                                               text=True).stdout.split()[0]
         old_cosched, harness.COSCHED = harness.COSCHED, exe
+        old_fake, FAKE = FAKE, fake
         d, probe, conn, flood = None, None, None, []
         csv_file = open(csv_path, "w", newline="") if csv_path else None
         writer = None
@@ -1184,7 +1187,7 @@ def soak(minutes, nvms, seed=None, log=print, csv_path=None):
                 v.vm.stop()
             if d is not None:
                 d.stop()
-            harness.COSCHED = old_cosched
+            harness.COSCHED, FAKE = old_cosched, old_fake
             if csv_file:
                 csv_file.close()
     vs = gone

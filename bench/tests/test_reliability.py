@@ -29,11 +29,14 @@ class CrashCycles(unittest.TestCase):
 
     def test_a_hostile_vm_changes_nothing_of_the_host_or_its_neighbour(self):
         """Isolation, 3 s of flood: no thread of the host or of the victim changed, the victim's
-        every boost applied and none denied (its latency is measured by the full run)."""
+        every boost applied and none denied, and its median boost delayed by less than the
+        per-turn read bound (the p99 is judged by the full run). Before the flooding VM was read
+        after the others, and once a turn, the median delay was about twice the bound."""
         harness.need_root(self)
         r = reliability.isolation(3, rounds=50)
         self.assertEqual(r["differences"], [], r)
         self.assertEqual((r["victim_missed"], r["victim_denied"]), (0, {}), r)
+        self.assertLessEqual(r["flood_p50_us"] - r["quiet_p50_us"], r["turn_bound_us"], r)
         # The flood happened, and the daemon answered it (else the test proves nothing).
         self.assertGreater(r["flood_frames_per_s"], 10_000, r)
         self.assertGreater(r["hostile_denied"].get("rate_limited", 0), 0, r)

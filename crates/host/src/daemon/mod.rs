@@ -280,6 +280,10 @@ impl Daemon {
                 }
             }
             let turn = Instant::now();
+            // VMs left with bytes to read by the last turn (they used their whole share). A VM
+            // is read at most once a turn (READS_PER_WAKEUP reads), and these after every other:
+            // a VM that floods its channel delays another's frame by at most one share.
+            let backlog = std::mem::take(&mut self.backlog);
             // Thread exits first: no change goes to a thread id that is no longer the VM's.
             // Only when the ring buffer said so: reading its drop counter is a system call,
             // and a drop can only happen while it holds events, so it has said so then.
@@ -301,7 +305,7 @@ impl Daemon {
                     METRICS => self.clients.accept_metrics(&self.poll, now),
                     Token(t) if t >= FIRST_CLIENT => self.on_client(t),
                     Token(t) => {
-                        if ev.is_readable() {
+                        if ev.is_readable() && !backlog.contains(&t) {
                             self.read_vm(t);
                         }
                         if ev.is_writable() {
@@ -310,7 +314,7 @@ impl Daemon {
                     }
                 }
             }
-            for token in std::mem::take(&mut self.backlog) {
+            for token in backlog {
                 self.read_vm(token);
             }
             let mut actions = std::mem::take(&mut self.scratch_actions);

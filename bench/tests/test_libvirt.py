@@ -5,9 +5,9 @@ libvirt-qemu user).
 
 What it changes on the host, and puts back: libvirtd and virtlogd run while it does (it refuses
 to start where a libvirtd runs already, rather than share one); libvirt's state directories
-(/run/libvirt, /var/lib/libvirt, /var/cache/libvirt, /var/log/libvirt, /etc/libvirt/qemu) are
-removed again if they did not exist before, and so are its /machine cgroups; and on a kernel
-with RT group scheduling (a v1 `cpu` hierarchy with cpu.rt_runtime_us), where
+(/run/libvirt, /var/lib/libvirt, /var/cache/libvirt, /var/log/libvirt, /etc/libvirt/qemu,
+/etc/libvirt/nwfilter, /etc/libvirt/secrets) are removed again if they did not exist before, and
+so are its /machine cgroups; and on a kernel with RT group scheduling (a v1 `cpu` hierarchy with cpu.rt_runtime_us), where
 /etc/libvirt/qemu.conf does not exist, it writes one that keeps QEMU out of libvirt's `cpu`
 groups (which have no real-time runtime: see the README), and removes it again."""
 
@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
 
 URI = "qemu:///system"
-STATE_DIRS = ["/run/libvirt", "/var/lib/libvirt", "/var/cache/libvirt", "/var/log/libvirt", "/etc/libvirt/qemu"]
+STATE_DIRS = ["/run/libvirt", "/var/lib/libvirt", "/var/cache/libvirt", "/var/log/libvirt", "/etc/libvirt/qemu",
+              "/etc/libvirt/nwfilter", "/etc/libvirt/secrets"]
 QEMU_CONF = Path("/etc/libvirt/qemu.conf")
 RT_GROUPS = Path("/sys/fs/cgroup/cpu/cpu.rt_runtime_us")
 WITH_CHANNEL = "cosched-lvt-agent"

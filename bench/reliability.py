@@ -596,13 +596,23 @@ def isolation(seconds, rounds=200, seed=None, log=print):
                 rt.close()
     c0, c1 = st0["daemon"]["cost"], st1["daemon"]["cost"]
     frames = c1["frames"] - c0["frames"]
-    loop_busy_pct = round((c1["loop_ns"] - c0["loop_ns"]) / 1e9 / max(st1_at - st0_at, 1e-9) * 100)
-    # Everything the loop did during the flood, per frame: the flood keeps it busy, so its whole
-    # time (reads, decoding, the coordinator, actuation, replies and the rest of each turn) is
-    # what one frame costs.
-    per_frame_us = (c1["loop_ns"] - c0["loop_ns"]) / max(frames, 1) / 1000
+    loop_busy_pct = round((c1["loop_ns"] - c0["loop_ns"]) / 1e9 / max(st1_at - st0_at, 1e-9) * 100, 1)
+    # What one more frame read costs the loop: reading, decoding, the coordinator, actuation and
+    # the replies, over the frames processed during the flood. (The loop's whole time over the
+    # frames counts its idle turns too once the flood no longer keeps it busy.)
+    path_ns = sum(c1[k] - c0[k] for k in ("read_ns", "decode_ns", "coordinator_ns", "actuate_ns",
+                                           "encode_ns", "write_ns"))
+    per_frame_us = path_ns / max(frames, 1) / 1000
     hv = next(v for v in st1["vms"] if v["name"] == "hostile")
     vv = next(v for v in st1["vms"] if v["name"] == "victim")
+
+    def denied(v):
+        """DENY replies by reason: the VM's own (registration, malformed) and its resources'."""
+        out = dict(v["counters"].get("denied", {}))
+        for res in v.get("resources", {}).values():
+            for reason, n in res.get("counters", {}).get("denied", {}).items():
+                out[reason] = out.get(reason, 0) + n
+        return dict(sorted(out.items()))
 
     def pct(xs, p):
         xs = sorted(x for x in xs if x is not None)
@@ -611,10 +621,12 @@ def isolation(seconds, rounds=200, seed=None, log=print):
         "quiet_p50_us": pct(quiet, 50), "quiet_p99_us": pct(quiet, 99), "quiet_max_us": pct(quiet, 100),
         "flood_p50_us": pct(under, 50), "flood_p99_us": pct(under, 99), "flood_max_us": pct(under, 100),
         "victim_missed": sum(x is None for x in quiet + under),
-        "victim_denied": vv["counters"].get("denied", {}),
+        "victim_denied": denied(vv),
         "flood_mb": round(flood.bytes / 1e6, 1), "flood_frames_per_s": round(frames / flood_s),
         "hostile_registered_at_end": hv.get("registered"), "hostile_malformed": hv["counters"].get("malformed"),
-        "hostile_denied": hv["counters"].get("denied", {}),
+        "hostile_denied": denied(hv), "hostile_read_held": hv.get("read_held"),
+        "hostile_sent_frames_per_s": round(flood.bytes / 16 / flood_s),
+        "read_rate": st1["daemon"].get("read_rate_per_vm"),
         "per_frame_us": round(per_frame_us, 2), "turn_bound_us": round(FRAMES_PER_TURN * per_frame_us),
         "differences": diffs, "hostile_threads": len(hostile_tids), "rounds": rounds, "loop_busy_pct": loop_busy_pct,
         "cost_ms": {k: round((c1[k] - c0[k]) / 1e6, 1) for k in c1 if k.endswith("_ns") and isinstance(c1[k], int)},
@@ -637,16 +649,20 @@ measured. The victim's side runs real-time below the daemon: its fake QEMU's rel
 SCHED_FIFO 50, the measuring thread at 40. So the delay measured is the daemon's, not the
 SCHED_OTHER flood's scheduling of the victim's own processes on this 2-CPU host.
 
-- The flood: {r['flood_mb']} MB, {r['flood_frames_per_s']} frames/s processed; the hostile VM was answered
+- The flood: {r['flood_mb']} MB written, {r['hostile_sent_frames_per_s']} frames/s: as fast as its channel took them, which
+  is as fast as the daemon read them: at most `read_rate` = {r['read_rate']} frames/s per VM (twice what
+  a guest within every rate limit can send), what is sent beyond waiting in the channel. The
+  hostile VM was held back {r['hostile_read_held']} times; {r['flood_frames_per_s']} frames/s processed; answered
   `DENY` {sum(r['hostile_denied'].values())} times ({', '.join(f"{k} {v}" for k, v in r['hostile_denied'].items())}).
 - Threads of the host and of the victim changed by it: **{len(r['differences'])}** (every thread
   compared with a snapshot from before the daemon, once the victim was deboosted){': ' + '; '.join(r['differences'][:5]) if r['differences'] else ''}.
 - The victim's boosts: {r['victim_missed']} missed, denials {r['victim_denied'] or 'none'}.
 - The per-turn read bound: the daemon reads at most {FRAMES_PER_TURN} frames (8 × 4 KiB) from one VM
-  per loop turn, and a VM that used its whole share is read after the others in the next turn.
-  A victim's frame so waits at most for the rest of the turn under way. At {r['per_frame_us']} µs a frame
-  (the loop's whole time during the flood, over the frames it processed) that is
-  **{r['turn_bound_us']} µs**. The flood kept the daemon's loop busy {r['loop_busy_pct']}% of the time.
+  per loop turn (its read budget stores no more), and a VM that used its whole share is read
+  after the others in the next turn. A victim's frame so waits at most for one share. At
+  {r['per_frame_us']} µs a frame (reading, decoding, the coordinator, actuation and the replies during the
+  flood, over the frames processed) that is **{r['turn_bound_us']} µs**. The flood kept the
+  daemon's loop busy {r['loop_busy_pct']}% of the time.
 - The victim's boost latency, quiet: p50 {r['quiet_p50_us']} µs, p99 {r['quiet_p99_us']} µs, max {r['quiet_max_us']} µs;
   under the flood: p50 {r['flood_p50_us']} µs, p99 {r['flood_p99_us']} µs, max {r['flood_max_us']} µs.
 
@@ -1559,6 +1575,7 @@ def main():
         a.out.mkdir(parents=True, exist_ok=True)
         text = isolation_text(r, a.seconds)
         (a.out / "isolation.md").write_text(text)
+        (a.out / "isolation.json").write_text(json.dumps(r, indent=1) + "\n")
         print(text)
         if (a.out / "crash.csv").exists():
             write_summary(None, a.out)

@@ -519,6 +519,65 @@ fn a_flooding_guest_cannot_hold_off_its_budget() {
     );
 }
 
+/// A guest sending past `[policy] read_rate` is read at that rate: what it sent waits in its
+/// channel (none of it lost: every frame answered, in order), and another VM's request is
+/// answered at once meanwhile.
+#[test]
+fn a_guest_past_its_read_rate_is_read_at_that_rate_and_loses_nothing() {
+    if !have_root() {
+        return;
+    }
+    const RATE: u64 = 4000;
+    const SENT: u32 = 20_000;
+    let w = World::new();
+    let d = w.daemon(&format!("{QUIET_POLICY}read_rate = {RATE}\n"));
+    assert_eq!(d.status()["daemon"]["read_rate_per_vm"], RATE);
+    let mut hostile = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    let mut victim = w.vm("vm2", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    d.wait_vm("vm2");
+    victim.register();
+    // vm1 is not registered: each of its frames is answered DENY(not_registered), with its seq.
+    let mut stdin = hostile.stdin.take().unwrap();
+    let t0 = Instant::now();
+    let flood = std::thread::spawn(move || {
+        let bytes: Vec<u8> = (1..=SENT).flat_map(|i| Frame::cpu(i, true).encode()).collect();
+        stdin.write_all(&bytes).unwrap();
+        stdin
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    // Read at the rate: one burst (2048 frames) and RATE a second since.
+    let read = d.vm_status("vm1").unwrap()["counters"]["frames"].as_u64().unwrap();
+    let most = 2048 + RATE * t0.elapsed().as_millis() as u64 / 1000;
+    assert!(read <= most && read >= RATE / 2, "{read} frames read in {:?} (at most {most})", t0.elapsed());
+    // The other VM meanwhile: answered and boosted at once.
+    let t = Instant::now();
+    assert_eq!(victim.request(Kind::Cpu, 1), Frame::ack(2, 1));
+    assert!(victim.boosted_soon(1));
+    let victim_ms = t.elapsed().as_millis();
+    assert!(victim_ms < 500, "the other VM's boost took {victim_ms} ms");
+    victim.request(Kind::Cpu, 0);
+    // Every frame answered, in order, at the read rate (not at once: it was held).
+    let mut next = 1;
+    while next <= SENT {
+        let f = hostile.rx.recv_timeout(Duration::from_secs(5)).unwrap_or_else(|_| {
+            panic!("frame {next} of {SENT} not answered; {}", d.vm_status("vm1").unwrap()["counters"])
+        });
+        assert_eq!(f, Frame::deny_for(next, CPU, DenyReason::NotRegistered));
+        next += 1;
+    }
+    let took = t0.elapsed();
+    let least = Duration::from_millis(u64::from(SENT - 2048) * 1000 / RATE * 8 / 10);
+    assert!(took >= least, "{SENT} frames answered in {took:?}: faster than {RATE}/s");
+    hostile.stdin = Some(flood.join().unwrap());
+    let st = d.vm_status("vm1").unwrap();
+    assert!(st["read_held"].as_u64().unwrap() >= 1, "{st}");
+    assert_eq!(d.vm_status("vm2").unwrap()["read_held"], 0);
+    let log = std::fs::read_to_string(&d.log).unwrap();
+    assert!(log.contains("vm1: sends faster than 4000 frames/s ([policy] read_rate)"), "{log}");
+    eprintln!("{SENT} frames at read_rate {RATE}: answered in {took:?}; the other VM's boost in {victim_ms} ms");
+}
+
 #[test]
 fn rt_guard_moves_only_the_vcpus_to_the_guard_class_and_back() {
     if !have_root() {

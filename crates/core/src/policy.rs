@@ -55,6 +55,10 @@ pub struct Policy {
     pub frame_burst: u64,
     /// Malformed frames per second (burst of the same size) before the VM is deregistered.
     pub malformed_rate: u64,
+    /// Frames per second the daemon reads from one VM's channel; what a VM sends beyond waits
+    /// in its channel (QEMU and then the guest's writes are held back). 0: twice what a guest
+    /// within every rate limit can send ([`Policy::read_rate`]).
+    pub read_rate: u64,
     /// Per-resource overrides of the budget and rate keys, by resource name (`cpu`, `io`, ...).
     pub resource: BTreeMap<String, LimitsOverride>,
 }
@@ -106,6 +110,7 @@ impl Default for Policy {
             frame_rate: 2_000,
             frame_burst: 200,
             malformed_rate: 20,
+            read_rate: 0,
             resource: BTreeMap::new(),
         }
     }
@@ -181,6 +186,18 @@ impl Policy {
             return Err("malformed_rate must be > 0".into());
         }
         Ok(())
+    }
+
+    /// Frames per second the daemon reads from one VM: `read_rate` if set, else twice what a
+    /// guest within every limit can send: a request and the request that ends it for each
+    /// resource at its `frame_rate`, registrations at `frame_rate`, and `malformed_rate`.
+    /// With the defaults: 2 × (2 × 4 × 2000 + 2000 + 20) = 36 040.
+    pub fn read_rate(&self) -> u64 {
+        if self.read_rate > 0 {
+            return self.read_rate;
+        }
+        let requests: u64 = Resource::ALL.iter().map(|r| self.limits(*r).frame_rate).sum();
+        2 * (2 * requests + self.frame_rate + self.malformed_rate)
     }
 
     /// With the guard on: (real-time allowance per window, share to fall back to before

@@ -392,6 +392,17 @@ fn rate_limit_refuses_boosts_but_always_honours_deboosts() {
 }
 
 #[test]
+fn the_read_rate_is_twice_what_a_guest_within_every_limit_sends() {
+    // 4 resources × (a request and its end) at 2000/s, registrations at 2000/s, 20 malformed/s.
+    assert_eq!(Policy::default().read_rate(), 2 * (2 * 4 * 2000 + 2000 + 20));
+    // It follows the per-resource overrides, and an explicit read_rate wins.
+    let mut p = Policy::default();
+    p.resource.insert("io".into(), LimitsOverride { frame_rate: Some(10_000), ..Default::default() });
+    assert_eq!(p.read_rate(), 2 * (2 * (3 * 2000 + 10_000) + 2000 + 20));
+    assert_eq!(Policy { read_rate: 500, ..p }.read_rate(), 500);
+}
+
+#[test]
 fn malformed_frames_are_counted_refused_and_a_flood_deregisters() {
     let mut s = Sim::new(Policy { malformed_rate: 3, ..no_budget_no_guard() });
     s.register();

@@ -115,16 +115,36 @@ impl Bucket {
 
     /// Takes one token if there is one.
     pub fn take(&mut self, now: u64) -> bool {
-        let elapsed = now.saturating_sub(self.last_ns) as u128;
-        self.last_ns = self.last_ns.max(now);
-        let cap = self.burst as u128 * NANO;
-        self.nano_tokens = (self.nano_tokens + elapsed * self.rate_per_s as u128).min(cap);
-        if self.nano_tokens >= NANO {
-            self.nano_tokens -= NANO;
+        if self.available(now) >= 1 {
+            self.spend(1);
             true
         } else {
             false
         }
+    }
+
+    /// The whole tokens stored at `now` (after the refill since the last call).
+    pub fn available(&mut self, now: u64) -> u64 {
+        let elapsed = now.saturating_sub(self.last_ns) as u128;
+        self.last_ns = self.last_ns.max(now);
+        let cap = self.burst as u128 * NANO;
+        self.nano_tokens = (self.nano_tokens + elapsed * self.rate_per_s as u128).min(cap);
+        (self.nano_tokens / NANO) as u64
+    }
+
+    /// Spends `n` tokens, or all there are if fewer (a read that took more than was counted).
+    pub fn spend(&mut self, n: u64) {
+        self.nano_tokens = self.nano_tokens.saturating_sub(n as u128 * NANO);
+    }
+
+    /// How long after the last call until `n` tokens are stored (`n` capped at the burst).
+    pub fn wait_ns(&self, n: u64) -> u64 {
+        let want = n.min(self.burst) as u128 * NANO;
+        let missing = want.saturating_sub(self.nano_tokens);
+        if self.rate_per_s == 0 {
+            return u64::MAX;
+        }
+        missing.div_ceil(self.rate_per_s as u128).min(u64::MAX as u128) as u64
     }
 }
 
@@ -138,6 +158,27 @@ mod tests {
     fn exact(periods: &[(u64, u64)], now: u64, window: u64) -> u64 {
         let from = now.saturating_sub(window);
         periods.iter().map(|&(s, e)| e.min(now).saturating_sub(s.max(from))).sum()
+    }
+
+    #[test]
+    fn bucket_counts_whole_tokens_and_says_when_more_come() {
+        let mut b = Bucket::new(1000, 100, 0); // 1 token/ms, 100 stored
+        assert_eq!(b.available(0), 100);
+        b.spend(90);
+        assert_eq!(b.available(0), 10);
+        // 5.5 ms later: 15 whole tokens (and half of one).
+        assert_eq!(b.available(5_500_000), 15);
+        assert_eq!(b.wait_ns(16), 500_000);
+        assert_eq!(b.wait_ns(15), 0);
+        // Never past the burst, and wait_ns of more than the burst is the wait for the burst.
+        assert_eq!(b.available(1_000_000_000), 100);
+        b.spend(1000);
+        assert_eq!(b.available(1_000_000_000), 0);
+        assert_eq!(b.wait_ns(500), 100 * MS);
+        // take() is one token of the same bucket.
+        assert!(!b.take(1_000_000_000));
+        assert!(b.take(1_001_000_000));
+        assert!(!b.take(1_001_000_000));
     }
 
     #[test]

@@ -180,6 +180,13 @@ pub fn render(status: &Value) -> String {
             &l,
             num(&k["malformed"]),
         );
+        add(
+            "cosched_vm_read_held_total",
+            "counter",
+            "Times the VM's channel was left unread for sending past [policy] read_rate.",
+            &l,
+            num(&vm["read_held"]),
+        );
         for (reason, n) in k["denied"].as_object().into_iter().flatten() {
             add(
                 "cosched_vm_denied_total",

@@ -10,9 +10,10 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
+use cosched_core::window::Bucket;
 use cosched_core::NS_PER_MS;
 use cosched_procfs::{ProcFs, ProcessInfo};
-use cosched_proto::{Event, Frame, StreamDecoder};
+use cosched_proto::{Event, Frame, StreamDecoder, FRAME_LEN};
 use mio::net::UnixStream;
 use mio::unix::SourceFd;
 use mio::{Interest, Poll, Token};
@@ -60,14 +61,21 @@ struct Channel {
     /// WRITABLE is registered (replies are waiting).
     want_write: bool,
     dropped_replies: u64,
+    /// Frames the daemon may still read from it ([`Channels::read_rate`]).
+    budget: Bucket,
+    /// Times its reading was held back because it sent past its read rate.
+    held: u64,
 }
 
 /// What one read of a channel gave.
 pub enum Read {
-    /// `n` bytes were read.
-    Data(usize),
+    /// `n` bytes were read; `drained`: fewer than were asked for, so the socket is empty.
+    Data { n: usize, drained: bool },
     /// Nothing (more) to read now.
     Empty,
+    /// Not read: the VM sent past its read rate. Read again at this time (what it sent waits
+    /// in its socket, and it is held back from sending more).
+    Held(u64),
     /// The channel is finished: why.
     Closed(String),
 }
@@ -78,11 +86,19 @@ pub struct Channels {
     open: HashMap<usize, Channel>,
     by_path: HashMap<PathBuf, usize>,
     attempts: HashMap<PathBuf, Attempt>,
+    /// Frames per second read from one VM (`[policy] read_rate`), in bursts of up to
+    /// `read_burst` frames.
+    read_rate: u64,
+    read_burst: u64,
 }
+
+/// A held VM is read again once it may send this many frames (or its whole burst, if smaller):
+/// not one wake-up per frame.
+const RESUME_FRAMES: u64 = 256;
 
 impl Channels {
     /// Watches `dir` (created if needed) for sockets; `token` is the inotify fd's.
-    pub fn watch(dir: &Path, poll: &Poll, token: Token) -> anyhow::Result<Channels> {
+    pub fn watch(dir: &Path, poll: &Poll, token: Token, read_rate: u64, read_burst: u64) -> anyhow::Result<Channels> {
         use anyhow::Context;
         fs::create_dir_all(dir).with_context(|| format!("creating socket directory {}", dir.display()))?;
         let inotify = os::watch_dir(dir).with_context(|| format!("watching {} with inotify", dir.display()))?;
@@ -93,6 +109,8 @@ impl Channels {
             open: HashMap::new(),
             by_path: HashMap::new(),
             attempts: HashMap::new(),
+            read_rate,
+            read_burst,
         })
     }
 
@@ -182,7 +200,7 @@ impl Channels {
     }
 
     /// Makes `opened` the channel of the VM with `token`.
-    pub fn attach(&mut self, token: usize, opened: Opened, poll: &Poll) -> Result<(), Error> {
+    pub fn attach(&mut self, token: usize, opened: Opened, poll: &Poll, now: u64) -> Result<(), Error> {
         let Opened { path, mut stream, .. } = opened;
         poll.registry().register(&mut stream, Token(token), Interest::READABLE).map_err(Error::Poll)?;
         self.attempts.remove(&path);
@@ -194,6 +212,8 @@ impl Channels {
             out: Vec::new(),
             want_write: false,
             dropped_replies: 0,
+            budget: Bucket::new(self.read_rate, self.read_burst, now),
+            held: 0,
         };
         self.open.insert(token, ch);
         Ok(())
@@ -207,13 +227,28 @@ impl Channels {
         self.open.get(&token).map_or(0, |c| c.dropped_replies)
     }
 
-    /// One non-blocking read of the channel.
-    pub fn read(&mut self, token: usize, buf: &mut [u8]) -> Read {
+    /// Times the channel of `token` was held back for sending past its read rate.
+    pub fn held(&self, token: usize) -> u64 {
+        self.open.get(&token).map_or(0, |c| c.held)
+    }
+
+    /// One non-blocking read of the channel: of as many whole frames' bytes as its read budget
+    /// has left, up to `buf`'s length.
+    pub fn read(&mut self, token: usize, buf: &mut [u8], now: u64) -> Read {
         let Some(c) = self.open.get_mut(&token) else { return Read::Empty };
+        let frames = c.budget.available(now);
+        if frames == 0 {
+            c.held += 1;
+            return Read::Held(now + c.budget.wait_ns(RESUME_FRAMES));
+        }
+        let len = buf.len().min(usize::try_from(frames).unwrap_or(usize::MAX).saturating_mul(FRAME_LEN));
         loop {
-            return match c.stream.read(buf) {
+            return match c.stream.read(&mut buf[..len]) {
                 Ok(0) => Read::Closed("channel closed (QEMU exited?)".into()),
-                Ok(n) => Read::Data(n),
+                Ok(n) => {
+                    c.budget.spend(n.div_ceil(FRAME_LEN) as u64);
+                    Read::Data { n, drained: n < len }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => Read::Empty,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => Read::Closed(format!("read error: {e}")),

@@ -64,6 +64,9 @@ const TIMER: Token = Token(6);
 /// Reads of 4 KiB from one VM per wake-up: a guest that floods its channel cannot keep the
 /// loop from enforcing budgets, the guard, other VMs and signals; the rest is read next round.
 const READS_PER_WAKEUP: usize = 8;
+/// The most frames one VM's read budget stores ([`cosched_core::Policy::read_rate`]): one
+/// turn's share, so that a burst within it is read at once.
+const READ_BURST_FRAMES: u64 = (READS_PER_WAKEUP * 4096 / cosched_proto::FRAME_LEN) as u64;
 
 /// Where the daemon's time goes, in total since it started (the `scale` experiment divides by
 /// `frames`): reading, decoding, the coordinator, the actuators (of which `syscall_ns` in
@@ -101,6 +104,8 @@ pub struct Daemon {
     latency: Latency,
     /// VMs with bytes left to read after their last wake-up's share.
     backlog: Vec<usize>,
+    /// VMs that sent past their read rate, and when to read them again.
+    held: Vec<(usize, u64)>,
     /// VMs with replies waiting: written once per loop turn, however many frames caused them.
     dirty: Vec<usize>,
     /// Reused for every frame, so the hot path does not allocate.
@@ -152,7 +157,7 @@ impl Daemon {
         let signals = os::block_signals().context("blocking SIGTERM/SIGINT/SIGHUP")?;
         let poll = Poll::new()?;
         poll.registry().register(&mut SourceFd(&signals.as_raw_fd()), SIGNALS, Interest::READABLE)?;
-        let channels = Channels::watch(&cfg.socket_dir, &poll, INOTIFY)?;
+        let channels = Channels::watch(&cfg.socket_dir, &poll, INOTIFY, cfg.policy.read_rate(), READ_BURST_FRAMES)?;
         let clients = Clients::bind(&cfg.control_socket, cfg.metrics_listen.as_deref(), &poll, CONTROL, METRICS)?;
         let caps = privileges();
         set_own_priority(cfg.daemon_priority)?;
@@ -198,6 +203,7 @@ impl Daemon {
             signals,
             latency: Latency::default(),
             backlog: Vec::new(),
+            held: Vec::new(),
             dirty: Vec::new(),
             scratch_actions: Vec::new(),
             scratch_events: Vec::new(),
@@ -258,6 +264,9 @@ impl Daemon {
         if let Ok(m) = &self.membw {
             next = next.min(m.next_check_ns);
         }
+        if let Some(&(_, resume)) = self.held.iter().min_by_key(|(_, resume)| *resume) {
+            next = next.min(resume);
+        }
         next
     }
 
@@ -283,7 +292,17 @@ impl Daemon {
             // VMs left with bytes to read by the last turn (they used their whole share). A VM
             // is read at most once a turn (READS_PER_WAKEUP reads), and these after every other:
             // a VM that floods its channel delays another's frame by at most one share.
-            let backlog = std::mem::take(&mut self.backlog);
+            let mut backlog = std::mem::take(&mut self.backlog);
+            // VMs held back for sending past their read rate are read when their budget is back,
+            // with the backlog; until then their wake-ups are ignored (they are edge-triggered:
+            // what waits is read when they are due).
+            let due = self.now();
+            self.held.retain(|&(token, resume)| {
+                if resume <= due {
+                    backlog.push(token);
+                }
+                resume > due
+            });
             // Thread exits first: no change goes to a thread id that is no longer the VM's.
             // Only when the ring buffer said so: reading its drop counter is a system call,
             // and a drop can only happen while it holds events, so it has said so then.
@@ -305,7 +324,7 @@ impl Daemon {
                     METRICS => self.clients.accept_metrics(&self.poll, now),
                     Token(t) if t >= FIRST_CLIENT => self.on_client(t),
                     Token(t) => {
-                        if ev.is_readable() && !backlog.contains(&t) {
+                        if ev.is_readable() && !backlog.contains(&t) && !self.held.iter().any(|h| h.0 == t) {
                             self.read_vm(t);
                         }
                         if ev.is_writable() {
@@ -412,7 +431,7 @@ impl Daemon {
                 },
             };
             let threads = self.vms.get(token).map_or(0, |vm| vm.threads.threads.len());
-            match self.channels.attach(token, o, &self.poll) {
+            match self.channels.attach(token, o, &self.poll, self.now()) {
                 Ok(()) => info!("{name}: connected to QEMU pid {pid} ({threads} threads) via {}", path.display()),
                 Err(e) => self.channels.failed(&path, &e, self.now()),
             }
@@ -494,11 +513,19 @@ impl Daemon {
         let mut full_reads = 0;
         for _ in 0..READS_PER_WAKEUP {
             let t = Instant::now();
-            let read = self.channels.read(token, &mut buf);
+            let read = self.channels.read(token, &mut buf, self.now());
             self.cost.read_ns += ns_since(t);
-            let n = match read {
-                Read::Data(n) => n,
+            let (n, drained) = match read {
+                Read::Data { n, drained } => (n, drained),
                 Read::Empty => break,
+                Read::Held(resume) => {
+                    if !self.held.iter().any(|h| h.0 == token) {
+                        self.held.push((token, resume));
+                    }
+                    let rate = self.cfg.policy.read_rate();
+                    self.warn_vm(token, &format!("sends faster than {rate} frames/s ([policy] read_rate): read at that rate, the rest waits in its channel"));
+                    break;
+                }
                 Read::Closed(why) => {
                     self.drop_vm(token, &why);
                     break;
@@ -529,7 +556,7 @@ impl Daemon {
                 self.cost.coordinator_ns += ns_since(t);
                 self.execute(&mut actions, Some(rx_ns));
             }
-            if n < buf.len() {
+            if drained {
                 // A short read drained the socket; bytes arriving later raise a new edge. This
                 // spares the read that would only say EAGAIN.
                 break;
@@ -698,6 +725,7 @@ impl Daemon {
             ev.forget(vm.id, vm.pid());
         }
         self.backlog.retain(|t| *t != token);
+        self.held.retain(|h| h.0 != token);
         self.dirty.retain(|t| *t != token);
         info!("{}: {why}; {} setting(s) restored", vm.name(), out.restored);
         self.update_host_shield();

@@ -688,6 +688,8 @@ AGENT=$!
 until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
 cyclictest -p 80 -i 1000 -l 500 -q >/dev/null
 echo "CPU-DONE"
+# The host reads the daemon's status on that line: the agent must still be registered then.
+sleep 1
 kill $AGENT; wait $AGENT
 sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
 """
@@ -697,7 +699,8 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
 
             def on_line(line, pid):
                 if line == "CPU-DONE":
-                    seen["vm"], _ = wait_for_vm(d, lambda v: v["counters"]["boosts"] >= 1, timeout=3.0)
+                    seen["vm"], _ = wait_for_vm(d, lambda v: v["registered"] and v["counters"]["boosts"] >= 1,
+                                                timeout=3.0)
                     seen["io"] = self.io_state(d)
             try:
                 console, _ = cb.boot_guest(workload, sock=d.socket_dir / "nobfq.sock", on_line=on_line,

@@ -57,6 +57,7 @@ Needs root and a built tree (scripts/setup.sh).
 
 import argparse
 import contextlib
+import csv
 import ctypes
 import json
 import multiprocessing
@@ -1009,6 +1010,8 @@ def soak(minutes, nvms, seed=None, log=print, csv_path=None):
     soak_text). Samples every ~10 s (csv_path: written as they come)."""
     import csv
     import multiprocessing
+    if seed is None:
+        seed = random.randrange(1 << 32)  # recorded, so that a run can be repeated
     rng = random.Random(seed)
     duration = minutes * 60
     warmup = min(300.0, duration / 6)
@@ -1585,8 +1588,15 @@ def main():
         minutes = a.minutes if a.cmd == "soak" else a.soak_minutes
         a.out.mkdir(parents=True, exist_ok=True)
         r = soak(minutes, a.vms, seed=a.seed, csv_path=a.out / "soak.csv")
-        text = soak_text(r, f"sudo /usr/bin/python3 bench/reliability.py soak --minutes {minutes:g} --vms {a.vms}")
+        text = soak_text(r, f"sudo /usr/bin/python3 bench/reliability.py soak --minutes {minutes:g} --vms {a.vms}"
+                            f" --seed {r['seed']}")
         (a.out / "soak.md").write_text(text)
+        # The probe's every boost (seconds since the start, latency in µs, the reply), so that
+        # its windows can be recomputed.
+        with open(a.out / "soak-probe.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["t_s", "latency_us", "reply"])
+            w.writerows([t, "" if lat is None else round(lat, 1), rep or ""] for t, lat, rep in r["probe"])
         print(text)
         if a.cmd == "soak" and (a.out / "crash.csv").exists():
             write_summary(None, a.out)

@@ -168,6 +168,11 @@ pub(super) trait Knob: Debug {
     fn born_into(&self, current: &Self::V, _main: Option<&Self::V>) -> Self::V {
         current.clone()
     }
+    /// Whether setting `v` made something of the daemon's that outlives the threads that had
+    /// it (a group of its own), which the restore must still remove once they are gone.
+    fn creates(&self, _v: &Self::V) -> bool {
+        false
+    }
 }
 
 #[derive(Debug)]
@@ -305,6 +310,9 @@ impl Knob for V1GroupKnob {
     fn show(&self, v: &String) -> (&'static str, String) {
         (self.hierarchy, v.clone())
     }
+    fn creates(&self, group: &String) -> bool {
+        self.is_own(group)
+    }
     /// A thread created by a thread in our group is born in it: it belongs where the group is.
     fn born_into(&self, current: &String, _: Option<&String>) -> String {
         if self.is_own(current) {
@@ -410,6 +418,11 @@ struct Tracked<V> {
 pub(super) struct PerThread<K: Knob> {
     knob: K,
     threads: BTreeMap<i32, Tracked<K::V>>,
+    /// For each value of the daemon's making ([`Knob::creates`]: a group of its own) whose
+    /// threads have all gone, a gone thread's entry that names it: kept in the record, so that
+    /// the restore (at the VM's end, the daemon's stop or after a crash) still removes the
+    /// group. One per value, so bounded whatever the VM's threads do.
+    retired: Vec<(K::V, Entry)>,
     generation: Option<u64>,
     vcpus_known: bool,
     verified_at: Option<Instant>,
@@ -417,7 +430,29 @@ pub(super) struct PerThread<K: Knob> {
 
 impl<K: Knob> PerThread<K> {
     pub(super) fn new(knob: K) -> Self {
-        PerThread { knob, threads: BTreeMap::new(), generation: None, vcpus_known: false, verified_at: None }
+        PerThread {
+            knob,
+            threads: BTreeMap::new(),
+            retired: Vec::new(),
+            generation: None,
+            vcpus_known: false,
+            verified_at: None,
+        }
+    }
+
+    /// A tracked thread is dropped (gone, or no longer the knob's): what it may have had of
+    /// the daemon's making stays in the record ([`PerThread::retired`]).
+    fn retire(knob: &K, retired: &mut Vec<(K::V, Entry)>, t: &Tracked<K::V>) {
+        for v in t.may_apply.iter().filter(|v| knob.creates(v)) {
+            if !retired.iter().any(|(r, _)| r == v) {
+                let e = Entry {
+                    task: t.task,
+                    layer: knob.layer().into(),
+                    setting: knob.setting(&t.original, std::slice::from_ref(v)),
+                };
+                retired.push((v.clone(), e));
+            }
+        }
     }
 
     /// Tracks the I/O threads the list gained (their present value is their original), drops
@@ -430,9 +465,13 @@ impl<K: Knob> PerThread<K> {
         self.vcpus_known = threads.vcpus_known();
         let before = self.threads.len();
         let process = threads.process;
-        let (knob, vcpus_known) = (&self.knob, self.vcpus_known);
+        let (knob, vcpus_known, retired) = (&self.knob, self.vcpus_known, &mut self.retired);
         self.threads.retain(|tid, t| {
-            threads.get(*tid).is_some_and(|i| i.task == t.task && knob.applies_to(process, i, vcpus_known))
+            let keep = threads.get(*tid).is_some_and(|i| i.task == t.task && knob.applies_to(process, i, vcpus_known));
+            if !keep {
+                Self::retire(knob, retired, t);
+            }
+            keep
         });
         let mut changed = self.threads.len() != before;
         for info in threads.iter() {
@@ -547,7 +586,9 @@ impl<K: Knob> PerThread<K> {
             }
         }
         for tid in &lost {
-            self.threads.remove(tid);
+            if let Some(t) = self.threads.remove(tid) {
+                Self::retire(&self.knob, &mut self.retired, &t);
+            }
         }
         gone.extend(lost);
     }
@@ -558,9 +599,11 @@ impl<K: Knob> PerThread<K> {
             layer: self.knob.layer().into(),
             setting: self.knob.setting(&t.original, &t.may_apply),
         }));
+        out.extend(self.retired.iter().map(|(_, e)| e.clone()));
     }
 
     pub(super) fn restored(&mut self) {
+        self.retired.clear();
         for t in self.threads.values_mut() {
             t.applied = None;
             t.want = None;

@@ -272,3 +272,39 @@ fn membw_throttle_on_resctrl_mba_moves_vcpus_into_a_slowed_group_and_back() {
     assert!(!rc.join("cosched-membw-500").exists() && rc.join("tenant").exists());
     assert!(w.records().is_empty());
 }
+
+/// A vCPU that exits after a throttle (its VM killed, say) takes nothing of what the daemon
+/// made with it: the frozen group stays in the record, and the VM's restore removes it (the
+/// soak found groups left after VMs killed while throttled).
+#[test]
+fn membw_throttle_group_is_removed_after_its_vcpu_has_gone() {
+    for crash in [false, true] {
+        let mut w = World::new();
+        fs::create_dir_all(w.cg().join("freezer")).unwrap();
+        fs::write(w.cg().join("freezer/tasks"), "").unwrap();
+        w.sched.0.borrow_mut().cgroups.insert((502, "freezer".into()), "/".into());
+        let process = w.host.procfs.process(PID).unwrap().task;
+        let lever = ThrottleLever::Freezer(FreezerKind::V1);
+        let mut vm =
+            VmThreads::new("vm1", process, &mut w.host, vec![Box::new(KnobActuator::throttle(&lever))]).unwrap();
+        let group = w.cg().join("freezer/cosched-membw-500");
+        let out = vm.set_level(&mut w.host, Resource::Membw, Level::Throttled, 0);
+        assert!(out.errors.is_empty() && out.changed == 1, "{out:?}");
+        assert_eq!(fs::read_to_string(group.join("freezer.state")).unwrap(), "FROZEN");
+        vm.set_level(&mut w.host, Resource::Membw, Level::Normal, 0);
+        assert!(group.is_dir(), "kept for the next throttle");
+        // The vCPU exits; the daemon sees its list without it.
+        fake::remove_thread(&w.dir.path().join("proc"), PID, 502);
+        vm.refresh(&mut w.host);
+        vm.set_level(&mut w.host, Resource::Membw, Level::Throttled, 0);
+        if crash {
+            drop(vm);
+            w.restore_all();
+        } else {
+            let r = vm.restore(&mut w.host);
+            assert!(r.errors.is_empty(), "{r:?}");
+        }
+        assert!(!group.exists(), "crash {crash}: the frozen group of a gone vCPU is removed");
+        assert!(w.records().is_empty());
+    }
+}

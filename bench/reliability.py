@@ -1398,7 +1398,8 @@ comes within 5 s): {r['arrivals']} VMs in all, {r['graceful']} left, {r['killed'
 commands at random (about every {min(10, dur / 12):.0f} s) through the CLI, `cosched --config
 <dir>/host.toml ...`, each `disable` undone 1-10 s later and each static FIFO 2-20 s later: {ops}.
 A probe VM, in its own process, asks for a CPU boost every 0.5 s and measures the time to its vCPU
-seen at SCHED_RR (as `isolation` does); operator commands never name it. Every
+seen at SCHED_RR (as `isolation` does, but at SCHED_OTHER: it shares the CPUs with the fake QEMUs
+and this loop); operator commands never name it. Every
 {r['samples'][1]['t_s'] - r['samples'][0]['t_s'] if len(s) > 1 else 10:.0f} s: the daemon's RSS, fds
 and threads, the host's load average (`soak.csv`). Warm-up: the first {r['warmup_s'] / 60:.2g} min.
 

@@ -953,7 +953,7 @@ class MemoryBandwidth(unittest.TestCase):
     WORKLOAD = """#!/bin/sh
 cosched guest 2>/tmp/agent.log &
 AGENT=$!
-until grep -q "registered with the host" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
+until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
 (while :; do :; done) &
 HOG=$!
 echo "ASK 500"; cosched request-membw 500; echo "RC $?"

@@ -887,15 +887,21 @@ class SoakVm:
         self.vm.stop()
 
 
-def _probe_main(tmp, name, seed, conn):
+def _probe_main(tmp, name, seed, conn, rt=True):
     """The probe VM, in a process of its own (so that the soak's loop does not delay its
     polling): registers for the CPU, then every PROBE_PERIOD_S asks for a boost and measures as
     boost_latencies does, the time from its CPU 1 to its vCPU seen at SCHED_RR. Sends the parent
-    (t, µs or None, reply) per round."""
+    (t, µs or None, reply) per round. With `rt`, as in `isolation`, its relay runs at SCHED_FIFO
+    50 and its polling thread at 40, below the daemon: what is measured is then the daemon's
+    delay, not how the fake QEMUs and the soak's loop (SCHED_OTHER) delay the probe."""
     harness.dies_with_us(signal.SIGKILL)()
     rng = random.Random(seed)
     vm = FakeVm(tmp, name, spin=False, replies="keep")
+    stack = contextlib.ExitStack()
     try:
+        if rt:
+            stack.enter_context(realtime([vm.proc.pid], 50))
+            stack.enter_context(realtime([threading.get_native_id()], 40))
         conn.send(("pid", vm.proc.pid))
         if conn.recv() != "go":
             return
@@ -924,6 +930,7 @@ def _probe_main(tmp, name, seed, conn):
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass
     finally:
+        stack.close()
         vm.stop()
 
 
@@ -1005,9 +1012,10 @@ class Operator:
             self.run(item[1])
 
 
-def soak(minutes, nvms, seed=None, log=print, csv_path=None):
+def soak(minutes, nvms, seed=None, log=print, csv_path=None, probe_rt=True):
     """`nvms` flood VMs and a probe VM under one daemon for `minutes`; returns the figures (see
-    soak_text). Samples every ~10 s (csv_path: written as they come)."""
+    soak_text). Samples every ~10 s (csv_path: written as they come). probe_rt: the probe's side
+    real-time below the daemon (else SCHED_OTHER, as the soak's first runs had it)."""
     import csv
     import multiprocessing
     if seed is None:
@@ -1020,7 +1028,7 @@ def soak(minutes, nvms, seed=None, log=print, csv_path=None):
     churn_mean = min(30.0, duration / 8)
     op_mean = min(10.0, duration / 12)
     res = {"minutes": minutes, "vms": nvms, "seed": seed, "warmup_s": warmup, "window_s": window,
-           "samples": [], "probe": [], "arrivals": 0, "graceful": 0, "killed": 0, "malformed_bursts": 0}
+           "probe_rt": probe_rt, "samples": [], "probe": [], "arrivals": 0, "graceful": 0, "killed": 0, "malformed_bursts": 0}
     with tempfile.TemporaryDirectory(prefix="cosched-soak-") as tmp:
         dd = Path(tmp) / "d"
         (dd / "vms").mkdir(parents=True)
@@ -1050,7 +1058,7 @@ def soak(minutes, nvms, seed=None, log=print, csv_path=None):
             # The probe.
             ctx = multiprocessing.get_context("spawn")
             conn, child = ctx.Pipe()
-            probe = ctx.Process(target=_probe_main, args=(tmp, "probe", rng.random(), child), daemon=True)
+            probe = ctx.Process(target=_probe_main, args=(tmp, "probe", rng.random(), child, probe_rt), daemon=True)
             probe.start()
             child.close()
             if not conn.poll(30):
@@ -1342,6 +1350,8 @@ def soak_text(r, command):
     denies = ", ".join(f"{k[5:]} {n}" for k, n in sorted(r["replies"].items(), key=lambda x: -x[1])
                        if k.startswith("deny:"))
     unsolicited = ", ".join(f"{k} {n}" for k, n in sorted(r["unsolicited"].items(), key=lambda x: -x[1]))
+    probe_side = (": its relay at SCHED_FIFO 50, its polling at 40, below the daemon" if r.get("probe_rt", True) else
+                  ", but at SCHED_OTHER: it shares the CPUs with the fake QEMUs\nand this loop")
     loads = sorted(x["load1"] for x in s)
     foreign = sum(1 for x in s if x["foreign_qemus"])
     probe = r["probe"]
@@ -1398,8 +1408,7 @@ comes within 5 s): {r['arrivals']} VMs in all, {r['graceful']} left, {r['killed'
 commands at random (about every {min(10, dur / 12):.0f} s) through the CLI, `cosched --config
 <dir>/host.toml ...`, each `disable` undone 1-10 s later and each static FIFO 2-20 s later: {ops}.
 A probe VM, in its own process, asks for a CPU boost every 0.5 s and measures the time to its vCPU
-seen at SCHED_RR (as `isolation` does, but at SCHED_OTHER: it shares the CPUs with the fake QEMUs
-and this loop); operator commands never name it. Every
+seen at SCHED_RR (as `isolation` does{probe_side}); operator commands never name it. Every
 {r['samples'][1]['t_s'] - r['samples'][0]['t_s'] if len(s) > 1 else 10:.0f} s: the daemon's RSS, fds
 and threads, the host's load average (`soak.csv`). Warm-up: the first {r['warmup_s'] / 60:.2g} min.
 
@@ -1558,6 +1567,9 @@ def main():
     so.add_argument("--vms", type=int, default=16, help="flood VMs (the probe VM is one more)")
     so.add_argument("--seed", type=int)
     so.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS} (soak.md, soak.csv)")
+    so.add_argument("--probe-sched-other", action="store_true",
+                    help="the probe at SCHED_OTHER, sharing the CPUs with the fake QEMUs (default: real-time below "
+                         "the daemon, so that its latency is the daemon's)")
     sm = sub.add_parser("summary", help="summary.md again from the last runs' files (crash.csv, fuzz.md, ...)")
     sm.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS}")
     al = sub.add_parser("all", help="crash cycles and fuzzing (and the soak if asked), one summary")
@@ -1588,9 +1600,10 @@ def main():
     if a.cmd == "soak" or (a.cmd == "all" and a.soak_minutes > 0):
         minutes = a.minutes if a.cmd == "soak" else a.soak_minutes
         a.out.mkdir(parents=True, exist_ok=True)
-        r = soak(minutes, a.vms, seed=a.seed, csv_path=a.out / "soak.csv")
+        other = a.cmd == "soak" and a.probe_sched_other
+        r = soak(minutes, a.vms, seed=a.seed, csv_path=a.out / "soak.csv", probe_rt=not other)
         text = soak_text(r, f"sudo /usr/bin/python3 bench/reliability.py soak --minutes {minutes:g} --vms {a.vms}"
-                            f" --seed {r['seed']}")
+                            f" --seed {r['seed']}" + ("" if r["probe_rt"] else " --probe-sched-other"))
         (a.out / "soak.md").write_text(text)
         # The probe's every boost (seconds since the start, latency in µs, the reply), so that
         # its windows can be recomputed.

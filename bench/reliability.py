@@ -113,9 +113,13 @@ DENY_REASONS = {1: "disabled", 2: "unsupported", 3: "budget", 4: "malformed", 5:
                 6: "not_registered", 7: "host_reserve"}
 
 
+# A protocol frame: magic "CS", version, kind, seq (u32 LE), value (u64 LE): 16 bytes.
+FRAME = struct.Struct("<2sBBIQ")
+
+
 def frame(kind, seq, value):
-    """A protocol frame: magic "CS", version 1, kind, seq (u32 LE), value (u64 LE)."""
-    return struct.pack("<2sBBIQ", b"CS", 1, KIND[kind], seq, value)
+    """A protocol frame of version 1."""
+    return FRAME.pack(b"CS", 1, KIND[kind], seq, value)
 
 
 class FakeVm:
@@ -159,9 +163,9 @@ class FakeVm:
                 return
             if keep:
                 buf += data
-                whole = len(buf) // 16 * 16
+                whole = len(buf) // FRAME.size * FRAME.size
                 with self.cond:
-                    for _, _, kind, seq, value in struct.iter_unpack("<2sBBIQ", buf[:whole]):
+                    for _, _, kind, seq, value in FRAME.iter_unpack(buf[:whole]):
                         if seq:
                             self.replies[seq] = (kind, value)
                     self.cond.notify_all()
@@ -430,7 +434,7 @@ host_reserve_cpus = 0
 """
 # The daemon reads at most 8 reads of 4 KiB from one VM per loop turn (READS_PER_WAKEUP in
 # crates/host/src/daemon/mod.rs): 2048 frames.
-FRAMES_PER_TURN = 8 * 4096 // 16
+FRAMES_PER_TURN = 8 * 4096 // FRAME.size
 
 
 def vcpu_of(vm):
@@ -509,18 +513,18 @@ class Hostile:
                 elif r < 0.88:
                     chunk.append(frame("membw", seq, 1000))
                 elif r < 0.96:
-                    chunk.append(struct.pack("<2sBBIQ", b"CS", 1, 6, seq, 500 | 99 << 32))  # WAKE
+                    chunk.append(frame("wake", seq, 500 | 99 << 32))
                 else:
                     chunk.append(frame("register", seq, CAPS))
             # A few malformed frames and garbage a second (the limit is 20).
             if rng.random() < 0.01:
-                chunk.append(struct.pack("<2sBBIQ", b"CS", 7, 3, seq, 1) + b"garbage!")
+                chunk.append(FRAME.pack(b"CS", 7, 3, seq, 1) + b"garbage!")  # version 7
             data = memoryview(b"".join(chunk))
             chunk.clear()
             try:
                 while data:
                     data = data[os.write(out, data):]
-                    sent += 16 * 256
+                    sent += FRAME.size * 256
             except OSError:
                 break
             self.sent.value = sent
@@ -615,9 +619,6 @@ def isolation(seconds, rounds=200, seed=None, log=print):
                 out[reason] = out.get(reason, 0) + n
         return dict(sorted(out.items()))
 
-    def pct(xs, p):
-        xs = sorted(x for x in xs if x is not None)
-        return round(xs[min(len(xs) - 1, int(p / 100 * len(xs)))], 1) if xs else None
     return {
         "quiet_p50_us": pct(quiet, 50), "quiet_p99_us": pct(quiet, 99), "quiet_max_us": pct(quiet, 100),
         "flood_p50_us": pct(under, 50), "flood_p99_us": pct(under, 99), "flood_max_us": pct(under, 100),
@@ -626,7 +627,7 @@ def isolation(seconds, rounds=200, seed=None, log=print):
         "flood_mb": round(flood.bytes / 1e6, 1), "flood_frames_per_s": round(frames / flood_s),
         "hostile_registered_at_end": hv.get("registered"), "hostile_malformed": hv["counters"].get("malformed"),
         "hostile_denied": denied(hv), "hostile_read_held": hv.get("read_held"),
-        "hostile_sent_frames_per_s": round(flood.bytes / 16 / flood_s),
+        "hostile_sent_frames_per_s": round(flood.bytes / FRAME.size / flood_s),
         "read_rate": st1["daemon"].get("read_rate_per_vm"),
         "per_frame_us": round(per_frame_us, 2), "turn_bound_us": round(FRAMES_PER_TURN * per_frame_us),
         "differences": diffs, "hostile_threads": len(hostile_tids), "rounds": rounds, "loop_busy_pct": loop_busy_pct,
@@ -727,7 +728,7 @@ def invalid_frame(rng, seq):
     """(kind name, bytes): a frame with a readable header (answered DENY(malformed) with its seq),
     or (garbage, bytes) that does not start a frame (answered DENY(malformed) seq 0)."""
     r = rng.random()
-    pack = lambda kind, value: struct.pack("<2sBBIQ", b"CS", 1, kind, seq, value)  # noqa: E731
+    pack = lambda kind, value: FRAME.pack(b"CS", 1, kind, seq, value)  # noqa: E731
     if r < 0.25:
         return "unknown_type", pack(rng.choice((0, 7, 0x30, 0x7f, 0x84, 0xff)), rng.getrandbits(64))
     if r < 0.55:
@@ -826,8 +827,8 @@ class SoakVm:
         if not data:
             return False
         buf = self.inbuf + data
-        whole = len(buf) // 16 * 16
-        for _, _, kind, seq, value in struct.iter_unpack("<2sBBIQ", buf[:whole]):
+        whole = len(buf) // FRAME.size * FRAME.size
+        for _, _, kind, seq, value in FRAME.iter_unpack(buf[:whole]):
             what = "ack" if kind == ACK else f"deny:{DENY_REASONS.get(value & 0xff, value)}" if kind == DENY \
                 else {DISABLE: "disable", ENABLE: "enable"}.get(kind, f"kind {kind:#x}")
             if seq == 0:
@@ -1016,7 +1017,6 @@ def soak(minutes, nvms, seed=None, log=print, csv_path=None, probe_rt=True):
     """`nvms` flood VMs and a probe VM under one daemon for `minutes`; returns the figures (see
     soak_text). Samples every ~10 s (csv_path: written as they come). probe_rt: the probe's side
     real-time below the daemon (else SCHED_OTHER, as the soak's first runs had it)."""
-    import csv
     import multiprocessing
     if seed is None:
         seed = random.randrange(1 << 32)  # recorded, so that a run can be repeated
@@ -1455,7 +1455,6 @@ def fuzz(runs, out):
 
 def load_crash_rows(path):
     """The rows of a crash.csv, typed as crash() returns them."""
-    import csv
     rows = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
@@ -1474,7 +1473,6 @@ def write_summary(rows, out, fuzz_table=None, fuzz_runs=None, command=None):
     run's, else the last fuzz.md), the crash cycles, and the isolation and soak sections as their
     last runs wrote them (isolation.md, soak.md)."""
     out.mkdir(parents=True, exist_ok=True)
-    import csv
     if rows is None:
         rows = load_crash_rows(out / "crash.csv")
     else:

@@ -4,6 +4,7 @@ the host, under host load. Needs root and a built tree (`cargo build --release`,
 the project's test command and CI), which makes that a failure."""
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -534,12 +535,25 @@ def uptime_marks(console, word):
 
 def io_transitions(console):
     """The agent's I/O transitions from its verbose log: [(guest time in s, want)]."""
-    import re
     out = []
     for l in console.splitlines():
         m = re.search(r"io vd[a-z]+ (wants a boost|done) at (\d+) µs", l)
         if m and l.startswith("COSCHED-AGENT: "):
             out.append((int(m.group(2)) / 1e6, m.group(1) == "wants a boost"))
+    return out
+
+
+def io_episodes(transitions):
+    """The agent's I/O transitions paired into episodes [(IO 1 time, IO 0 time or None if still
+    raised)]; None if they do not alternate, beginning with IO 1."""
+    out = []
+    for t, want in transitions:
+        if want == bool(out and out[-1][1] is None):
+            return None
+        if want:
+            out.append((t, None))
+        else:
+            out[-1] = (out[-1][0], t)
     return out
 
 
@@ -575,14 +589,20 @@ cosched-tools seqread /mnt/d/big1 60 >/dev/null &
 R1=$!
 cosched-tools seqread /mnt/d/big2 60 >/dev/null &
 R2=$!
-# New queues are weight-raised too: wait until the readers' own raising is over (the agent's
-# last I/O line says "done", for 1 s; at most 20 s).
-i=0; since=
-while [ $i -lt 200 ]; do
+# New queues are weight-raised too: wait until the readers' own raising is over: the agent's
+# last I/O line says "done" and no I/O line came for 1 s (at most 30 s: BFQ raises a new queue
+# for 3 to 25 s, longer the slower it measured the disk). The raising comes as many short
+# episodes (70 ms, every 190 ms): the count of lines must not change, since a sample of the last
+# line alone nearly always reads "done" (a run took the readers' raising for quiet that way).
+i=0; since=; seen=-1
+while [ $i -lt 300 ]; do
     sleep 0.1; i=$((i+1))
+    n=$(grep -c "io vd[a-z]* " /tmp/agent.log)
     case $(grep "io vd[a-z]* " /tmp/agent.log | tail -1) in
-        *" done "*) [ -n "$since" ] || since=$i; [ $((i - since)) -ge 10 ] && break ;;
-        *) since= ;;
+        *" done "*) if [ "$n" = "$seen" ] && [ -n "$since" ]; then
+                        [ $((i - since)) -ge 10 ] && break
+                    else since=$i; seen=$n; fi ;;
+        *) since=; seen=$n ;;
     esac
 done
 echo "QUIET $(up)"
@@ -606,6 +626,29 @@ umount /mnt/d
             return None
         vm = st["vms"][0]
         return {"registered": vm["registered"], "threads": vm["threads"], **vm["resources"]["io"]}
+
+    @staticmethod
+    def io_why(console, seen, daemon_log):
+        """A failure's context, short enough to survive a CI excerpt: the daemon's view at each
+        mark (level, counters, raised threads), the guest's marks and I/O transitions relative to
+        APP-START, the agent's lines without its per-frame and CPU lines, the daemon log's end."""
+        def brief(s):
+            if not s:
+                return repr(s)
+            raised = {t["comm"]: t.get("ioprio") for t in s["threads"] if "io" in t["changed_by"]}
+            return f"level={s['level']} registered={s['registered']} counters={s['counters']} raised={raised}"
+        marks = {w: uptime_marks(console, w) for w in ("READERS", "QUIET", "APP-START", "APP-END", "AFTER")}
+        zero = (marks["APP-START"] or [0.0])[0]
+        rel = lambda t: f"{1000 * (t - zero):+.0f}"
+        agent = "\n".join(l for l in agent_log(console).splitlines()
+                          if " seq=" not in l and not re.search(r"cpu \d+ (wants a boost|done) at", l))
+        return ("\n".join(f"daemon at {k}: {brief(seen.get(k))}" for k in ("quiet", "start", "end"))
+                + f"\nflags: raised={seen.get('raised')} lowered={seen.get('lowered')}"
+                + "\nguest marks (ms from APP-START): "
+                + ", ".join(f"{w} {' '.join(rel(t) for t in ts)}" for w, ts in marks.items())
+                + "\nguest I/O transitions (ms from APP-START): "
+                + " ".join(f"{'IO1' if want else 'IO0'}@{rel(t)}" for t, want in io_transitions(console))
+                + f"\nagent (frames and CPU lines left out):\n{agent}\ndaemon log end:\n{daemon_log[-2000:]}")
 
     def test_io_1_when_an_application_starts_under_readers_and_io_0_after(self):
         need_root(self)
@@ -646,10 +689,12 @@ umount /mnt/d
                 d.stop()
             daemon_log = (Path(tmp) / "daemon.log").read_text()
         agent = agent_log(console)
-        why = f"seen {seen}\nagent:\n{agent}\ndaemon:\n{daemon_log[-3000:]}"
-        self.assertIn("detectors attached: io (BFQ on vda; switched vda from mq-deadline)", agent, why)
-        self.assertIn("granted cpu,io", agent, why)
-        self.assertIn("READERS-ALIVE", console, "the readers ran for the whole start-up\n" + why)
+        why = self.io_why(console, seen, daemon_log)
+        # assertTrue, not assertIn: assertIn's first line would be the whole log.
+        self.assertTrue("detectors attached: io (BFQ on vda; switched vda from mq-deadline)" in agent,
+                        "the agent did not attach its I/O detector to BFQ on vda\n" + why)
+        self.assertTrue("granted cpu,io" in agent, "the host did not grant cpu,io\n" + why)
+        self.assertTrue("READERS-ALIVE" in console, "the readers ran for the whole start-up\n" + why)
         q = seen.get("quiet")
         self.assertTrue(q and q["registered"], why)
         self.assertEqual(q["level"], "normal", "the readers' own raising was over before the start\n" + why)
@@ -660,23 +705,33 @@ umount /mnt/d
         self.assertFalse([c for c in raised if c.startswith("CPU ")], "vCPU threads are not raised\n" + why)
         self.assertTrue(seen.get("lowered"), "the daemon did not lower it after the start\n" + why)
         self.assertEqual(seen["end"]["counters"]["denied"], {}, why)
-        # The guest's own view: one episode, IO 1 at the start and IO 0 after it (the hold is
-        # 50 ms), not split in two during the start. What the workload does after that (the
-        # readers going on for 1.5 s, stopping them, powering off) may start an episode of its
-        # own: seen 1.2 s and once 0.22 s after IO 0, so only the first episode after QUIET is
-        # judged. It may begin in the 0.5 s between QUIET and APP-START (seen once in CI: IO 1
-        # more than 50 ms before APP-START, after the drop_caches there); it must then cover the
-        # whole start (IO 0 only after its end, below).
-        (quiet,), (app_start,), (app_end,) = (uptime_marks(console, w) for w in ("QUIET", "APP-START", "APP-END"))
-        episode = [(t, w) for t, w in io_transitions(console) if quiet <= t][:2]
-        self.assertEqual([w for _, w in episode], [True, False], why)
-        (t1, _), (t0, _) = episode
-        print(f"\n  app start {app_end - app_start:.3f} s under 2 readers; IO 1 {1000 * (t1 - app_start):+.0f} ms "
-              f"after its start, IO 0 {1000 * (t0 - app_end):+.0f} ms after its end (raised "
-              f"{1000 * (t0 - t1):.0f} ms); daemon io counters {seen['end']['counters']}", file=sys.stderr)
-        self.assertLess(t1 - app_start, 0.5, why)
+        # The guest's own view: IO 1 at the start, IO 0 after its end (the hold is 50 ms), raised
+        # in between. The episodes judged are those after QUIET that overlap the start:
+        # - one may begin in the 0.5 s between QUIET and APP-START (seen once in CI: IO 1 more than
+        #   50 ms before APP-START, after the drop_caches there); it must then cover the start;
+        # - what the workload does after the start (the readers going on for 1.5 s, stopping
+        #   them, powering off) may start an episode of its own (seen 1.2 s and once 0.22 s after
+        #   IO 0), which begins after APP-END and is left out;
+        # - the start may split: under TCG, cat can spend more than the 50 ms hold on the CPU
+        #   between two reads (seen: IO 0 72 ms into a 390 ms start, IO 1 again 32 ms later). The
+        #   gaps inside the start must stay under a quarter of it.
+        (readers,), (quiet,), (app_start,), (app_end,) = (
+            uptime_marks(console, w) for w in ("READERS", "QUIET", "APP-START", "APP-END"))
+        episodes = io_episodes([(t, w) for t, w in io_transitions(console) if quiet <= t])
+        self.assertTrue(episodes is not None, "the agent's IO 1 and IO 0 after QUIET do not alternate\n" + why)
+        start = [(a, b) for a, b in episodes if a < app_end and (b is None or b > app_start)]
+        self.assertTrue(start, "no I/O episode overlaps the application's start\n" + why)
+        t1, t0 = start[0][0], start[-1][1]
+        self.assertIsNotNone(t0, "no IO 0 after the start\n" + why)
+        gaps = sum(max(0.0, min(a, app_end) - max(b, app_start)) for (_, b), (a, _) in zip(start, start[1:]))
+        print(f"\n  readers' own raising over after {quiet - readers:.1f} s (1 s of it quiet); "
+              f"app start {app_end - app_start:.3f} s under 2 readers; IO 1 {1000 * (t1 - app_start):+.0f} ms "
+              f"after its start, IO 0 {1000 * (t0 - app_end):+.0f} ms after its end ({len(start)} episode(s), "
+              f"gaps {1000 * gaps:.0f} ms); daemon io counters {seen['end']['counters']}", file=sys.stderr)
+        self.assertLess(t1 - app_start, 0.5, "IO 1 within 0.5 s of the start\n" + why)
         self.assertGreaterEqual(t0, app_end - 0.05, "IO 0 only once it has started\n" + why)
-        self.assertLess(t0 - app_end, 1.0, why)
+        self.assertLess(t0 - app_end, 1.0, "IO 0 within 1 s of its end\n" + why)
+        self.assertLessEqual(gaps, 0.25 * (app_end - app_start), "raised for most of the start\n" + why)
 
     def test_no_bfq_in_the_guest_io_unsupported_cpu_works(self):
         """A guest with a disk but without BFQ (its module not loaded): the agent says I/O is

@@ -124,6 +124,10 @@ class WatchList(unittest.TestCase):
     what is observed, not its effect)."""
 
     def boosted_share(self, body, agent_args="", **kw):
+        share, stats, _ = self.boosted_run(body, agent_args, **kw)
+        return share, stats
+
+    def boosted_run(self, body, agent_args="", **kw):
         r = harness.run(body, guest_hogs=1, policy="cosched", daemon_config=harness.NO_BUDGETS,
                         agent_args=agent_args + " --stats-interval-s 1000", **kw)
         self.assertTrue(r.get("registered"), r.get("agent_log"))
@@ -131,7 +135,7 @@ class WatchList(unittest.TestCase):
         share = r["boosted_share"]
         stats = [l for l in r["agent_log"] if "detector stats" in l]
         print(f"\n  boosted {100 * share:.0f}% of {r['measure_s']:.1f} s; {stats}", file=sys.stderr)
-        return share, stats
+        return share, stats, r
 
     # The old count mode (8 boosted switch-ins, one more per wake-up).
     COUNT = "--watch-budget-ms 0"
@@ -164,10 +168,22 @@ class WatchList(unittest.TestCase):
         released when its budget is spent."""
         need_root(self)
         app = self.APP + "\""
-        share, stats = self.boosted_share(f"cosched-tools launch 2 {app} >/dev/null\necho COSCHED-MEASURE-START\n"
-                                          f"cosched-tools launch 10 {app} >/dev/null\necho COSCHED-MEASURE-END\n",
-                                          layers=[harness.PYTHON_LAYER], tools=True)
-        self.assertGreater(share, 0.6, stats)
+        share, stats, r = self.boosted_run(f"cosched-tools launch 2 {app} >/dev/null\necho COSCHED-MEASURE-START\n"
+                                           f"cosched-tools launch 10 {app}\necho COSCHED-MEASURE-END\n",
+                                           layers=[harness.PYTHON_LAYER], tools=True)
+        # What the budget can cover: a launch that ran R s of CPU keeps its VM boosted for about
+        # min(1, 0.3 s / R) of its time (more with what its wake-ups earn back). The guest's speed
+        # under TCG varies between runs and machines: here R was 0.29-0.50 s, and the share within
+        # 3 points of that cover (86-89%); one CI run's launches took 1.15 s each, and a share of
+        # 56% failed the fixed 60% this test first required.
+        cpu = [int(w[3]) / 1e6 for w in (l.split() for l in r["console"].splitlines())
+               if len(w) == 4 and w[0] == "launch"]
+        self.assertEqual(len(cpu), 10, r["console"][-2000:])
+        covered = sum(min(1.0, 0.3 / c) for c in cpu) / len(cpu)
+        print(f"  start-up CPU time {min(cpu):.2f}-{max(cpu):.2f} s; the 300 ms budget covers {100 * covered:.0f}% "
+              f"of it, boosted {100 * share:.0f}% (count mode: 1-17%)", file=sys.stderr)
+        self.assertGreater(covered, 0.4, "the guest is too slow here for the default budget to cover a start-up")
+        self.assertGreater(share, 0.75 * covered, stats)
         share, stats = self.boosted_share(
             f"echo COSCHED-MEASURE-START\ntimeout 4 {self.APP}; exec('while 1: pass')\"\necho COSCHED-MEASURE-END\n",
             layers=[harness.PYTHON_LAYER])

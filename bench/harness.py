@@ -53,6 +53,12 @@ NO_BUDGETS = "[policy]\nmax_continuous_boost_ms = 0\nmax_boost_share_permille = 
 # What the guest prints
 
 
+def launches(lines):
+    """`cosched-tools launch` lines ("launch <i> <us> <cpu_us>") as [(ready s, CPU s)]."""
+    return [(int(w[2]) / 1e6, int(w[3]) / 1e6) for w in (l.split() for l in lines)
+            if len(w) == 4 and w[0] == "launch"]
+
+
 def block(console, name):
     """The lines between COSCHED-<name>-BEGIN and COSCHED-<name>-END."""
     lines = [l.rstrip("\r") for l in console.splitlines()]

@@ -55,7 +55,7 @@ echo "COSCHED-LAUNCH-END"
 
 
 def times_ms(lines):
-    return [int(l.split()[2]) / 1000 for l in lines if l.startswith("launch ")]
+    return [1000 * ready for ready, _ in harness.launches(lines)]
 
 
 def host_times(total, launches):

@@ -176,8 +176,7 @@ class WatchList(unittest.TestCase):
         # under TCG varies between runs and machines: here R was 0.29-0.56 s, and the share within
         # 3 points of that cover (70-89%, 7 runs); one CI run's launches took 1.15 s each, and a
         # share of 56% failed the fixed 60% this test first required.
-        cpu = [int(w[3]) / 1e6 for w in (l.split() for l in r["console"].splitlines())
-               if len(w) == 4 and w[0] == "launch"]
+        cpu = [c for _, c in harness.launches(r["console"].splitlines())]
         self.assertEqual(len(cpu), 10, r["console"][-2000:])
         covered = sum(min(1.0, 0.3 / c) for c in cpu) / len(cpu)
         print(f"  start-up CPU time {min(cpu):.2f}-{max(cpu):.2f} s; the 300 ms budget covers {100 * covered:.0f}% "

@@ -33,13 +33,18 @@ fn have_root() -> bool {
     false
 }
 
-fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+fn wait_for<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    wait_for_or(what, timeout, f, String::new)
+}
+
+/// [`wait_for`], and on a timeout `context()` ends the message (what was seen instead).
+fn wait_for_or<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>, context: impl Fn() -> String) -> T {
     let end = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < end, "timed out waiting for {what}");
+        assert!(Instant::now() < end, "timed out waiting for {what}{}", context());
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -2060,16 +2065,15 @@ fn membw_throttle_freezes_real_vcpus_and_kill_9_is_restored() {
     // 50 MB per period = 10 ms of run: the vCPU is stopped for most of each period.
     // 10 s, not the period's 100 ms: the root tests run in parallel on 2 CPUs, and a fresh-clone
     // CI run once timed out at 3 s. On a timeout, say where the vCPU is and what the daemon saw.
-    let end = Instant::now() + Duration::from_secs(10);
-    while cg.get(vcpu, "freezer").ok().as_deref() != Some(ours.as_str()) {
-        assert!(
-            Instant::now() < end,
-            "timed out waiting for the vCPU frozen in {ours}: it is in {:?}; vm1 membw {}",
-            cg.get(vcpu, "freezer"),
-            d.vm_status("vm1").map(|v| v["membw"].clone()).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_or(
+        &format!("the vCPU frozen in {ours}"),
+        Duration::from_secs(10),
+        || (cg.get(vcpu, "freezer").ok()? == ours).then_some(()),
+        || {
+            let membw = d.vm_status("vm1").map(|v| v["membw"].clone()).unwrap_or_default();
+            format!(": it is in {:?}; vm1 membw {membw}", cg.get(vcpu, "freezer"))
+        },
+    );
     assert_eq!(cg.read("freezer", &ours, "freezer.state").unwrap(), "FROZEN");
     assert_eq!(cg.get(vm.pid, "freezer").unwrap(), freezer.name, "the main thread is never stopped");
     let (r0, t0) = (runtime_ns(vcpu), Instant::now());

@@ -126,6 +126,11 @@ pub struct StaticActuator {
     pub notes: Vec<String>,
     /// Groups of a shield that was removed or changed: they go once their threads left.
     stale_groups: Vec<(String, String)>,
+    /// For each cpuset group of ours whose threads have all gone (the VM exited while
+    /// shielded), a gone thread's entry that names it: kept in the record so that the restore
+    /// (at the VM's end, the daemon's stop, after a crash) still removes the group, which
+    /// would otherwise hold its CPUs exclusively for good. One per group.
+    retired: Vec<Entry>,
 }
 
 impl StaticActuator {
@@ -153,9 +158,17 @@ impl StaticActuator {
         self.generation = Some(threads.generation());
         self.vcpus_known = threads.vcpus_known();
         let before = self.threads.len();
-        self.threads.retain(|tid, t| threads.get(*tid).is_some_and(|i| i.task == t.task));
-        let mut changed = self.threads.len() != before;
         let hierarchy = crate::shield::cpuset_hierarchy(env.sched.cgroups());
+        let left: Vec<i32> = self
+            .threads
+            .iter()
+            .filter(|(tid, t)| threads.get(**tid).is_none_or(|i| i.task != t.task))
+            .map(|(t, _)| *t)
+            .collect();
+        for tid in left {
+            self.drop_thread(tid, hierarchy);
+        }
+        let mut changed = self.threads.len() != before;
         for info in threads.iter() {
             let tid = info.task.id;
             if let Some(t) = self.threads.get_mut(&tid) {
@@ -179,6 +192,27 @@ impl StaticActuator {
             changed = true;
         }
         changed
+    }
+
+    /// Stops tracking thread `tid` (gone): a cpuset group of ours it may have been moved into
+    /// stays named in the record ([`StaticActuator::retired`]).
+    fn drop_thread(&mut self, tid: i32, hierarchy: Option<&str>) {
+        let Some(t) = self.threads.remove(&tid) else { return };
+        let (Some(c), Some(h)) = (&t.cpuset, self.group.as_ref().map(|g| g.0.as_str()).or(hierarchy)) else { return };
+        for g in c.may.iter().filter(|g| g.rsplit('/').next().is_some_and(|l| l.starts_with(SHIELD_GROUP_PREFIX))) {
+            let named = |e: &Entry| matches!(&e.setting, Setting::Cgroup { applied, .. } if applied.contains(g));
+            if !self.retired.iter().any(named) {
+                self.retired.push(Entry {
+                    task: t.task,
+                    layer: STATIC_LAYER.to_string(),
+                    setting: Setting::Cgroup {
+                        hierarchy: h.to_string(),
+                        original: c.original.clone(),
+                        applied: vec![g.clone()],
+                    },
+                });
+            }
+        }
     }
 
     /// The vCPUs' cpuset group for `shield`, made on first use: `None` without a cpuset
@@ -342,7 +376,7 @@ impl StaticActuator {
             }
         }
         for tid in gone.iter() {
-            self.threads.remove(tid);
+            self.drop_thread(*tid, h.as_deref());
         }
         let cg = env.sched.cgroups().clone();
         self.stale_groups.retain(|(h, g)| {
@@ -395,6 +429,7 @@ impl StaticActuator {
                 }
             }
         }
+        out.extend(self.retired.iter().cloned());
     }
 
     /// Everything was put back.
@@ -402,6 +437,7 @@ impl StaticActuator {
         self.plan = StaticPlan::default();
         self.group = None;
         self.stale_groups.clear();
+        self.retired.clear();
         self.notes.clear();
         self.threads.clear();
         self.generation = None;

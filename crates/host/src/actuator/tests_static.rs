@@ -139,3 +139,33 @@ fn v2_partition_refused_by_the_kernel_is_reported_the_shield_goes_on_and_a_crash
     assert!(r.errors.is_empty(), "{r:?}");
     w.assert_restored();
 }
+
+/// A VM that exits while shielded takes nothing of the daemon's with it: its vCPU group (which
+/// holds its CPUs exclusively) stays named in the record, and the VM's restore, or the one after
+/// a crash, removes it. (A daemon whose shielded VM had exited left `cosched-shield-<pid>`
+/// behind, exclusive on its CPU in v1, and every later shield of that CPU was refused.)
+#[test]
+fn the_shield_group_is_removed_after_its_vm_has_exited() {
+    for crash in [false, true] {
+        let mut w = World::new();
+        let mut vm = w.vm();
+        let out = vm.set_static(&mut w.host, &shield_plan());
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        assert_eq!(w.group(502), format!("{SCOPE}/cosched-shield-{PID}"));
+        // The VM exits (its process gone; the group holds no thread any more, as the kernel
+        // empties it); the daemon finds its task directory gone.
+        fs::remove_dir_all(w.dir.path().join(format!("proc/{PID}"))).unwrap();
+        vm.refresh(&mut w.host);
+        assert!(w.group_dir().is_dir(), "the group stays until the VM is restored");
+        if crash {
+            drop(vm);
+            let r = restore_all(&w.host.store, &w.host.procfs, w.host.sched.as_mut()).unwrap();
+            assert!(r.errors.is_empty(), "{r:?}");
+        } else {
+            let r = vm.restore(&mut w.host);
+            assert!(r.errors.is_empty(), "{r:?}");
+        }
+        assert!(!w.group_dir().exists(), "crash {crash}: the shield group of an exited VM is removed");
+        assert!(w.host.store.load_all().unwrap().is_empty(), "crash {crash}: the record is done");
+    }
+}

@@ -500,7 +500,12 @@ fn print_status(s: &Value) {
                 m["requested_permille"].as_u64().map_or(String::new(), |r| format!(" (asked by the guest: {r}‰)")),
                 m["guarantee_mbps"],
                 m["last_period_mbps"].as_f64().unwrap_or(0.0),
-                if m["throttled"].as_bool() == Some(true) { "THROTTLED now" } else { "running" },
+                match (m["throttled"].as_bool(), m["stopped"].as_bool()) {
+                    (Some(true), Some(true)) => "THROTTLED now",
+                    // Decided, but the freezer has not stopped every vCPU yet (FREEZING).
+                    (Some(true), _) => "THROTTLED now, still stopping",
+                    _ => "running",
+                },
                 st["throttles"],
                 fmt_ms(st["throttled_ns"].as_f64().unwrap_or(0.0) / 1e6),
                 st["borrowed_bytes"].as_f64().unwrap_or(0.0) / 1e6,

@@ -74,10 +74,17 @@ pub struct VmBwStats {
     pub bytes: u64,
     /// Bytes moved in the last complete period.
     pub last_period_bytes: u64,
-    /// Times throttled.
+    /// Times throttled (decided).
     pub throttles: u64,
-    /// Time spent throttled (closed throttles).
+    /// Time the VM was stopped (closed throttles): from the lever's confirmation that it is in
+    /// force ([`Regulator::confirm_stop`]) to the throttle's end.
     pub throttled_ns: u64,
+    /// Time between a throttle's decision and that confirmation (or the throttle's end, when
+    /// it never came): a v1 freezer group reads `FREEZING` until every thread in it is frozen,
+    /// which a thread in uninterruptible sleep can put off for long.
+    pub stopping_ns: u64,
+    /// Throttles that ended before the lever confirmed them.
+    pub unconfirmed_throttles: u64,
     /// Bytes borrowed from the pool (reclaim).
     pub borrowed_bytes: u64,
     /// Bytes of its budget lent to the pool (predicted unused).
@@ -99,8 +106,10 @@ pub struct VmBw {
     pub budget: u64,
     /// Bytes borrowed from the pool this period.
     pub borrowed: u64,
-    /// Throttled since this time (ns), until the period ends.
+    /// Throttled since this time (ns), until the period ends: the decision.
     pub throttled_since: Option<u64>,
+    /// Stopped since this time (ns): when the lever confirmed the throttle in force.
+    pub stopped_since: Option<u64>,
     pub stats: VmBwStats,
 }
 
@@ -110,8 +119,29 @@ impl VmBw {
         self.requested.unwrap_or(self.share)
     }
 
+    /// Whether the regulator holds it back (decided; perhaps not in force yet).
     pub fn throttled(&self) -> bool {
         self.throttled_since.is_some()
+    }
+
+    /// Whether it is held back and the lever said so: only such a VM counts as stopped.
+    pub fn stopped(&self) -> bool {
+        self.stopped_since.is_some()
+    }
+
+    /// The throttle ends at `now`: the time stopped, or waiting to stop, is counted.
+    fn end_throttle(&mut self, now: u64) {
+        let Some(since) = self.throttled_since.take() else { return };
+        match self.stopped_since.take() {
+            Some(stopped) => {
+                self.stats.stopping_ns += stopped.saturating_sub(since);
+                self.stats.throttled_ns += now.saturating_sub(stopped);
+            }
+            None => {
+                self.stats.stopping_ns += now.saturating_sub(since);
+                self.stats.unconfirmed_throttles += 1;
+            }
+        }
     }
 }
 
@@ -267,8 +297,8 @@ impl Regulator {
             self.spare = true;
             self.stats.best_effort_periods += 1;
             for (id, v) in self.vms.iter_mut() {
-                if let Some(since) = v.throttled_since.take() {
-                    v.stats.throttled_ns += now.saturating_sub(since);
+                if v.throttled() {
+                    v.end_throttle(now);
                     out.push((*id, false));
                 }
             }
@@ -276,6 +306,21 @@ impl Regulator {
         if now >= self.period_end() {
             self.new_period(now, out);
         }
+    }
+
+    /// The lever confirms at `now` that VM `id`'s throttle is in force (its freezer group reads
+    /// `FROZEN`, its v2 group `frozen 1`; resctrl MBA at once). Until then the VM does not
+    /// count as stopped; the regulator never waits for it (the period's end lets the VM run
+    /// whether or not it ever stopped). Nothing for a VM that is not throttled.
+    pub fn confirm_stop(&mut self, id: VmId, now: u64) {
+        if let Some(v) = self.vms.get_mut(&id).filter(|v| v.throttled() && !v.stopped()) {
+            v.stopped_since = Some(now);
+        }
+    }
+
+    /// The VMs throttled whose lever has not confirmed the stop yet.
+    pub fn stopping(&self) -> impl Iterator<Item = VmId> + '_ {
+        self.vms.iter().filter(|(_, v)| v.throttled() && !v.stopped()).map(|(id, _)| *id)
     }
 
     fn account(&mut self, id: VmId, bytes: u64, now: u64, out: &mut Vec<Throttle>) {
@@ -329,8 +374,8 @@ impl Regulator {
         let period_bytes = self.cfg.period_bytes();
         let mut pool = period_bytes.saturating_sub(self.cfg.budget(self.committed()));
         for (id, v) in self.vms.iter_mut() {
-            if let Some(since) = v.throttled_since.take() {
-                v.stats.throttled_ns += now.saturating_sub(since);
+            if v.throttled() {
+                v.end_throttle(now);
                 out.push((*id, false));
             }
             let guarantee = self.cfg.budget(v.effective());

@@ -4,8 +4,10 @@
 //!
 //! A hierarchy is named by a v1 controller (`blkio`, `cpu`, `cpuset`, ...; its hierarchy is
 //! mounted at `<root>/<controller>`, as systemd and Debian mount it) or by `""` for the unified
-//! v2 hierarchy mounted at `<root>`. Paths are relative to the hierarchy's root, as the kernel
-//! shows them (`/`, `/machine.slice/...`).
+//! v2 hierarchy: mounted at `<root>` on a v2-only host, at `<root>/unified` on a hybrid one
+//! (systemd's layout: v1 controllers beside a v2 hierarchy with none, whose `cgroup.freeze`
+//! and threaded groups are real all the same). Paths are relative to the hierarchy's root, as
+//! the kernel shows them (`/`, `/machine.slice/...`).
 //!
 //! [`RESCTRL`] names resctrl (`/sys/fs/resctrl`, Intel RDT / AMD PQoS) as one more hierarchy
 //! that places threads one by one: its groups are directories with a `tasks` file, like a v1
@@ -138,7 +140,7 @@ impl CgroupFs {
     /// `cgroup.controllers`).
     pub fn has_hierarchy(&self, hierarchy: &str) -> bool {
         if hierarchy.is_empty() {
-            self.root.join("cgroup.controllers").is_file()
+            self.v2_root().join("cgroup.controllers").is_file()
         } else if hierarchy == RESCTRL {
             self.resctrl.join("tasks").is_file()
         } else {
@@ -148,13 +150,26 @@ impl CgroupFs {
 
     /// The controllers the v2 hierarchy offers (`cgroup.controllers` of its root).
     pub fn v2_controllers(&self) -> Vec<String> {
-        fs::read_to_string(self.root.join("cgroup.controllers"))
+        fs::read_to_string(self.v2_root().join("cgroup.controllers"))
             .map(|s| s.split_whitespace().map(str::to_string).collect())
             .unwrap_or_default()
     }
 
     pub fn root(&self) -> &std::path::Path {
         &self.root
+    }
+
+    /// Where the v2 hierarchy is: `<root>` where it is mounted there (a v2-only host), else
+    /// `<root>/unified` where it is mounted there (a hybrid host), else `<root>` (so that what
+    /// fails names it). Looked up at each use: a fake tree may be filled after the
+    /// `CgroupFs` is made.
+    pub fn v2_root(&self) -> PathBuf {
+        let unified = self.root.join("unified");
+        if !self.root.join("cgroup.controllers").is_file() && unified.join("cgroup.controllers").is_file() {
+            unified
+        } else {
+            self.root.clone()
+        }
     }
 
     /// Why RT group scheduling (`CONFIG_RT_GROUP_SCHED`, a v1 `cpu` hierarchy) refuses a
@@ -187,7 +202,7 @@ impl CgroupFs {
     /// The directory of `group` in `hierarchy`.
     pub fn dir(&self, hierarchy: &str, group: &str) -> PathBuf {
         let base = match hierarchy {
-            "" => self.root.clone(),
+            "" => self.v2_root(),
             RESCTRL => self.resctrl.clone(),
             _ => self.root.join(hierarchy),
         };
@@ -292,6 +307,33 @@ mod tests {
         assert_eq!(cg.get(7, "blkio").unwrap_err().raw_os_error(), Some(libc::ESRCH), "no such thread");
         assert!(cg.get(42, "cpuset").is_err());
         assert!(cg.set(42, "blkio", "/missing").is_err());
+    }
+
+    /// A hybrid host (systemd's layout, this project's test host): v1 controllers at
+    /// `<root>/<controller>` and the v2 hierarchy, with no controllers, at `<root>/unified`.
+    #[test]
+    fn a_hybrid_hosts_v2_hierarchy_is_found_under_unified() {
+        let d = tempfile::tempdir().unwrap();
+        let (proc, root) = (d.path().join("proc"), d.path().join("cg"));
+        fs::create_dir_all(proc.join("42")).unwrap();
+        fs::write(proc.join("42/cgroup"), "6:freezer:/\n0::/vm1\n").unwrap();
+        fs::create_dir_all(root.join("freezer")).unwrap();
+        fs::write(root.join("freezer/tasks"), "").unwrap();
+        let cg = CgroupFs::new(&proc, &root);
+        assert!(!cg.has_hierarchy(""), "no v2 hierarchy yet");
+        assert_eq!((cg.v2_root(), cg.dir("", "/vm1")), (root.clone(), root.join("vm1")));
+        fs::create_dir_all(root.join("unified/vm1")).unwrap();
+        fs::write(root.join("unified/cgroup.controllers"), "\n").unwrap();
+        fs::write(root.join("unified/vm1/cgroup.threads"), "").unwrap();
+        assert!(cg.has_hierarchy("") && cg.has_hierarchy("freezer"));
+        assert_eq!(cg.v2_controllers(), Vec::<String>::new(), "no controller bound in v2");
+        assert_eq!(cg.dir("", "/vm1"), root.join("unified/vm1"));
+        assert_eq!(cg.dir("freezer", "/a"), root.join("freezer/a"), "v1 stays where it is");
+        cg.set(42, "", &cg.get(42, "").unwrap()).unwrap();
+        assert_eq!(fs::read_to_string(root.join("unified/vm1/cgroup.threads")).unwrap(), "42");
+        // A v2-only host: the hierarchy at the root wins.
+        fs::write(root.join("cgroup.controllers"), "cpuset cpu io\n").unwrap();
+        assert_eq!((cg.v2_root(), cg.v2_controllers().len()), (root.clone(), 3));
     }
 
     #[test]

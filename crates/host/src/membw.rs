@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use cosched_core::{RegulatorConfig, VmId, NS_PER_MS};
+use cosched_core::{Regulator, RegulatorConfig, VmId, NS_PER_MS};
 use cosched_procfs::TaskId;
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +56,20 @@ pub enum ThrottleChoice {
     Freezer,
 }
 
+/// Which cgroup freezer the freezer throttle uses (`[membw] freezer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FreezerChoice {
+    /// The v1 `freezer` controller where it is bound (the vCPU threads alone), else v2.
+    #[default]
+    Auto,
+    /// cgroup v1: the vCPU threads move into a frozen group of the daemon's.
+    V1,
+    /// cgroup v2 `cgroup.freeze` of the VM's own group (every thread of the VM), also on a
+    /// hybrid host whose v1 freezer is bound.
+    V2,
+}
+
 /// `[membw]` in the host config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -63,6 +77,8 @@ pub struct MembwConfig {
     pub backend: BackendChoice,
     /// What holds a VM over its budget back until the period ends.
     pub throttle: ThrottleChoice,
+    /// With the freezer throttle: cgroup v1 or v2.
+    pub freezer: FreezerChoice,
     /// The host's guaranteed memory bandwidth in MB/s (what the memory system delivers even
     /// under full contention): what the VMs' shares divide. Must be declared (> 0) for any
     /// backend to run.
@@ -89,6 +105,7 @@ impl Default for MembwConfig {
         MembwConfig {
             backend: BackendChoice::Auto,
             throttle: ThrottleChoice::Auto,
+            freezer: FreezerChoice::Auto,
             guaranteed_mbps: 0,
             period_ms: 10,
             checks_per_period: 5,
@@ -185,6 +202,20 @@ impl Trace {
     pub fn rate(&self, name: &str, t_ms: u64) -> u64 {
         let rows = self.rows.get(name).or_else(|| self.rows.get("*"));
         rows.and_then(|r| r.iter().take_while(|(from, _)| *from <= t_ms).last()).map_or(0, |(_, mbps)| *mbps)
+    }
+}
+
+/// After a check's decisions: asks `in_force` about each VM the regulator has throttled whose
+/// stop is not confirmed yet (one read of its freezer group, never a wait), and confirms those
+/// whose throttle is in force. A VM whose group still reads `FREEZING` (a vCPU in
+/// uninterruptible sleep) stays throttled but not stopped, and is asked again at the next
+/// check; the period's end lets it run whether or not it ever stopped.
+pub fn confirm_stops(reg: &mut Regulator, now: u64, mut in_force: impl FnMut(VmId) -> Option<bool>) {
+    let stopping: Vec<VmId> = reg.stopping().collect();
+    for id in stopping {
+        if in_force(id) == Some(true) {
+            reg.confirm_stop(id, now);
+        }
     }
 }
 

@@ -211,7 +211,15 @@ pub fn render(status: &Value) -> String {
                 "gauge",
                 "1 if the VM's vCPUs are held back (frozen, or slowed by resctrl MBA) for memory bandwidth now.",
                 &l,
-                (m["throttled"].as_bool() == Some(true)) as u8 as f64,
+                (m["stopped"].as_bool() == Some(true)) as u8 as f64,
+            );
+            add(
+                "cosched_vm_membw_stopping",
+                "gauge",
+                "1 if the VM is to be held back for memory bandwidth but its freezer group is not frozen yet \
+                 (a vCPU in uninterruptible sleep keeps a v1 group FREEZING).",
+                &l,
+                (m["throttled"].as_bool() == Some(true) && m["stopped"].as_bool() != Some(true)) as u8 as f64,
             );
             add(
                 "cosched_vm_membw_bytes_total",

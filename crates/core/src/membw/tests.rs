@@ -38,11 +38,52 @@ fn a_vm_over_its_budget_is_throttled_until_the_period_ends() {
     assert_eq!(step(&mut r, 12 * MS, &[(B, MB)]), vec![]);
     assert_eq!(step(&mut r, 14 * MS, &[(B, MB + 1)]), vec![(B, true)], "past 2 MB: stopped at this check");
     assert!(r.vm(B).unwrap().throttled());
+    r.confirm_stop(B, 14 * MS);
     assert_eq!(step(&mut r, 16 * MS, &[(A, 3 * MB)]), vec![], "A is within its 6 MB");
     assert_eq!(step(&mut r, 20 * MS, &[]), vec![(B, false)], "a new period lets B run");
     let b = r.vm(B).unwrap();
     assert_eq!((b.stats.throttles, b.stats.throttled_ns, b.stats.last_period_bytes), (1, 6 * MS, 2 * MB + 1));
+    assert_eq!((b.stats.stopping_ns, b.stats.unconfirmed_throttles), (0, 0), "the lever confirmed at once");
     assert_eq!(r.pool(), 0, "without reclaim nothing is lent");
+}
+
+/// A throttle the lever has not confirmed (a v1 freezer group still `FREEZING`: a vCPU in
+/// uninterruptible sleep) does not count as a stop: the VM is throttled but not stopped, its
+/// time goes to `stopping_ns`; the regulator goes on without waiting (the next period lets it
+/// run all the same), and a confirmation that comes late counts from then on.
+#[test]
+fn a_throttle_counts_as_a_stop_only_once_the_lever_confirms_it() {
+    let mut r = reg(false, false, 600, 200);
+    assert_eq!(step(&mut r, 10 * MS, &[]), vec![]);
+    assert_eq!(step(&mut r, 12 * MS, &[(B, 3 * MB)]), vec![(B, true)]);
+    let b = r.vm(B).unwrap();
+    assert!(b.throttled() && !b.stopped(), "decided, not in force");
+    assert_eq!(r.stopping().collect::<Vec<_>>(), vec![B]);
+    // Checks go on; B still moves bytes (it is not stopped) and is not throttled twice.
+    assert_eq!(step(&mut r, 14 * MS, &[(B, MB)]), vec![]);
+    assert_eq!(step(&mut r, 16 * MS, &[(B, MB)]), vec![]);
+    // Never confirmed: the period's end lets it run, without a stop counted.
+    assert_eq!(step(&mut r, 20 * MS, &[]), vec![(B, false)]);
+    let b = r.vm(B).unwrap();
+    assert!(!b.throttled() && !b.stopped());
+    assert_eq!(
+        (b.stats.throttles, b.stats.throttled_ns, b.stats.stopping_ns, b.stats.unconfirmed_throttles),
+        (1, 0, 8 * MS, 1)
+    );
+    assert_eq!(b.stats.last_period_bytes, 5 * MB, "what it moved while freezing is its own");
+    // Next period: the stop is confirmed 3 ms after the decision, and counts from there.
+    assert_eq!(step(&mut r, 21 * MS, &[(B, 3 * MB)]), vec![(B, true)]);
+    r.confirm_stop(B, 24 * MS);
+    r.confirm_stop(B, 25 * MS); // a second confirmation changes nothing
+    r.confirm_stop(A, 25 * MS); // nor one of a VM not throttled
+    assert!(r.vm(B).unwrap().stopped() && !r.vm(A).unwrap().stopped());
+    assert_eq!(r.stopping().count(), 0);
+    assert_eq!(step(&mut r, 30 * MS, &[]), vec![(B, false)]);
+    let b = r.vm(B).unwrap();
+    assert_eq!(
+        (b.stats.throttles, b.stats.throttled_ns, b.stats.stopping_ns, b.stats.unconfirmed_throttles),
+        (2, 6 * MS, 11 * MS, 1)
+    );
 }
 
 #[test]

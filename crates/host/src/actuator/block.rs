@@ -173,6 +173,12 @@ pub(super) trait Knob: Debug {
     fn creates(&self, _v: &Self::V) -> bool {
         false
     }
+    /// Whether the change to `applied` is in force: most are once set; a freeze is only once
+    /// the kernel has frozen every thread (a v1 group reads `FREEZING` until then, a v2 group's
+    /// `cgroup.events` says `frozen 0`). One read, never a wait.
+    fn in_force(&self, _env: &mut Host, _applied: &Self::V) -> io::Result<bool> {
+        Ok(true)
+    }
 }
 
 #[derive(Debug)]
@@ -234,6 +240,9 @@ pub(super) struct V1GroupKnob {
     /// Groups do not nest (resctrl's control groups): the group is `/<prefix><pid>`, and only
     /// threads in the default group `/` move (one in another's group is left to its owner).
     pub flat: bool,
+    /// `file` reads back `value` only once the change is in force on every thread in the group
+    /// (the v1 freezer: `FREEZING` until each is frozen); otherwise it is in force once set.
+    pub settles: bool,
 }
 
 impl V1GroupKnob {
@@ -247,6 +256,7 @@ impl V1GroupKnob {
             value: store::weight_text(BLKIO, weight),
             members: |t, vcpus_known| issues_io(t.role, vcpus_known),
             flat: false,
+            settles: false,
         }
     }
 
@@ -312,6 +322,12 @@ impl Knob for V1GroupKnob {
     }
     fn creates(&self, group: &String) -> bool {
         self.is_own(group)
+    }
+    fn in_force(&self, env: &mut Host, group: &String) -> io::Result<bool> {
+        if !self.settles || !self.is_own(group) {
+            return Ok(true);
+        }
+        Ok(env.sched.cgroups().read(self.hierarchy, group, self.file)? == self.value)
     }
     /// A thread created by a thread in our group is born in it: it belongs where the group is.
     fn born_into(&self, current: &String, _: Option<&String>) -> String {
@@ -611,6 +627,21 @@ impl<K: Knob> PerThread<K> {
         }
     }
 
+    /// Whether what this knob applied is in force (see [`Knob::in_force`]), each distinct
+    /// value read once; `None` when nothing is applied. A value that cannot be read is not.
+    pub(super) fn in_force(&self, env: &mut Host) -> Option<bool> {
+        let mut seen: Vec<&K::V> = Vec::new();
+        for v in self.threads.values().filter_map(|t| t.applied.as_ref()) {
+            if !seen.contains(&v) {
+                seen.push(v);
+            }
+        }
+        if seen.is_empty() {
+            return None;
+        }
+        Some(seen.into_iter().all(|v| self.knob.in_force(env, v).unwrap_or(false)))
+    }
+
     pub(super) fn show(&self, tid: i32) -> Option<(&'static str, String, bool)> {
         let t = self.threads.get(&tid)?;
         let (what, value) = self.knob.show(t.applied.as_ref().unwrap_or(&t.original));
@@ -720,5 +751,12 @@ impl Actuator for KnobActuator {
 
     fn show(&self, tid: i32) -> Option<(&'static str, String, bool)> {
         each!(&self.lever, p => p.show(tid))
+    }
+
+    fn in_force(&self, env: &mut Host) -> Option<bool> {
+        if self.level == Level::Normal {
+            return None;
+        }
+        each!(&self.lever, p => p.in_force(env))
     }
 }

@@ -350,6 +350,11 @@ pub trait Actuator: std::fmt::Debug {
     /// `now`): what this actuator had applied is gone, and `now` is what the thread has
     /// without it.
     fn rebase_sched(&mut self, _tid: i32, _now: SchedAttr) {}
+    /// Whether its change is in force now (a freeze completes asynchronously); `None`: at
+    /// its normal level, or nothing applied. One read per group, never a wait.
+    fn in_force(&self, _env: &mut Host) -> Option<bool> {
+        None
+    }
 }
 
 /// The threads of one VM and the actuators acting on them.
@@ -406,6 +411,11 @@ impl VmThreads {
     /// The level the actuator of `resource` has put the threads at.
     pub fn level(&self, resource: Resource) -> Level {
         self.actuators.iter().find(|a| a.resource() == resource).map_or(Level::Normal, |a| a.level())
+    }
+
+    /// Whether the change of `resource`'s actuator is in force ([`Actuator::in_force`]).
+    pub fn in_force(&self, env: &mut Host, resource: Resource) -> Option<bool> {
+        self.actuators.iter().find(|a| a.resource() == resource)?.in_force(env)
     }
 
     /// Whether any actuator holds the VM above normal.

@@ -96,6 +96,17 @@ impl World {
         let r = restore_all(&self.host.store, &self.host.procfs, self.host.sched.as_mut()).unwrap();
         assert!(r.errors.is_empty(), "{r:?}");
     }
+
+    /// The VM's end: its own restore, or (`crash`) the daemon gone and the crash restore.
+    fn end(&mut self, mut vm: VmThreads, crash: bool) {
+        if crash {
+            drop(vm);
+            self.restore_all();
+        } else {
+            let r = vm.restore(&mut self.host);
+            assert!(r.errors.is_empty(), "{r:?}");
+        }
+    }
 }
 
 fn ioprio_lever() -> IoBoost {
@@ -280,13 +291,7 @@ fn membw_throttle_on_resctrl_mba_moves_vcpus_into_a_slowed_group_and_back() {
 fn membw_throttle_group_is_removed_after_its_vcpu_has_gone() {
     for crash in [false, true] {
         let mut w = World::new();
-        fs::create_dir_all(w.cg().join("freezer")).unwrap();
-        fs::write(w.cg().join("freezer/tasks"), "").unwrap();
-        w.sched.0.borrow_mut().cgroups.insert((502, "freezer".into()), "/".into());
-        let process = w.host.procfs.process(PID).unwrap().task;
-        let lever = ThrottleLever::Freezer(FreezerKind::V1);
-        let mut vm =
-            VmThreads::new("vm1", process, &mut w.host, vec![Box::new(KnobActuator::throttle(&lever))]).unwrap();
+        let mut vm = freezer_vm(&mut w);
         let group = w.cg().join("freezer/cosched-membw-500");
         let out = vm.set_level(&mut w.host, Resource::Membw, Level::Throttled, 0);
         assert!(out.errors.is_empty() && out.changed == 1, "{out:?}");
@@ -297,14 +302,134 @@ fn membw_throttle_group_is_removed_after_its_vcpu_has_gone() {
         fake::remove_thread(&w.dir.path().join("proc"), PID, 502);
         vm.refresh(&mut w.host);
         vm.set_level(&mut w.host, Resource::Membw, Level::Throttled, 0);
-        if crash {
-            drop(vm);
-            w.restore_all();
-        } else {
-            let r = vm.restore(&mut w.host);
-            assert!(r.errors.is_empty(), "{r:?}");
-        }
+        w.end(vm, crash);
         assert!(!group.exists(), "crash {crash}: the frozen group of a gone vCPU is removed");
         assert!(w.records().is_empty());
     }
+}
+
+/// A v1 freezer tree: the hierarchy, vm1's vCPU in its root group.
+fn freezer_vm(w: &mut World) -> VmThreads {
+    fs::create_dir_all(w.cg().join("freezer")).unwrap();
+    fs::write(w.cg().join("freezer/tasks"), "").unwrap();
+    w.sched.0.borrow_mut().cgroups.insert((502, "freezer".into()), "/".into());
+    let process = w.host.procfs.process(PID).unwrap().task;
+    let lever = ThrottleLever::Freezer(FreezerKind::V1);
+    VmThreads::new("vm1", process, &mut w.host, vec![Box::new(KnobActuator::throttle(&lever))]).unwrap()
+}
+
+/// A v1 freezer group whose thread does not freeze (a vCPU in uninterruptible sleep keeps it
+/// `FREEZING`): the throttle returns at once, the regulator counts the VM throttled but not
+/// stopped until the group reads `FROZEN`, the period's end lets it run all the same, and a
+/// restore while it is `FREEZING` moves it back and removes the group.
+#[test]
+fn membw_throttle_on_a_freezing_v1_group_is_not_a_stop_and_nothing_waits_for_it() {
+    use cosched_core::{Regulator, RegulatorConfig, VmId};
+    const MS: u64 = 1_000_000;
+    for crash in [false, true] {
+        let mut w = World::new();
+        let mut vm = freezer_vm(&mut w);
+        let id = VmId(1);
+        let mut reg = Regulator::new(
+            RegulatorConfig { guaranteed_mbps: 1000, period_ns: 10 * MS, reclaim: false, best_effort: false },
+            0,
+        );
+        reg.add(id, 100).unwrap();
+        let state = w.cg().join("freezer/cosched-membw-500/freezer.state");
+        // The regulator stops the VM (1 MB budget, 2 MB moved): the vCPU moves into the frozen
+        // group, and the kernel has not frozen it yet.
+        let mut decisions = Vec::new();
+        reg.step(2 * MS, &[(id, 2_000_000)], &mut decisions);
+        assert_eq!(decisions, vec![(id, true)]);
+        let t = std::time::Instant::now();
+        let out = vm.set_level(&mut w.host, Resource::Membw, Level::Throttled, 0);
+        assert!(out.errors.is_empty() && out.changed == 1, "{out:?}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(1), "no wait for the freeze");
+        assert_eq!(w.sched.0.borrow().cgroups[&(502, "freezer".to_string())], "/cosched-membw-500");
+        fs::write(&state, "FREEZING\n").unwrap();
+        assert_eq!(vm.in_force(&mut w.host, Resource::Membw), Some(false));
+        let in_force = |w: &mut World, vm: &VmThreads| vm.in_force(&mut w.host, Resource::Membw);
+        crate::membw::confirm_stops(&mut reg, 2 * MS, |_| in_force(&mut w, &vm));
+        let v = reg.vm(id).unwrap();
+        assert!(v.throttled() && !v.stopped(), "FREEZING: throttled, not stopped");
+        // Still FREEZING at the next checks; then FROZEN: the stop counts from that check.
+        crate::membw::confirm_stops(&mut reg, 4 * MS, |_| in_force(&mut w, &vm));
+        assert!(!reg.vm(id).unwrap().stopped());
+        fs::write(&state, "FROZEN\n").unwrap();
+        crate::membw::confirm_stops(&mut reg, 6 * MS, |_| in_force(&mut w, &vm));
+        assert!(reg.vm(id).unwrap().stopped());
+        // The period ends: let run, then throttled again and left FREEZING.
+        decisions.clear();
+        reg.step(10 * MS, &[], &mut decisions);
+        assert_eq!(decisions, vec![(id, false)]);
+        vm.set_level(&mut w.host, Resource::Membw, Level::Normal, 0);
+        assert_eq!(vm.in_force(&mut w.host, Resource::Membw), None, "nothing held");
+        let s = &reg.vm(id).unwrap().stats;
+        assert_eq!((s.throttled_ns, s.stopping_ns, s.unconfirmed_throttles), (4 * MS, 4 * MS, 0));
+        reg.step(11 * MS, &[(id, 2_000_000)], &mut decisions);
+        vm.set_level(&mut w.host, Resource::Membw, Level::Throttled, 0);
+        fs::write(&state, "FREEZING\n").unwrap();
+        crate::membw::confirm_stops(&mut reg, 12 * MS, |_| in_force(&mut w, &vm));
+        decisions.clear();
+        reg.step(20 * MS, &[], &mut decisions);
+        assert_eq!(decisions, vec![(id, false)], "never frozen: let run at the period's end all the same");
+        let s = &reg.vm(id).unwrap().stats;
+        assert_eq!((s.throttles, s.throttled_ns, s.unconfirmed_throttles), (2, 4 * MS, 1));
+        // Restored while FREEZING (at the VM's end, or after a crash): moved back, group gone.
+        w.end(vm, crash);
+        assert_eq!(w.sched.0.borrow().cgroups[&(502, "freezer".to_string())], "/");
+        assert!(!w.cg().join("freezer/cosched-membw-500").exists(), "crash {crash}");
+        assert!(w.records().is_empty());
+    }
+}
+
+/// cgroup v2: the VM's own group is frozen through `cgroup.freeze`, in force once its
+/// `cgroup.events` says `frozen 1`; `kill -9` while frozen, and the restore writes 0 back.
+#[test]
+fn membw_throttle_v2_freezes_the_vms_own_group_and_a_crash_thaws_it() {
+    let mut w = World::new();
+    w.v2_tree("");
+    let group = w.cg().join("machine.slice/vm1.scope");
+    fs::write(group.join("cgroup.freeze"), "0\n").unwrap();
+    fs::write(group.join("cgroup.events"), "populated 1\nfrozen 0\n").unwrap();
+    let process = w.host.procfs.process(PID).unwrap().task;
+    let lever = ThrottleLever::Freezer(FreezerKind::V2);
+    let mut vm = VmThreads::new("vm1", process, &mut w.host, vec![Box::new(KnobActuator::throttle(&lever))]).unwrap();
+    let out = vm.set_level(&mut w.host, Resource::Membw, Level::Throttled, 0);
+    assert!(out.errors.is_empty() && out.changed == 1, "{out:?}");
+    assert_eq!(fs::read_to_string(group.join("cgroup.freeze")).unwrap(), "1");
+    assert_eq!(vm.in_force(&mut w.host, Resource::Membw), Some(false), "frozen 0: not yet");
+    fs::write(group.join("cgroup.events"), "populated 1\nfrozen 1\n").unwrap();
+    assert_eq!(vm.in_force(&mut w.host, Resource::Membw), Some(true));
+    assert_eq!(w.group(503), "/", "no thread moves in v2");
+    let rec = &w.records()[0];
+    assert!(rec.entries.iter().all(|e| e.layer == "membw") && rec.entries.len() == 1, "{rec:?}");
+    vm.set_level(&mut w.host, Resource::Membw, Level::Normal, 0);
+    assert_eq!(fs::read_to_string(group.join("cgroup.freeze")).unwrap(), "0");
+    vm.set_level(&mut w.host, Resource::Membw, Level::Throttled, 0);
+    drop(vm); // kill -9 while frozen
+    w.restore_all();
+    assert_eq!(fs::read_to_string(group.join("cgroup.freeze")).unwrap(), "0");
+    assert!(group.is_dir(), "the VM's own group stays");
+    assert!(w.records().is_empty());
+}
+
+/// `auto` takes the v1 freezer where it is bound, else v2 (at `<root>` or, on a hybrid host,
+/// `<root>/unified`); `[membw] freezer` forces one, and says when it is not there.
+#[test]
+fn the_freezer_is_v1_where_bound_else_v2_unless_the_config_says() {
+    use crate::membw::FreezerChoice::{Auto, V1, V2};
+    let w = World::new();
+    let cg = w.sched.cgroups().clone();
+    let why = freezer(&cg, Auto).unwrap_err();
+    assert!(why.contains("no cgroup v1 freezer hierarchy") && why.contains("no cgroup v2 hierarchy"), "{why}");
+    assert!(freezer(&cg, V2).unwrap_err().starts_with("[membw] freezer = \"v2\" but there is no cgroup v2"));
+    fs::create_dir_all(w.cg().join("unified")).unwrap();
+    fs::write(w.cg().join("unified/cgroup.controllers"), "").unwrap();
+    assert_eq!((freezer(&cg, Auto), freezer(&cg, V2)), (Ok(FreezerKind::V2), Ok(FreezerKind::V2)));
+    assert!(freezer(&cg, V1).unwrap_err().starts_with("[membw] freezer = \"v1\" but there is no cgroup v1 freezer"));
+    fs::create_dir_all(w.cg().join("freezer")).unwrap();
+    fs::write(w.cg().join("freezer/tasks"), "").unwrap();
+    assert_eq!(freezer(&cg, Auto), Ok(FreezerKind::V1), "a hybrid host: v1 where it is bound");
+    assert_eq!((freezer(&cg, V1), freezer(&cg, V2)), (Ok(FreezerKind::V1), Ok(FreezerKind::V2)));
 }

@@ -32,6 +32,7 @@ use super::block::{own_v2_group, parse_v2_group_setting, v2_group_setting, Knob,
 use super::class::is_vcpu;
 use super::Host;
 use crate::cgroup::CgroupFs;
+use crate::membw::FreezerChoice;
 use crate::store::Setting;
 
 /// The layer the throttle records its changes under (the resource's name).
@@ -41,6 +42,7 @@ pub const THROTTLE_GROUP_PREFIX: &str = "cosched-membw-";
 /// The v1 controller.
 pub const FREEZER: &str = "freezer";
 const V2_FREEZE: &str = "cgroup.freeze";
+const V2_EVENTS: &str = "cgroup.events";
 
 /// Which freezer the throttle uses here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,20 +82,25 @@ impl ThrottleLever {
     }
 }
 
-/// Finds the freezer, or says why there is none.
-pub fn freezer(cg: &CgroupFs) -> Result<FreezerKind, String> {
-    if cg.has_hierarchy(FREEZER) {
-        return Ok(FreezerKind::V1);
+/// Finds the freezer `choice` asks for, or says why there is none. `auto` takes the v1
+/// `freezer` controller where it is bound (it stops the vCPU threads alone, leaving QEMU's main
+/// loop and I/O threads running), else the v2 hierarchy's `cgroup.freeze` (the VM's whole
+/// group). On a hybrid host both are real: `[membw] freezer = "v2"` takes the v2 one.
+pub fn freezer(cg: &CgroupFs, choice: FreezerChoice) -> Result<FreezerKind, String> {
+    let v1 = cg.has_hierarchy(FREEZER);
+    // Every non-root v2 group has cgroup.freeze (Linux 5.2+); the root has none to look at.
+    let v2 = cg.has_hierarchy("");
+    let no_v1 = || format!("no cgroup v1 freezer hierarchy at {}", cg.dir(FREEZER, "/").display());
+    let no_v2 = || format!("no cgroup v2 hierarchy at {}", cg.v2_root().display());
+    match choice {
+        FreezerChoice::Auto if v1 => Ok(FreezerKind::V1),
+        FreezerChoice::Auto if v2 => Ok(FreezerKind::V2),
+        FreezerChoice::Auto => Err(format!("{} and {}: nothing can stop a VM's vCPUs", no_v1(), no_v2())),
+        FreezerChoice::V1 if v1 => Ok(FreezerKind::V1),
+        FreezerChoice::V1 => Err(format!("[membw] freezer = \"v1\" but there is {}", no_v1())),
+        FreezerChoice::V2 if v2 => Ok(FreezerKind::V2),
+        FreezerChoice::V2 => Err(format!("[membw] freezer = \"v2\" but there is {}", no_v2())),
     }
-    if cg.has_hierarchy("") {
-        // Every non-root v2 group has cgroup.freeze (Linux 5.2+); the root has none to look at.
-        return Ok(FreezerKind::V2);
-    }
-    Err(format!(
-        "no cgroup v1 freezer hierarchy at {} and no cgroup v2 hierarchy at {}: nothing can stop a VM's vCPUs",
-        cg.dir(FREEZER, "/").display(),
-        cg.root().display()
-    ))
 }
 
 /// cgroup v1: vCPU threads into `<their group>/cosched-membw-<pid>`, made `FROZEN`.
@@ -106,6 +113,8 @@ pub(super) fn v1_knob() -> V1GroupKnob {
         value: "FROZEN".into(),
         members: |t, vcpus_known| is_vcpu(t.role, vcpus_known),
         flat: false,
+        // FREEZING until every thread moved in is frozen.
+        settles: true,
     }
 }
 
@@ -120,6 +129,8 @@ pub(super) fn mba_knob(schemata: &str) -> V1GroupKnob {
         value: schemata.to_string(),
         members: |t, vcpus_known| is_vcpu(t.role, vcpus_known),
         flat: true,
+        // A thread in the group is slowed at once.
+        settles: false,
     }
 }
 
@@ -156,5 +167,10 @@ impl Knob for V2FreezeKnob {
     }
     fn show(&self, v: &(String, u32)) -> (&'static str, String) {
         ("freeze", format!("{} {}", v.0, v.1))
+    }
+    /// `cgroup.events` says `frozen 1` once every thread of the group is frozen.
+    fn in_force(&self, env: &mut Host, v: &(String, u32)) -> io::Result<bool> {
+        let events = env.sched.cgroups().read("", &v.0, V2_EVENTS)?;
+        Ok(events.lines().any(|l| l.split_whitespace().eq(["frozen", &v.1.to_string()])))
     }
 }

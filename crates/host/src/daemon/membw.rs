@@ -47,7 +47,7 @@ impl Membw {
                     schemata: m.schemata(cfg.membw.guaranteed_mbps),
                     describe: m.describe(cfg.membw.guaranteed_mbps),
                 },
-                None => ThrottleLever::Freezer(crate::actuator::freezer(cgroups)?),
+                None => ThrottleLever::Freezer(crate::actuator::freezer(cgroups, cfg.membw.freezer)?),
             };
             Ok((p, lever))
         });
@@ -136,6 +136,12 @@ impl Daemon {
             let level = if stop { Level::Throttled } else { Level::Normal };
             self.apply(id.0 as usize, Resource::Membw, level, 0, None);
         }
+        // A stop counts once the freezer says it is in force (FROZEN, frozen 1): never waited for.
+        let Ok(m) = self.membw.as_mut() else { return };
+        let (vms, host) = (&self.vms, &mut self.host);
+        crate::membw::confirm_stops(&mut m.reg(), now, |id| {
+            vms.get(id.0 as usize).and_then(|vm| vm.threads.in_force(host, Resource::Membw))
+        });
     }
 
     /// Operator: VM `key`'s guaranteed share (permille), kept by its name.
@@ -221,6 +227,7 @@ pub fn vm_status(membw: &Result<Membw, String>, id: VmId) -> Value {
         "guarantee_mbps": c.guaranteed_mbps as f64 * v.effective() as f64 / 1000.0,
         "last_period_mbps": v.stats.last_period_bytes as f64 / 1e6 / period_s,
         "throttled": v.throttled(),
+        "stopped": v.stopped(),
         "stats": v.stats,
     })
 }

@@ -246,6 +246,12 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+    /// The last lines of the daemon's log, for a failure's message.
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
     fn signal(&mut self, sig: i32) {
         let pid = self.child.as_ref().unwrap().id() as i32;
         // SAFETY: sending a signal to our own child.
@@ -943,6 +949,14 @@ fn kill_9_then_restore_command_and_restarted_daemon_put_everything_back() {
         d.signal(libc::SIGKILL);
         assert!(vm.boosted_soon(1), "kill -9 restores nothing by itself");
         assert_eq!(state_files(&w).len(), 1);
+        // The fake QEMU's relay thread exits once it reads the dead daemon's end of the
+        // connection, in its own time: the restore counts it gone only once it has.
+        wait_for_or(
+            "the relay thread to exit",
+            Duration::from_secs(10),
+            || (vm.threads().len() == n - 1).then_some(()),
+            || format!(": threads {:?}", vm.threads()),
+        );
         match how {
             "restore command" => {
                 let out = w.restore();
@@ -1165,48 +1179,83 @@ fn kill_9_with_a_boost_over_a_static_policy_on_one_thread_restores_both_exactly(
     assert!(state_files(w).is_empty());
 }
 
-/// A cgroup v1 group this test makes (`<hierarchy>/cosched-test-<pid>-<n>`); on drop, threads
-/// still in it go back to the hierarchy's root and it is removed.
+/// A cgroup group this test makes, `cosched-test-<pid>-<n>`: in a v1 hierarchy (`hierarchy`
+/// a controller, at `/sys/fs/cgroup/<controller>`) or in the v2 one (`""`: at `/sys/fs/cgroup`,
+/// or `/sys/fs/cgroup/unified` on a hybrid host). `None` where the host has no such hierarchy.
+///
+/// On drop, also when the test failed half-way: every group in it (the daemon's `cosched-*`
+/// too) is thawed, its threads go back to the hierarchy's root group and it is removed,
+/// innermost first, retried while the kernel says busy. A frozen thread does not die, and a v1
+/// group holding one cannot be removed: declare it after the VM and before the daemon, so that
+/// it drops after the daemon (which may freeze or move threads again) and before the VM.
 struct TestGroup {
-    dir: std::path::PathBuf,
-    root: std::path::PathBuf,
+    hierarchy: String,
+    dir: PathBuf,
+    root: PathBuf,
     name: String,
 }
 
 impl TestGroup {
     fn new(hierarchy: &str) -> Option<TestGroup> {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let root = std::path::Path::new("/sys/fs/cgroup").join(hierarchy);
-        if !root.join("tasks").exists() {
+        let cg = cosched_host::cgroup::CgroupFs::default();
+        if !cg.has_hierarchy(hierarchy) {
             return None;
         }
+        let root = cg.dir(hierarchy, "/");
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("/cosched-test-{}-{n}", std::process::id());
         let dir = root.join(&name[1..]);
-        std::fs::create_dir(&dir).unwrap();
-        Some(TestGroup { dir, root, name })
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        Some(TestGroup { hierarchy: hierarchy.to_string(), dir, root, name })
+    }
+
+    /// Process `pid`, every thread of it, into the group.
+    fn add_process(&self, pid: i32) {
+        let procs = self.dir.join("cgroup.procs");
+        std::fs::write(&procs, pid.to_string()).unwrap_or_else(|e| panic!("{pid} into {}: {e}", procs.display()));
+    }
+
+    /// A control file of the group (or of a group inside it), trimmed.
+    fn read(&self, group: &str, file: &str) -> String {
+        let dir = self.root.join(group.trim_start_matches('/'));
+        std::fs::read_to_string(dir.join(file)).map(|s| s.trim().to_string()).unwrap_or_else(|e| format!("({e})"))
     }
 }
 
 impl Drop for TestGroup {
-    /// Also when a test failed half-way: groups made inside it (the daemon's `cosched-io-*`)
-    /// go first, and every thread left goes back to the root group.
     fn drop(&mut self) {
-        fn empty(dir: &Path, root: &Path) {
+        fn empty(dir: &Path, root: &Path, v2: bool) {
             for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
                 if sub.file_type().is_ok_and(|t| t.is_dir()) {
-                    empty(&sub.path(), root);
+                    empty(&sub.path(), root, v2);
                 }
             }
-            let tasks = std::fs::read_to_string(dir.join("tasks")).unwrap_or_default();
-            for tid in tasks.lines() {
-                let _ = std::fs::write(root.join("tasks"), tid);
+            // Thawed first: moving a thread out of a frozen group thaws it too, but a group
+            // left frozen would freeze whatever enters it.
+            let (thaw, members) = if v2 { ("cgroup.freeze", "cgroup.procs") } else { ("freezer.state", "tasks") };
+            if dir.join(thaw).is_file() {
+                let _ = std::fs::write(dir.join(thaw), if v2 { "0" } else { "THAWED" });
             }
-            if let Err(e) = std::fs::remove_dir(dir) {
-                eprintln!("removing {}: {e}", dir.display());
+            let end = Instant::now() + Duration::from_secs(5);
+            loop {
+                let ids = std::fs::read_to_string(dir.join(members)).unwrap_or_default();
+                for id in ids.split_whitespace() {
+                    let _ = std::fs::write(root.join(members), id);
+                }
+                match std::fs::remove_dir(dir) {
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < end => {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        eprintln!("removing {}: {e}; left in it: {ids:?}", dir.display());
+                        break;
+                    }
+                    _ => break,
+                }
             }
         }
-        empty(&self.dir, &self.root);
+        empty(&self.dir, &self.root, self.hierarchy.is_empty());
     }
 }
 
@@ -1276,7 +1325,10 @@ fn io_boost_raises_the_io_threads_real_ioprio_and_restores_exactly() {
     let be7: u16 = 2 << 13 | 7;
     sched::set_ioprio(iothread, be7).unwrap();
     let before = vm.ioprios();
-    let attrs_before = vm.attrs();
+    // By thread: the fake QEMU starts a relay thread when the daemon connects, in its own
+    // time, so the list may grow after this.
+    let attrs_before: Vec<(i32, SchedAttr)> =
+        vm.threads().into_iter().filter_map(|(tid, _)| sched::get(tid).ok().map(|a| (tid, a))).collect();
     vm.register_caps(caps::CPU | caps::IO);
     assert_eq!(vm.request(Kind::Io, 1), Frame::ack(2, 1));
     let rt0: u16 = 1 << 13;
@@ -1292,7 +1344,14 @@ fn io_boost_raises_the_io_threads_real_ioprio_and_restores_exactly() {
     };
     wait_for("the I/O threads raised", Duration::from_secs(1), || raised(&vm).then_some(()));
     assert_eq!(sched::get_ioprio(vcpu).unwrap(), before.iter().find(|t| t.0 == "CPU 0/TCG").unwrap().1);
-    assert_eq!(vm.attrs(), attrs_before, "the CPU settings are not the I/O boost's");
+    // The CPU settings are not the I/O boost's: each thread as it was, a newer one as the main
+    // thread was.
+    let main_before = attrs_before.iter().find(|(t, _)| *t == main).unwrap().1;
+    for (tid, c) in vm.threads() {
+        let before = attrs_before.iter().find(|(t, _)| *t == tid).map_or(main_before, |(_, a)| *a);
+        let now = sched::get(tid).unwrap();
+        assert!(now.same_as(&before), "the CPU settings are not the I/O boost's: {c} at {now}, was {before}");
+    }
     // A worker born while raised is raised too.
     let n = vm.threads().len();
     // SAFETY: signalling our own child.
@@ -1321,16 +1380,44 @@ fn io_boost_raises_the_io_threads_real_ioprio_and_restores_exactly() {
 /// `kill -9` mid-raise, then a restarted daemon, or `cosched restore`, puts every thread back in
 /// its group and removes the daemon's group. `cosched restore` runs where the hierarchy is only
 /// under the config's `cgroup_root` (a private mount namespace with an empty /sys/fs/cgroup).
+/// A host without the v1 blkio hierarchy runs [`io_weight_lever_on_cgroup_v2`] instead.
+/// `cosched restore` run where the hierarchy is mounted elsewhere than the daemon saw it: in a
+/// private mount namespace, `mount` ("{r}" for the new root) mounts it at `<w>/cgroot`, a tmpfs
+/// hides /sys/fs/cgroup, and the restore runs with `cgroup_root` there: it must find the groups
+/// from its records' paths relative to the root.
+fn restore_elsewhere(w: &World, config: &str, mount: &str, how: &str) {
+    let root = w.p("cgroot");
+    std::fs::create_dir_all(&root).unwrap();
+    let cfg = w.p("restore.toml");
+    let top = format!("cgroup_root = {:?}\nstate_dir = {:?}\n", root, w.state_dir());
+    std::fs::write(&cfg, format!("{top}{config}")).unwrap();
+    let script = format!(
+        "{} && mount -t tmpfs cosched-test /sys/fs/cgroup && exec {exe} --config {cfg} restore",
+        mount.replace("{r}", &root.display().to_string()),
+        exe = env!("CARGO_BIN_EXE_cosched"),
+        cfg = cfg.display()
+    );
+    let out =
+        Command::new("unshare").args(["--mount", "--propagation", "private", "sh", "-c", &script]).output().unwrap();
+    assert!(out.status.success(), "{how}: {out:?}");
+}
+
 #[test]
 fn io_weight_lever_moves_io_threads_into_a_real_blkio_group_and_kill_9_is_restored() {
     if !have_root() {
         return;
     }
+    if !cosched_host::cgroup::CgroupFs::default().has_hierarchy("blkio") {
+        eprintln!("no cgroup v1 blkio hierarchy here: the weight lever runs on the v2 io controller");
+        io_weight_lever_on_cgroup_v2();
+        return;
+    }
     for how in ["daemon restart", "restore command"] {
-        let blkio = TestGroup::new("blkio").expect("this host has the cgroup v1 blkio hierarchy");
         let config = format!("{QUIET_POLICY}[io]\nlever = \"weight\"\nweight = 700\n");
         let w = World::new();
         let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+        // After the VM, before the daemon: dropped after the daemon, before the VM.
+        let blkio = TestGroup::new("blkio").expect("this host has the cgroup v1 blkio hierarchy");
         let cg = cosched_host::cgroup::CgroupFs::default();
         // The VM is in a group of the test's before the daemon sees it, so that nothing else's
         // membership is involved.
@@ -1361,31 +1448,27 @@ fn io_weight_lever_moves_io_threads_into_a_real_blkio_group_and_kill_9_is_restor
         unsafe { libc::kill(vm.pid, libc::SIGUSR1) };
         // Named "worker" already: a thread just created still has its creator's name, and the
         // daemon moves it only once it is named (a CI run killed the daemon in between).
-        wait_for("the new worker in the group", Duration::from_secs(3), || {
-            (workers(&vm) == n + 1 && in_ours(&vm)).then_some(())
-        });
+        wait_for_or(
+            "the new worker in the group",
+            Duration::from_secs(10),
+            || (workers(&vm) == n + 1 && in_ours(&vm)).then_some(()),
+            || {
+                let groups: Vec<_> =
+                    vm.threads().into_iter().map(|(tid, c)| (tid, c, cg.get(tid, "blkio").unwrap_or_default())).collect();
+                format!(": {n} workers before; threads and groups {groups:?}; the daemon's log:\n{}", d.log_tail())
+            },
+        );
         d.signal(libc::SIGKILL);
         assert!(in_ours(&vm), "kill -9 restores nothing by itself");
         let d2 = match how {
             "daemon restart" => Some(w.daemon(&config)),
             _ => {
-                let root = w.p("cgroot");
-                std::fs::create_dir_all(&root).unwrap();
-                let cfg = w.p("restore.toml");
-                let top = format!("cgroup_root = {:?}\nstate_dir = {:?}\n", root, w.state_dir());
-                std::fs::write(&cfg, format!("{top}{config}")).unwrap();
-                let script = format!(
-                    "mkdir -p {r}/blkio && mount -t cgroup -o blkio cosched-test {r}/blkio && \
-                     mount -t tmpfs cosched-test /sys/fs/cgroup && exec {exe} --config {cfg} restore",
-                    r = root.display(),
-                    exe = env!("CARGO_BIN_EXE_cosched"),
-                    cfg = cfg.display()
+                restore_elsewhere(
+                    &w,
+                    &config,
+                    "mkdir -p {r}/blkio && mount -t cgroup -o blkio cosched-test {r}/blkio",
+                    how,
                 );
-                let out = Command::new("unshare")
-                    .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-                    .output()
-                    .unwrap();
-                assert!(out.status.success(), "{how}: {out:?}");
                 None
             }
         };
@@ -1396,6 +1479,89 @@ fn io_weight_lever_moves_io_threads_into_a_real_blkio_group_and_kill_9_is_restor
         assert_eq!(cg.get(vcpu, "blkio").unwrap(), blkio.name);
         assert!(state_files(&w).is_empty(), "{how}");
         drop(d2);
+        drop(blkio);
+        drop(vm);
+    }
+}
+
+/// The v2 `io` controller enabled in the v2 root's `cgroup.subtree_control` for the test's
+/// groups, if it was not; put back as it was on drop.
+struct SubtreeIo {
+    file: PathBuf,
+    enabled_here: bool,
+}
+
+impl SubtreeIo {
+    fn enable() -> SubtreeIo {
+        let cg = cosched_host::cgroup::CgroupFs::default();
+        let file = cg.v2_root().join("cgroup.subtree_control");
+        let on = std::fs::read_to_string(&file).unwrap_or_default().split_whitespace().any(|c| c == "io");
+        if !on {
+            std::fs::write(&file, "+io").unwrap_or_else(|e| panic!("enabling io in {}: {e}", file.display()));
+        }
+        SubtreeIo { file, enabled_here: !on }
+    }
+}
+
+impl Drop for SubtreeIo {
+    fn drop(&mut self) {
+        if self.enabled_here {
+            if let Err(e) = std::fs::write(&self.file, "-io") {
+                eprintln!("putting back {} (-io): {e}", self.file.display());
+            }
+        }
+    }
+}
+
+/// The weight lever on a host whose `io` controller is in cgroup v2 (no v1 blkio): the VM alone
+/// in a v2 group of the test's, `IO 1` raises that group's default `io.bfq.weight` (in v2 no
+/// thread moves); `kill -9` mid-raise, then a restarted daemon or `cosched restore` (in a
+/// private mount namespace where the hierarchy is only under the config's `cgroup_root`)
+/// writes the original weight back. Not run on the project's test host, whose `io` is bound to
+/// v1: there the fake-tree tests cover this path.
+fn io_weight_lever_on_cgroup_v2() {
+    let cg = cosched_host::cgroup::CgroupFs::default();
+    assert!(
+        cg.v2_controllers().iter().any(|c| c == "io"),
+        "no cgroup v1 blkio hierarchy and no io controller in the cgroup v2 hierarchy at {}: the weight lever has \
+         nothing to act on",
+        cg.v2_root().display()
+    );
+    let _io = SubtreeIo::enable();
+    let weight = |group: &TestGroup| {
+        let text = group.read(&group.name, "io.bfq.weight");
+        cosched_host::store::parse_weight(&text)
+            .unwrap_or_else(|| panic!("io.bfq.weight of {}: {text:?}: is BFQ loaded? (modprobe bfq)", group.name))
+    };
+    for how in ["daemon restart", "restore command"] {
+        let config = format!("{QUIET_POLICY}[io]\nlever = \"weight\"\nweight = 700\n");
+        let w = World::new();
+        let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+        let group = TestGroup::new("").expect("a cgroup v2 hierarchy");
+        group.add_process(vm.pid);
+        let before = weight(&group);
+        assert_ne!(before, 700, "{how}: the group starts at another weight than the raise");
+        let mut d = w.daemon(&config);
+        d.wait_vm("vm1");
+        vm.register_caps(caps::CPU | caps::IO);
+        assert_eq!(vm.request(Kind::Io, 1), Frame::ack(2, 1));
+        assert_eq!(weight(&group), 700, "{how}: raised");
+        for (tid, c) in vm.threads() {
+            assert_eq!(cg.get(tid, "").unwrap(), group.name, "{how}: {c} stays in its group");
+        }
+        d.signal(libc::SIGKILL);
+        assert_eq!(weight(&group), 700, "{how}: kill -9 restores nothing by itself");
+        let d2 = match how {
+            "daemon restart" => Some(w.daemon(&config)),
+            _ => {
+                restore_elsewhere(&w, &config, "mount -t cgroup2 cosched-test {r}", how);
+                None
+            }
+        };
+        assert_eq!(weight(&group), before, "{how}: the original weight back");
+        assert!(state_files(&w).is_empty(), "{how}");
+        drop(d2);
+        drop(group);
         drop(vm);
     }
 }
@@ -1546,8 +1712,10 @@ fn kill_9_mid_event_boost_is_restored() {
     }
     let _heavy = cpu_heavy();
     let w = World::new();
-    // Long slices and no pay-back: the boost is easy to catch.
-    let mut d = w.daemon("[event]\nslice_us = 10000\ncharge = false\n");
+    // Slices of a second (one per 1 s cycle: the spinning vCPU holds its boost the whole slice)
+    // and no pay-back: the boost seen is still on when the kill comes (a 10 ms slice could end
+    // between the two under a loaded CPU).
+    let mut d = w.daemon("[event]\ncycle_ms = 1000\nslice_us = 1000000\ncharge = false\n");
     let ev = event_vm(&w, &d);
     let tx = std::os::unix::net::UnixDatagram::unbound().unwrap();
     let end = Instant::now() + Duration::from_secs(10);
@@ -1613,11 +1781,18 @@ impl HostGroup {
         let group = format!("cosched-test-hostjobs-{}", std::process::id());
         let dir = root.join(&group);
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("cpuset.cpus"), std::fs::read_to_string(root.join("cpuset.cpus")).unwrap()).unwrap();
-        std::fs::write(dir.join("cpuset.mems"), std::fs::read_to_string(root.join("cpuset.mems")).unwrap()).unwrap();
         let child = Command::new("sleep").arg("300").spawn().unwrap();
-        std::fs::write(dir.join("cgroup.procs"), child.id().to_string()).unwrap();
-        Some(HostGroup { group: format!("/{group}"), child })
+        // The guard first: whatever fails below, the drop kills the child and removes the group.
+        let hg = HostGroup { group: format!("/{group}"), child };
+        for file in ["cpuset.cpus", "cpuset.mems"] {
+            let all = std::fs::read_to_string(root.join(file)).unwrap();
+            std::fs::write(dir.join(file), all.trim()).unwrap_or_else(|e| {
+                let taken = exclusive_cpusets(root);
+                panic!("{file} {} of {}: {e}; groups holding CPUs exclusively: {taken:?}", all.trim(), dir.display())
+            });
+        }
+        std::fs::write(dir.join("cgroup.procs"), hg.pid().to_string()).unwrap();
+        Some(hg)
     }
     fn cpus(&self) -> String {
         std::fs::read_to_string(format!("/sys/fs/cgroup/cpuset{}/cpuset.cpus", self.group)).unwrap().trim().to_string()
@@ -1631,9 +1806,30 @@ impl Drop for HostGroup {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        std::thread::sleep(Duration::from_millis(50));
-        let _ = std::fs::remove_dir(format!("/sys/fs/cgroup/cpuset{}", self.group));
+        // Reaped, its process may still leave the group a moment later: retried while busy.
+        let dir = format!("/sys/fs/cgroup/cpuset{}", self.group);
+        let end = Instant::now() + Duration::from_secs(5);
+        while let Err(e) = std::fs::remove_dir(&dir) {
+            if e.raw_os_error() != Some(libc::EBUSY) || Instant::now() > end {
+                eprintln!("removing {dir}: {e}");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
+}
+
+/// The v1 cpuset groups right under `root` that hold their CPUs exclusively (a shield's), with
+/// their CPUs: a sibling cannot take those.
+fn exclusive_cpusets(root: &Path) -> Vec<(String, String)> {
+    let read = |p: PathBuf| std::fs::read_to_string(p).unwrap_or_default().trim().to_string();
+    std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| read(e.path().join("cpuset.cpu_exclusive")) == "1")
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), read(e.path().join("cpuset.cpus"))))
+        .collect()
 }
 
 fn affinity(tid: i32) -> Vec<usize> {
@@ -1676,12 +1872,38 @@ fn shielding_moves_the_vcpus_the_vm_and_a_test_process_and_restores_all_after_si
         }
         let (vcpu, io, main) = (vm.tid("CPU 0/TCG"), vm.tid("IO iothread0"), vm.pid);
         let vcpu_group_before = String::from("/");
-        wait_for("the shield", Duration::from_secs(5), || (affinity(vcpu) == [last]).then_some(()));
+        let group = format!("/cosched-shield-{}", vm.pid);
+        // The daemon shields from its loop, one thread and group after the other: wait for the
+        // whole of it (the vCPU alone may be seen moved before the others are).
+        let rest_text = cosched_host::shield::format_cpus(&rest.iter().copied().collect());
+        let shielded = || {
+            affinity(vcpu) == [last]
+                && affinity(io) == rest
+                && affinity(main) == rest
+                && affinity(hg.pid()) == rest
+                && hg.cpus() == rest_text
+                && cpuset_of(vcpu) == group
+        };
+        wait_for_or(
+            "the shield",
+            Duration::from_secs(10),
+            || shielded().then_some(()),
+            || {
+                format!(
+                    ": vCPU {:?} in {}, IO {:?}, main {:?}, host process {:?}, host group CPUs {}",
+                    affinity(vcpu),
+                    cpuset_of(vcpu),
+                    affinity(io),
+                    affinity(main),
+                    affinity(hg.pid()),
+                    hg.cpus()
+                )
+            },
+        );
         assert_eq!(affinity(io), rest, "{how}: the VM's other threads on the housekeeping CPUs");
         assert_eq!(affinity(main), rest);
         assert_eq!(affinity(hg.pid()), rest, "{how}: the test's own host group left the shielded CPU");
-        assert_eq!(hg.cpus(), cosched_host::shield::format_cpus(&rest.iter().copied().collect()));
-        let group = format!("/cosched-shield-{}", vm.pid);
+        assert_eq!(hg.cpus(), rest_text);
         assert_eq!(cpuset_of(vcpu), group, "{how}: the vCPU in its own cpuset group");
         assert_eq!(cpuset_of(io), vcpu_group_before);
         let gdir = format!("/sys/fs/cgroup/cpuset{group}");
@@ -1818,15 +2040,64 @@ fn static_fifo_97_98_over_a_dynamic_boost_each_undone_exactly() {
     }
 }
 
-/// The vCPU's attributes sampled every 100 µs for `for_`.
+/// The calling thread at `SCHED_FIFO` `priority` while this lives, then back to what it had.
+struct RealTimeSelf(Option<SchedAttr>);
+
+impl RealTimeSelf {
+    fn new(priority: u32) -> RealTimeSelf {
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() };
+        let before = sched::get(me).unwrap();
+        match sched::set(me, &SchedAttr::rt(sched::SCHED_FIFO, priority, 0)) {
+            Ok(()) => RealTimeSelf(Some(before)),
+            Err(e) => {
+                eprintln!("sampling at {before}, not SCHED_FIFO {priority}: {e}");
+                RealTimeSelf(None)
+            }
+        }
+    }
+}
+
+impl Drop for RealTimeSelf {
+    fn drop(&mut self) {
+        if let Some(before) = &self.0 {
+            // SAFETY: gettid has no preconditions.
+            let _ = sched::set(unsafe { libc::gettid() }, before);
+        }
+    }
+}
+
+/// The vCPU's attributes sampled every 100 µs for `for_`, from `SCHED_FIFO` 40 (above a boosted
+/// vCPU's 30 or less, below the daemon's 99): at `SCHED_OTHER` the sampler, beside the other
+/// tests' spinning threads and whatever else loads the 2 CPUs, was seen to miss a whole 2.5 ms
+/// boost ("never boosted"). It sleeps between samples, so it takes little from anyone.
 fn sample(tid: i32, for_: Duration) -> Vec<(Duration, SchedAttr)> {
-    let t0 = Instant::now();
+    let _rt = RealTimeSelf::new(40);
+    sample_since(tid, Instant::now(), for_)
+}
+
+/// [`sample`] with the clock started at `t0`, by a caller already at `SCHED_FIFO` 40 (see
+/// [`RealTimeSelf`]): one that starts it before sending a frame measures from the send, and a
+/// preemption between the send and the first sample cannot make the host look early.
+fn sample_since(tid: i32, t0: Instant, for_: Duration) -> Vec<(Duration, SchedAttr)> {
     let mut out = Vec::new();
     while t0.elapsed() < for_ {
-        out.push((t0.elapsed(), sched::get(tid).unwrap()));
+        let a = sched::get(tid).unwrap();
+        // sched_getattr reads a thread's policy and priority without a lock: a read during the
+        // daemon's change can pair the new policy with the old priority (SCHED_FIFO 0, seen
+        // once in 13 runs). Such a torn read is neither state: left out.
+        let torn = (a.policy == sched::SCHED_FIFO || a.policy == SCHED_RR) && a.priority == 0;
+        if !torn {
+            out.push((t0.elapsed(), a));
+        }
         std::thread::sleep(Duration::from_micros(100));
     }
     out
+}
+
+/// The longest gap between two samples: how long the sampler was held off.
+fn longest_gap(samples: &[(Duration, SchedAttr)]) -> Duration {
+    samples.windows(2).map(|p| p[1].0 - p[0].0).max().unwrap_or_default()
 }
 
 #[test]
@@ -1877,7 +2148,13 @@ fn a_predicted_wake_up_boosts_the_vcpu_just_before_it_and_ends_after_the_hold() 
     // Timed, and its sampling loads a CPU: not beside the other timed tests.
     let _heavy = cpu_heavy();
     let Some(Setup { w: _w, d, mut vm }) =
-        one_vm(&format!("{QUIET_POLICY}[rt]\nrt_ceiling = 30\npredict_hold_us = 2000\n"))
+        // A lead of 1.5 ms (the default's 500 µs is within this machine's timer jitter: a
+        // FIFO 99 cyclictest here sees 0.3% of wake-ups 0.5 ms late, up to 16 ms): the boost
+        // is planned 18.5 ms after the WAKE arrives, so that "before the wake-up" and "not at
+        // once" are each 1.5 ms or more from where a broken lead would put it.
+        one_vm(&format!(
+            "{QUIET_POLICY}[rt]\nrt_ceiling = 30\npredict_hold_us = 2000\npredict_lead_min_us = 1500\n"
+        ))
     else {
         return;
     };
@@ -1887,14 +2164,35 @@ fn a_predicted_wake_up_boosts_the_vcpu_just_before_it_and_ends_after_the_hold() 
     let rt = |a: &SchedAttr| a.policy == sched::SCHED_FIFO || a.policy == SCHED_RR;
     let mut onsets = Vec::new();
     let mut ends = Vec::new();
-    for i in 0..16 {
-        // Due 20 ms after sending, for a guest task at priority 80: FIFO 30 (the ceiling).
+    // Rounds sent, and those redone: one whose sampler was held off over 1 ms (a FIFO 40
+    // thread: this machine's own hiccups, up to 16 ms under cyclictest) measured the machine,
+    // not the daemon. At most 16 redone.
+    let (mut sent, mut redone) = (0, Vec::new());
+    while onsets.len() < 16 {
+        sent += 1;
+        // Due 20 ms after sending, for a guest task at priority 80: FIFO 30 (the ceiling). The
+        // clock starts before the write, from a real-time sampler: started after it, a CI run's
+        // sampler was held off 3.7 ms between the two, and the boost looked that much early.
+        let rt_self = RealTimeSelf::new(40);
+        let t0 = Instant::now();
         let seq = vm.send(Kind::Wake, cosched_proto::wake::encode(20_000, 80));
-        let samples = sample(vcpu, Duration::from_millis(60));
+        let samples = sample_since(vcpu, t0, Duration::from_millis(60));
+        drop(rt_self);
         let reply = vm.recv();
         assert_eq!((reply.kind, reply.seq), (Kind::Ack, seq), "{reply}");
-        assert!(reply.value >= 19_000 && reply.value < 20_000, "boost after {} µs", reply.value);
-        let on = samples.iter().find(|(_, a)| rt(a)).unwrap_or_else(|| panic!("round {i}: never boosted"));
+        // The ACK says when the boost is planned: 20 ms less the lead, 1.5 ms (more once the
+        // guest is seen waking early; none is here).
+        assert_eq!(reply.value, 18_500, "boost after {} µs", reply.value);
+        let gap = longest_gap(&samples);
+        if gap > Duration::from_millis(1) {
+            redone.push(gap);
+            assert!(redone.len() <= 16, "the sampler was held off over 1 ms in {} rounds: {redone:?}", redone.len());
+            continue;
+        }
+        let on = samples.iter().find(|(_, a)| rt(a)).unwrap_or_else(|| {
+            let st = d.vm_status("vm1").map(|v| v["resources"]["cpu"]["rt"].clone()).unwrap_or_default();
+            panic!("round {sent}: never boosted in {} samples (longest gap {gap:?}); reply {reply}; rt status {st}", samples.len())
+        });
         assert!(on.1.policy == sched::SCHED_FIFO && on.1.priority == 30, "{:?}", on.1);
         let off = samples.iter().skip_while(|(_, a)| !rt(a)).find(|(_, a)| !rt(a)).expect("deboosted after the hold");
         assert!(off.1.same_as(&before), "{:?}", off.1);
@@ -1906,37 +2204,53 @@ fn a_predicted_wake_up_boosts_the_vcpu_just_before_it_and_ends_after_the_hold() 
     let st = d.vm_status("vm1").unwrap();
     let rt_st = &st["resources"]["cpu"]["rt"];
     let late = &rt_st["predict_apply_late_us"];
-    eprintln!("boost seen at {onsets:?}, ended at {ends:?} after sending WAKE 20000; planned vs applied (µs): {late}");
-    // Seen before the wake-up is due (20 ms after sending; the boost is planned 500 µs before it
+    eprintln!(
+        "boost seen at {onsets:?}, ended at {ends:?} after sending WAKE 20000 ({} rounds redone, sampler held off \
+         {redone:?}); planned vs applied (µs): {late}",
+        redone.len()
+    );
+    // Seen before the wake-up is due (20 ms after sending; the boost is planned 1.5 ms before it
     // arrives plus 20 ms): a frame's transit here is 50-200 µs per hop, and this one takes two
     // (test -> fake QEMU -> daemon). A few rounds may meet a hiccup of this shared machine
-    // (the test suite runs beside it).
+    // (the test suite runs beside it). With no lead the boost would come at 20.1 ms or later.
     assert!(onsets[11] < Duration::from_millis(20), "{onsets:?}");
-    // (From the 9th on the daemon acts early by what it measured it takes: ~100 µs here.)
-    assert!(onsets[0] > Duration::from_millis(18), "{onsets:?}");
+    // Not at once: from the 9th on the daemon acts early by what it measured it takes (the
+    // median, ~150 µs here), so the earliest is 18.5 ms less that.
+    assert!(onsets[0] > Duration::from_millis(17), "{onsets:?}");
     // Unconfirmed: ended 20 ms + the 2 ms hold after the WAKE arrived (the clock here starts
-    // once the write returned, which may be a little after the daemon read it).
+    // before the write, so the end can only look later; 500 µs spare for the sampling).
     assert!(ends[0] >= Duration::from_micros(21_500), "{ends:?}");
     let p = &rt_st["predictions"];
     assert_eq!(
         (p["received"].as_u64(), p["applied"].as_u64(), p["unconfirmed"].as_u64()),
-        (Some(16), Some(16), Some(16))
+        (Some(sent), Some(sent), Some(sent))
     );
     assert!(late["p50_us"].as_f64().unwrap() < 300.0, "{late}");
 
-    // Confirmed: the guest's CPU 1 at the wake-up keeps the boost, its CPU 0 ends it.
+    // Confirmed: the guest's CPU 1 at the wake-up keeps the boost, its CPU 0 ends it. A try
+    // whose CPU 1 left 21.5 ms or more after the WAKE (a hiccup of the machine held this thread
+    // past its 20 ms sleep) may come after the 2 ms hold ended the prediction: redone, up to 4.
     let need = cosched_proto::cpu::Need { priority: 80, irq: false };
-    let seq = vm.send(Kind::Wake, cosched_proto::wake::encode(20_000, 80));
-    assert_eq!(vm.recv().seq, seq);
-    std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(vm.request(Kind::Cpu, need.encode()), Frame::ack(seq + 1, 1 | 30 << 8));
-    std::thread::sleep(Duration::from_millis(10));
-    assert!(sched::get(vcpu).unwrap().policy == sched::SCHED_FIFO, "held past the hold once confirmed");
-    assert_eq!(vm.request(Kind::Cpu, 0), Frame::ack(seq + 2, 0));
-    assert!(sched::get(vcpu).unwrap().same_as(&before));
-    let st = d.vm_status("vm1").unwrap();
-    let rt_st = &st["resources"]["cpu"]["rt"];
-    assert_eq!(rt_st["predictions"]["confirmed"], 1);
+    let mut late_tries = Vec::new();
+    let rt_st = loop {
+        let t0 = Instant::now();
+        let seq = vm.send(Kind::Wake, cosched_proto::wake::encode(20_000, 80));
+        assert_eq!(vm.recv().seq, seq);
+        std::thread::sleep(Duration::from_millis(20).saturating_sub(t0.elapsed()));
+        let at = t0.elapsed();
+        assert_eq!(vm.request(Kind::Cpu, need.encode()), Frame::ack(seq + 1, 1 | 30 << 8));
+        std::thread::sleep(Duration::from_millis(10));
+        assert!(sched::get(vcpu).unwrap().policy == sched::SCHED_FIFO, "held past the hold once confirmed");
+        assert_eq!(vm.request(Kind::Cpu, 0), Frame::ack(seq + 2, 0));
+        assert!(sched::get(vcpu).unwrap().same_as(&before));
+        let rt_st = d.vm_status("vm1").unwrap()["resources"]["cpu"]["rt"].clone();
+        if rt_st["predictions"]["confirmed"] == 1 {
+            break rt_st;
+        }
+        assert!(at >= Duration::from_micros(21_500), "CPU 1 sent {at:?} after the WAKE, not a confirmation: {rt_st}");
+        late_tries.push(at);
+        assert!(late_tries.len() <= 4, "CPU 1 sent late in every try: {late_tries:?}");
+    };
     eprintln!("prediction error (µs): {}; lead {} µs", rt_st["predict_error_us"], rt_st["lead_us"]);
     let metrics = String::from_utf8(d.cli(&["metrics"]).stdout).unwrap();
     assert!(
@@ -2018,16 +2332,46 @@ fn runtime_ns(tid: i32) -> u64 {
     s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
+/// The cgroup freezer a memory-bandwidth test throttles through.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Freezer {
+    /// v1 `freezer`: the daemon moves the vCPU thread into a frozen group of its own.
+    V1,
+    /// v2 `cgroup.freeze` of the VM's own group: every thread of the VM.
+    V2,
+}
+
 /// The whole host path with the `simulated` backend on the real kernel: the guest's `MEMBW` is
 /// admitted (and lowered to what is free); the regulator stops a spinning vCPU through the real
-/// cgroup v1 freezer once the replayed bandwidth passes its budget, so its real run time drops;
-/// the main thread is never touched. Then `kill -9` while the vCPU is frozen: `cosched restore`
-/// moves it back (which thaws it) and removes the frozen group.
+/// cgroup v1 freezer (or the v2 one, where the host has no v1 freezer) once the replayed
+/// bandwidth passes its budget, so its real run time drops; the main thread is never touched.
+/// Then `kill -9` while the vCPU is frozen: `cosched restore` moves it back (which thaws it)
+/// and removes the frozen group.
 #[test]
 fn membw_throttle_freezes_real_vcpus_and_kill_9_is_restored() {
     if !have_root() {
         return;
     }
+    let v1 = cosched_host::cgroup::CgroupFs::default().has_hierarchy("freezer");
+    if !v1 {
+        eprintln!("no cgroup v1 freezer hierarchy here: the throttle runs through the v2 cgroup.freeze");
+    }
+    membw_throttle_through(if v1 { Freezer::V1 } else { Freezer::V2 }, "auto");
+}
+
+/// The same through the v2 hierarchy's `cgroup.freeze` (on a hybrid host, the one at
+/// `/sys/fs/cgroup/unified`, which has no controllers but a real freezer): the fake QEMU alone
+/// in a v2 group of the test's, frozen whole by the daemon (`[membw] freezer = "v2"`) and
+/// thawed by `cosched restore` after `kill -9`.
+#[test]
+fn membw_throttle_through_cgroup_v2_freeze_and_kill_9_is_restored() {
+    if !have_root() {
+        return;
+    }
+    membw_throttle_through(Freezer::V2, "v2");
+}
+
+fn membw_throttle_through(kind: Freezer, choice: &str) {
     let cg = cosched_host::cgroup::CgroupFs::default();
     let w = World::new();
     let trace = w.p("membw.trace");
@@ -2035,28 +2379,66 @@ fn membw_throttle_freezes_real_vcpus_and_kill_9_is_restored() {
     // take 2 ms of run.
     std::fs::write(&trace, "0 * 5000\n").unwrap();
     let config = format!(
-        "{QUIET_POLICY}[membw]\nbackend = \"simulated\"\ntrace = {trace:?}\nguaranteed_mbps = 1000\nperiod_ms = 100\n\
-         checks_per_period = 5\nreclaim = false\nbest_effort = false\n[vm.vm1]\nmembw_share = 100\n[vm.other]\n\
-         membw_share = 600\n"
+        "{QUIET_POLICY}[membw]\nbackend = \"simulated\"\ntrace = {trace:?}\nfreezer = \"{choice}\"\n\
+         guaranteed_mbps = 1000\nperiod_ms = 100\nchecks_per_period = 5\nreclaim = false\nbest_effort = false\n\
+         [vm.vm1]\nmembw_share = 100\n[vm.other]\nmembw_share = 600\n"
     );
-    let mut d = w.daemon(&config);
     let exe = w.fake_qemu("vm1", "qemu-system-x86_64");
     let args: Vec<String> = ["--busy", "CPU 0/TCG"].iter().map(|s| s.to_string()).collect();
     let mut vm = w.vm_args(&exe, "vm1", &args, &["CPU 0/TCG"], None);
-    // Dropped before the VM: whatever happens, its threads leave any frozen group before the
-    // VM is killed (a frozen thread does not die).
-    let freezer = TestGroup::new("freezer").expect("this host has the cgroup v1 freezer");
-    for (tid, _) in vm.threads() {
-        cg.set(tid, "freezer", &freezer.name).unwrap();
+    // Declared after the VM and before the daemon: dropped after the daemon (whatever
+    // happens) and before the VM is killed, its threads thawed and out of every group.
+    let group = match kind {
+        Freezer::V1 => TestGroup::new("freezer").expect("no cgroup v1 freezer hierarchy at /sys/fs/cgroup/freezer"),
+        Freezer::V2 => TestGroup::new("").unwrap_or_else(|| {
+            panic!("no cgroup v2 hierarchy at /sys/fs/cgroup or /sys/fs/cgroup/unified (mount -t cgroup2)")
+        }),
+    };
+    match kind {
+        Freezer::V1 => vm.threads().iter().for_each(|(tid, _)| cg.set(*tid, "freezer", &group.name).unwrap()),
+        Freezer::V2 => group.add_process(vm.pid),
     }
+    let mut d = w.daemon(&config);
     d.wait_vm("vm1");
     let st = d.status();
     assert_eq!(st["membw"]["backend"], "simulated", "{}", st["membw"]);
     assert!(st["membw"]["warning"].as_str().unwrap().starts_with("SIMULATED"));
+    let through = st["membw"]["throttles_through"].as_str().unwrap_or_default().to_string();
+    let lever = if kind == Freezer::V1 { "cgroup v1 freezer" } else { "cgroup v2 cgroup.freeze" };
+    assert!(through.starts_with(lever), "{kind:?}: {through}");
     let vcpu = vm.tid("CPU 0/TCG");
-    let ours = format!("{}/cosched-membw-{}", freezer.name, vm.pid);
+    // v1: the daemon's frozen group under the test's; v2: the test's group itself.
+    let ours = match kind {
+        Freezer::V1 => format!("{}/cosched-membw-{}", group.name, vm.pid),
+        Freezer::V2 => group.name.clone(),
+    };
+    // Frozen: v1, the vCPU in the daemon's group and the group FROZEN, not FREEZING (a v1
+    // freeze completes after the move, asynchronously); v2, the group's events say frozen 1.
+    let hierarchy = if kind == Freezer::V1 { "freezer" } else { "" };
+    let in_ours = || cg.get(vcpu, hierarchy).is_ok_and(|g| g == ours);
+    let frozen = || match kind {
+        Freezer::V1 => in_ours() && group.read(&ours, "freezer.state") == "FROZEN" && in_ours(),
+        Freezer::V2 => group.read(&ours, "cgroup.events").lines().any(|l| l == "frozen 1"),
+    };
+    let seen = |d: &Daemon| {
+        // The daemon may be dead (kill -9): its status is then null.
+        let membw = d
+            .try_status()
+            .and_then(|st| st["vms"].as_array()?.iter().find(|v| v["name"] == "vm1").map(|v| v["membw"].clone()));
+        let membw = membw.unwrap_or_default();
+        let state = match kind {
+            Freezer::V1 => format!("freezer.state {:?}", group.read(&ours, "freezer.state")),
+            Freezer::V2 => format!(
+                "cgroup.freeze {:?}, cgroup.events {:?}",
+                group.read(&ours, "cgroup.freeze"),
+                group.read(&ours, "cgroup.events")
+            ),
+        };
+        format!(": the vCPU is in {:?}, {ours}: {state}; vm1 membw {membw}", cg.get(vcpu, hierarchy))
+    };
     // The guest asks for 500‰: it replaces vm1's own 100‰, and the `other` VM of the config is
-    // not running (a share counts while its VM runs), so it fits.
+    // not running (a share counts while its VM runs), so it fits. (In v2 the fake QEMU's relay
+    // threads are frozen with the vCPU: the replies come in the thawed part of each period.)
     vm.register_caps(caps::CPU | caps::MEMBW);
     assert_eq!(vm.request(Kind::Membw, 500), Frame::ack(2, 500));
     assert_eq!(vm.request(Kind::Membw, 1001).deny_reason(), Some(DenyReason::Malformed), "past 1000‰");
@@ -2065,24 +2447,37 @@ fn membw_throttle_freezes_real_vcpus_and_kill_9_is_restored() {
     // 50 MB per period = 10 ms of run: the vCPU is stopped for most of each period.
     // 10 s, not the period's 100 ms: the root tests run in parallel on 2 CPUs, and a fresh-clone
     // CI run once timed out at 3 s. On a timeout, say where the vCPU is and what the daemon saw.
+    wait_for_or("the vCPU frozen", Duration::from_secs(10), || frozen().then_some(()), || seen(&d));
+    // The daemon counts the VM stopped once the freezer says so (not at its decision).
     wait_for_or(
-        &format!("the vCPU frozen in {ours}"),
+        "the daemon to count vm1 stopped",
         Duration::from_secs(10),
-        || (cg.get(vcpu, "freezer").ok()? == ours).then_some(()),
-        || {
-            let membw = d.vm_status("vm1").map(|v| v["membw"].clone()).unwrap_or_default();
-            format!(": it is in {:?}; vm1 membw {membw}", cg.get(vcpu, "freezer"))
-        },
+        || (d.vm_status("vm1")?["membw"]["stopped"] == true).then_some(()),
+        || seen(&d),
     );
-    assert_eq!(cg.read("freezer", &ours, "freezer.state").unwrap(), "FROZEN");
-    assert_eq!(cg.get(vm.pid, "freezer").unwrap(), freezer.name, "the main thread is never stopped");
-    let (r0, t0) = (runtime_ns(vcpu), Instant::now());
-    std::thread::sleep(Duration::from_millis(1000));
-    let share = (runtime_ns(vcpu) - r0) as f64 / t0.elapsed().as_nanos() as f64;
+    if kind == Freezer::V1 {
+        assert_eq!(cg.get(vm.pid, "freezer").unwrap(), group.name, "the main thread is never stopped");
+    }
+    // Its run time over 1 s: under half (18-30% here; 10 ms of run per 100 ms period is the
+    // budget). Up to 5 windows: one run of the suite saw 56% with most throttles of that
+    // second still FREEZING (stopping_ns 633 ms, unconfirmed_throttles 3), once; the next
+    // window is the check, and a freezer that never holds fails all five.
+    let mut windows = Vec::new();
+    let share = loop {
+        let (r0, t0) = (runtime_ns(vcpu), Instant::now());
+        std::thread::sleep(Duration::from_millis(1000));
+        let share = (runtime_ns(vcpu) - r0) as f64 / t0.elapsed().as_nanos() as f64;
+        let m = d.vm_status("vm1").unwrap()["membw"].clone();
+        eprintln!("membw ({kind:?}): the throttled spinning vCPU ran {:.0}% of 1 s; {}", share * 100.0, m["stats"]);
+        windows.push(format!("{:.0}%: {}", share * 100.0, m["stats"]));
+        if share < 0.5 || windows.len() == 5 {
+            break share;
+        }
+    };
     let m = d.vm_status("vm1").unwrap()["membw"].clone();
-    eprintln!("membw: the throttled spinning vCPU ran {:.0}% of 1 s", share * 100.0);
-    assert!(share < 0.5, "a throttled spinning vCPU ran {:.0}% of the time; {m}", share * 100.0);
+    assert!(share < 0.5, "a throttled spinning vCPU ran over half of each second: {windows:#?}");
     assert!(m["stats"]["throttles"].as_u64().unwrap() >= 5, "{m}");
+    assert!(m["stats"]["throttled_ns"].as_u64().unwrap() > 0, "stopped time counted: {m}");
     let metrics = String::from_utf8(d.cli(&["metrics"]).stdout).unwrap();
     assert!(metrics.contains("cosched_vm_membw_throttles_total{vm=\"vm1\"}"), "{metrics}");
     assert!(metrics.contains("cosched_membw_period_ms{backend=\"simulated\"} 100"), "{metrics}");
@@ -2092,24 +2487,45 @@ fn membw_throttle_freezes_real_vcpus_and_kill_9_is_restored() {
     assert_eq!((st["membw"]["period_ms"].as_u64(), st["membw"]["best_effort"].as_bool()), (Some(50), Some(true)));
     let out = d.cli(&["membw", "--period-ms", "0"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("period_ms must be 1..=10000"), "{out:?}");
-    assert!(d.cli(&["membw", "--best-effort", "off", "--period-ms", "100"]).status.success());
+    assert!(d.cli(&["membw", "--best-effort", "off"]).status.success());
     let out = d.cli(&["vm", "membw", "nosuchvm", "10"]);
     assert!(!out.status.success());
-    // kill -9 with the vCPU in the frozen group.
-    wait_for("the vCPU frozen again", Duration::from_secs(3), || (cg.get(vcpu, "freezer").ok()? == ours).then_some(()));
+    // kill -9 with the vCPU frozen. A 10 s period first: its budget (1 s of run) spent, the
+    // vCPU stays frozen for the rest of it, seconds, so the kill finds it frozen (in a 100 ms
+    // period it would be let run again within 90 ms of being seen frozen).
+    assert!(d.cli(&["membw", "--period-ms", "10000"]).status.success());
+    wait_for_or("the vCPU frozen again", Duration::from_secs(20), || frozen().then_some(()), || seen(&d));
     d.signal(libc::SIGKILL);
+    assert!(frozen(), "kill -9 leaves it frozen{}", seen(&d));
     let r1 = runtime_ns(vcpu);
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(runtime_ns(vcpu), r1, "kill -9 leaves it frozen");
+    assert_eq!(runtime_ns(vcpu), r1, "kill -9 leaves it frozen: it does not run");
     let out = w.restore();
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(cg.get(vcpu, "freezer").unwrap(), freezer.name, "back in its group");
-    assert!(!cg.dir("freezer", &ours).exists(), "the frozen group is removed");
+    match kind {
+        Freezer::V1 => {
+            assert_eq!(cg.get(vcpu, "freezer").unwrap(), group.name, "back in its group");
+            assert!(!cg.dir("freezer", &ours).exists(), "the frozen group is removed");
+        }
+        Freezer::V2 => {
+            assert_eq!(group.read(&ours, "cgroup.freeze"), "0", "cgroup.freeze put back");
+            // Thawing completes asynchronously, like freezing.
+            wait_for_or(
+                "the group thawed",
+                Duration::from_secs(10),
+                || group.read(&ours, "cgroup.events").lines().any(|l| l == "frozen 0").then_some(()),
+                || format!(": cgroup.events {:?}", group.read(&ours, "cgroup.events")),
+            );
+        }
+    }
     let r2 = runtime_ns(vcpu);
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(runtime_ns(vcpu) - r2 > 100_000_000, "the vCPU runs again");
+    wait_for_or(
+        "the vCPU to run 100 ms again",
+        Duration::from_secs(10),
+        || (runtime_ns(vcpu) - r2 > 100_000_000).then_some(()),
+        || format!(": {} ms run", (runtime_ns(vcpu) - r2) / 1_000_000),
+    );
     assert!(state_files(&w).is_empty());
-    drop(freezer);
 }
 
 /// `cosched status --watch`: redrawn live from the running daemon, each VM per resource, with
@@ -2146,7 +2562,7 @@ fn status_watch_redraws_each_vm_per_resource_live() {
 fn as_nobody_with(caps: &str) -> Vec<String> {
     assert!(
         Path::new("/usr/sbin/capsh").exists() || Path::new("/sbin/capsh").exists(),
-        "capsh missing: scripts/setup.sh"
+        "capsh missing: apt-get install libcap2-bin (scripts/setup.sh installs it)"
     );
     vec![
         "capsh".into(),

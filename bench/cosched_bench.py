@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (COSCHED, RUN_SH, Daemon, boot_guest, cyclictest_body, host_hogs,  # noqa: E402,F401
-                     parse_histogram, run, stats)
+from harness import (COSCHED, RUN_SH, Daemon, accel_line, boot_guest, cyclictest_body,  # noqa: E402,F401
+                     host_hogs, parse_histogram, run, stats)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,6 +107,7 @@ def main():
     names = a.scenario or (["idle", "uncoordinated", "coordinated"] if a.mode == "demo"
                            else ["idle", "uncoordinated", "coordinated", "static"])
     runs = 1 if a.mode in ("demo", "one") else a.runs
+    print(f"cosched_bench.py: {accel_line()}", file=sys.stderr)
     results = {n: [] for n in names}
     for i in range(runs):
         for n in names:
@@ -123,6 +124,7 @@ def main():
     print()
     print(f"Guest timer latency, cyclictest -p 80 -i 1000 -l {a.loops} in a 1-vCPU guest running one CPU hog"
           + (f", {runs} runs each (mean avg, median p99, max max)" if runs > 1 else ""))
+    print(accel_line())
     print(fmt_table(list(merged.values())))
     tg = targets(merged)
     if a.mode == "bench" and tg:

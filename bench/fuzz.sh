@@ -3,7 +3,9 @@
 # frame decoder, the control socket's request parser, the host config loader (fuzz/, cargo-fuzz
 # and libFuzzer on the nightly toolchain, with AddressSanitizer). Each target starts from the
 # committed corpus (fuzz/corpus/<target>) and adds what it finds there.
-#   bash bench/fuzz.sh --seconds 60          (CI: 60 s per target)
+#   bash bench/fuzz.sh --seconds 60          (60 s per target, one after another)
+#   bash bench/fuzz.sh --parallel --seconds 90
+#                                            (CI: the three at once on 2 CPUs, ~60 s of CPU each)
 #   bash bench/fuzz.sh --runs 10000000       (the campaign: 10 million executions per target)
 # A crash, a hang (an input taking over 10 s) or memory past 1 GiB fails the target and leaves
 # the input in fuzz/artifacts/<target>/. With --report FILE, a markdown table of what ran.
@@ -12,11 +14,13 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 limit=(-max_total_time=60)
 report=
+parallel=0
 while [ $# -gt 0 ]; do
     case $1 in
         --seconds) limit=(-max_total_time="$2"); shift 2 ;;
         --runs) limit=(-runs="$2"); shift 2 ;;
         --report) report=$2; shift 2 ;;
+        --parallel) parallel=1; shift ;;
         *) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -39,9 +43,12 @@ export CC=clang CXX=clang++
 targets=(frame_decoder control_request config_loader)
 "${fuzz[@]}" build -O -s "$sanitizer"
 [ -n "$report" ] && printf '| target | toolchain, sanitizer | executions | exec/s | corpus | peak RSS (MB) | seconds | result |\n|---|---|---|---|---|---|---|---|\n' > "$report"
-failed=0
-for t in "${targets[@]}"; do
-    log=$(mktemp)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# run_target T: fuzzes T; its line of the summary in $work/T.line, its table row in $work/T.row,
+# "FAILED" in $work/T.failed when it failed (with the end of its log on stderr).
+run_target() {
+    local t=$1 log=$work/$1.log start result secs execs rate rss corpus
     start=$(date +%s)
     mkdir -p "fuzz/corpus/$t"
     if "${fuzz[@]}" run -O -s "$sanitizer" "$t" "fuzz/corpus/$t" -- "${limit[@]}" -timeout=10 -rss_limit_mb=1024 \
@@ -49,16 +56,33 @@ for t in "${targets[@]}"; do
         result=ok
     else
         result=FAILED
-        failed=1
-        tail -40 "$log" >&2
+        echo FAILED >"$work/$t.failed"
+        { echo "fuzz.sh: $t failed; the end of its log:"; tail -40 "$log"; } >&2
     fi
     secs=$(( $(date +%s) - start ))
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
     rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
     corpus=$(find "fuzz/corpus/$t" -type f | wc -l)
-    echo "fuzz.sh: $t ($toolchain, sanitizer $sanitizer): $result, ${execs:-?} executions (${rate:-?}/s), corpus $corpus, peak RSS ${rss:-?} MB, ${secs} s"
-    [ -n "$report" ] && echo "| $t | $toolchain, $sanitizer | ${execs:-?} | ${rate:-?} | $corpus | ${rss:-?} | $secs | $result |" >> "$report"
-    rm -f "$log"
+    echo "fuzz.sh: $t ($toolchain, sanitizer $sanitizer$([ "$parallel" = 1 ] && echo ", ${#targets[@]} at once")): $result, ${execs:-?} executions (${rate:-?}/s), corpus $corpus, peak RSS ${rss:-?} MB, ${secs} s" >"$work/$t.line"
+    echo "| $t | $toolchain, $sanitizer | ${execs:-?} | ${rate:-?} | $corpus | ${rss:-?} | $secs | $result |" >"$work/$t.row"
+}
+if [ "$parallel" = 1 ]; then
+    # libFuzzer runs one process per target: on 2 CPUs, three at once for 90 s get about the CPU
+    # time each that 60 s one after another gave, in half the wall time.
+    pids=()
+    for t in "${targets[@]}"; do
+        run_target "$t" &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || true; done
+else
+    for t in "${targets[@]}"; do run_target "$t"; done
+fi
+failed=0
+for t in "${targets[@]}"; do
+    cat "$work/$t.line"
+    [ -z "$report" ] || cat "$work/$t.row" >>"$report"
+    [ ! -e "$work/$t.failed" ] || failed=1
 done
 exit $failed

@@ -10,6 +10,7 @@ Needs root and a built tree (scripts/setup.sh). Runs on Debian's /usr/bin/python
 """
 
 import ctypes
+import functools
 import json
 import os
 import signal
@@ -32,9 +33,13 @@ def dies_with_us(sig):
 REPO = Path(__file__).resolve().parents[1]
 COSCHED = Path(os.environ.get("COSCHED_BIN", REPO / "target/release/cosched"))
 RUN_SH = REPO / "guest/run.sh"
+ACCEL_SH = REPO / "guest/accel.sh"
 GUEST_DIR = Path(os.environ.get("COSCHED_GUEST_DIR", REPO / "build/guest"))
 TOOLS = REPO / "build/guest-tools/cosched-tools"
-PYTHON_LAYER = GUEST_DIR / "python.cpio.gz"
+PYTHON_LAYER = GUEST_DIR / "python.cpio"
+# The agent as the guest gets it: the release binary without its debug line tables (6 MB instead
+# of 34: each boot under TCG unpacks it about a second sooner), made by guest_cosched().
+GUEST_COSCHED = REPO / "build/guest-bin/cosched"
 # What the start-up application imports (python3 -c "...; print('ready')"): the start-up experiment
 # and the watch-list VM test launch the same program.
 STARTUP_IMPORTS = "import json, re, datetime, collections, argparse, decimal, csv"
@@ -47,6 +52,25 @@ POLICIES = ("none", "cosched", "static_rr", "static_fifo", "shield", "shield_fif
 # Daemon configuration without budgets: a run that needs its boost for 20 s or more measures the
 # mechanism, not the budget that an operator would set (the defaults cut a boost after 10 s).
 NO_BUDGETS = "[policy]\nmax_continuous_boost_ms = 0\nmax_boost_share_permille = 1000\n"
+
+
+@functools.lru_cache(maxsize=None)
+def accel():
+    """(accelerator, reason): "kvm" or "tcg", the one guest/run.sh boots the guest with here, and
+    why (guest/accel.sh: COSCHED_ACCEL forces it, else its probe boot of the test guest under
+    KVM, cached per host kernel, QEMU and guest kernel)."""
+    r = subprocess.run([str(ACCEL_SH)], capture_output=True, text=True)
+    line = r.stdout.strip()
+    name, _, reason = line.partition(" ")
+    if name not in ("kvm", "tcg"):
+        raise RuntimeError(f"guest/accel.sh gave no verdict (exit {r.returncode}): {r.stderr.strip()}")
+    return name, reason
+
+
+def accel_line():
+    """One line for an output: "accelerator: TCG (KVM cannot run the test guest: ...)"."""
+    name, reason = accel()
+    return f"accelerator: {name.upper()} ({reason})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,11 +316,33 @@ def shield_cpus():
     return set(range(NCPUS - 1)) or {0}, {NCPUS - 1}
 
 
+def guest_cosched():
+    """GUEST_COSCHED: COSCHED stripped of its debug information (symbols kept, for backtraces),
+    made again whenever COSCHED is another file or has changed (its path, size and time are
+    recorded beside the copy); returns its path."""
+    if not COSCHED.exists():
+        raise RuntimeError(f"{COSCHED} missing: build first (scripts/setup.sh, or cargo build --release)")
+    st = COSCHED.stat()
+    source = f"{COSCHED.resolve()} {st.st_size} {st.st_mtime_ns}\n"
+    stamp = GUEST_COSCHED.with_name("cosched.source")
+    try:
+        fresh = GUEST_COSCHED.exists() and stamp.read_text() == source
+    except OSError:
+        fresh = False
+    if not fresh:
+        GUEST_COSCHED.parent.mkdir(parents=True, exist_ok=True)
+        tmp = GUEST_COSCHED.with_name(f".cosched.{os.getpid()}")
+        subprocess.run(["strip", "--strip-debug", "-o", str(tmp), str(COSCHED)], check=True)
+        os.replace(tmp, GUEST_COSCHED)
+        stamp.write_text(source)
+    return GUEST_COSCHED
+
+
 def guest_cmd(workload_file, pidfile, timeout=900, sock=None, layers=(), adds=(), disks=(), append="",
               name=None, nets=()):
     """guest/run.sh's command line for one boot (the agent binary is always added as /bin/cosched).
     nets: NICs as run.sh --net takes them ("tap=IFNAME,ip=ADDR/PREFIX", "user,...")."""
-    cmd = [str(RUN_SH), "--workload", str(workload_file), "--add", f"{COSCHED}:/bin/cosched",
+    cmd = [str(RUN_SH), "--workload", str(workload_file), "--add", f"{guest_cosched()}:/bin/cosched",
            "--pidfile", str(pidfile), "--timeout", str(timeout)]
     if name:
         cmd += ["--name", name]

@@ -14,16 +14,18 @@ Usage: guest/run.sh [options]
 Boots the test guest built by guest/build.sh (from \${COSCHED_GUEST_DIR:-<repo>/build/guest},
 now $out; run.sh runs build.sh first, which does nothing when all is up to date). The guest console (kernel and workload output) goes to
 stdout. The guest runs /workload.sh if given, prints "COSCHED-GUEST: workload exit <code>"
-(or "COSCHED-GUEST: no workload") and powers off. run.sh exits with QEMU's exit code.
+(or "COSCHED-GUEST: no workload") and powers off. run.sh exits with QEMU's exit code (3 when
+a fatal KVM error stopped the guest, 124 on --timeout).
 
 Options:
   --workload FILE        shell script to run in the guest as /workload.sh (root, busybox sh)
   --add HOST:GUEST       put file HOST into the guest at GUEST (repeatable; a GUEST ending
                          in / gets HOST's basename). For a dynamic ELF the libraries ldd
                          lists are added too, at the same paths.
-  --layer FILE           append a prebuilt compressed cpio archive to the initramfs
-                         (repeatable; e.g. build/guest/python.cpio.gz from
-                         guest/build-python-layer.sh)
+  --layer FILE           append a prebuilt cpio archive to the initramfs (repeatable; e.g.
+                         build/guest/python.cpio from guest/build-python-layer.sh); a
+                         gzip'd one is decompressed first (the initramfs is uncompressed:
+                         under TCG the guest unpacks a plain cpio faster than it gunzips)
   --sock PATH            add a virtio-serial port named org.cosched.0 whose host end is the
                          unix socket PATH (QEMU is the server; wait=off). In the guest:
                          /dev/virtio-ports/org.cosched.0 -> ../vport0p1
@@ -49,8 +51,12 @@ Options:
                          ip=ADDR/PREFIX configures that NIC in the guest (the first NIC only:
                          cosched.ip=ADDR/PREFIX on the kernel command line, eth0; a user NIC
                          without ip= gets 10.0.2.15/24)
-  --accel auto|kvm|tcg   accelerator (default auto: KVM only if guest/kvm-usable.sh says it
-                         really works, else TCG with one line on stderr saying why)
+  --accel auto|kvm|tcg   accelerator (default \$COSCHED_ACCEL, else auto: KVM only if
+                         guest/accel.sh has booted this guest under KVM, else TCG). run.sh
+                         says which on stderr, with the reason. A fatal KVM error at run
+                         time ("KVM internal error", "KVM: entry failed", "kvm run failed")
+                         stops the boot at once (exit 3) and is recorded, so that the next
+                         auto choice is TCG
   --smp N                vCPUs (default 1)
   --mem MB               memory in MiB (default 512)
   --name NAME            VM name (-name NAME,debug-threads=on; default cosched-test)
@@ -70,7 +76,8 @@ Options:
   -h, --help             this text
 
 QEMU runs with -name NAME,debug-threads=on, so its threads are named ("CPU 0/TCG",
-"CPU 0/KVM", ...). Environment: COSCHED_GUEST_DIR, COSCHED_QEMU (QEMU binary).
+"CPU 0/KVM", ...). Environment: COSCHED_ACCEL (auto|kvm|tcg), COSCHED_GUEST_DIR,
+COSCHED_QEMU (QEMU binary).
 EOF
 }
 
@@ -82,7 +89,8 @@ disks=()
 nets=()
 layers=()
 sock=
-accel=auto
+accel=${COSCHED_ACCEL:-auto}
+accel_given=0
 smp=1
 mem=512
 name=cosched-test
@@ -102,7 +110,7 @@ while [ $# -gt 0 ]; do
         --sock) need "$@"; sock=$2; shift ;;
         --disk) need "$@"; disks+=("$2"); shift ;;
         --net) need "$@"; nets+=("$2"); shift ;;
-        --accel) need "$@"; accel=$2; shift ;;
+        --accel) need "$@"; accel=$2; accel_given=1; shift ;;
         --smp) need "$@"; smp=$2; shift ;;
         --mem) need "$@"; mem=$2; shift ;;
         --name) need "$@"; name=$2; shift ;;
@@ -118,7 +126,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-case $accel in auto|kvm|tcg) ;; *) die "--accel must be auto, kvm or tcg" ;; esac
+case $accel in auto|kvm|tcg) ;; *) die "--accel (or COSCHED_ACCEL) must be auto, kvm or tcg, not '$accel'" ;; esac
 [[ $smp =~ ^[1-9][0-9]*$ ]] || die "--smp must be a positive integer"
 [[ $mem =~ ^[1-9][0-9]*$ ]] || die "--mem must be a positive integer (MiB)"
 [[ $timeout_s =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
@@ -174,10 +182,10 @@ for spec in "${nets[@]}"; do
     fi
 done
 
-# build.sh takes ~40 ms when everything is up to date (it rebuilds base.cpio.gz after an
+# build.sh takes ~40 ms when everything is up to date (it rebuilds base.cpio after an
 # edit of guest/init.sh or guest/build.sh).
 if ! "$here/build.sh" --quiet >&2; then
-    if [ -f "$out/vmlinuz" ] && [ -f "$out/base.cpio.gz" ]; then
+    if [ -f "$out/vmlinuz" ] && [ -f "$out/base.cpio" ]; then
         echo "run.sh: warning: guest/build.sh failed, booting the existing build" >&2
     else
         die "guest/build.sh failed"
@@ -196,6 +204,20 @@ qpid=
 # shellcheck disable=SC2317  # called from traps
 cleanup() { rm -rf "$tmp"; }
 trap cleanup EXIT
+# shellcheck disable=SC2317  # called from traps
+on_signal() {
+    local sig=$1
+    trap - INT TERM HUP
+    if [ -n "$qpid" ]; then
+        kill -TERM "$qpid" 2>/dev/null || true
+        wait "$qpid" 2>/dev/null || true
+    fi
+    cleanup
+    case $sig in INT) exit 130 ;; HUP) exit 129 ;; *) exit 143 ;; esac
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
+trap 'on_signal HUP' HUP
 
 stage=$tmp/extra
 mkdir -p "$stage"
@@ -237,30 +259,46 @@ done
 
 for layer in "${layers[@]}"; do
     [ -f "$layer" ] || die "--layer: $layer not found"
+    # A plain cpio (newc) archive, or a gzip'd one (decompressed below); nothing else unpacks.
+    case $(head -c 6 "$layer") in
+        070701) ;;
+        *) [ "$(head -c 2 "$layer" | od -An -tx1 | tr -d ' ')" = 1f8b ] \
+               || die "--layer $layer: neither a cpio (newc) archive nor a gzip'd one" ;;
+    esac
 done
-initrd=$out/base.cpio.gz
+initrd=$out/base.cpio
 if [ -n "$(ls -A "$stage")" ] || [ ${#layers[@]} -gt 0 ]; then
-    # The kernel unpacks concatenated (compressed) cpio archives one after the other;
-    # later files replace earlier ones.
-    parts=("$out/base.cpio.gz" "${layers[@]}")
-    if [ -n "$(ls -A "$stage")" ]; then
-        (cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0) \
-            | gzip -1 >"$tmp/extra.cpio.gz"
-        parts+=("$tmp/extra.cpio.gz")
-    fi
-    cat "${parts[@]}" >"$tmp/initrd.cpio.gz"
-    initrd=$tmp/initrd.cpio.gz
+    # The kernel unpacks concatenated cpio archives one after the other; later files replace
+    # earlier ones. All of them plain: a plain archive after a gzip'd one fails to unpack.
+    {
+        cat "$out/base.cpio"
+        for layer in "${layers[@]}"; do
+            case $(head -c 6 "$layer") in
+                070701) cat "$layer" ;;
+                *) gzip -dc "$layer" ;;
+            esac
+        done
+        if [ -n "$(ls -A "$stage")" ]; then
+            (cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0)
+        fi
+    } >"$tmp/initrd.cpio"
+    initrd=$tmp/initrd.cpio
 fi
 
 # ---- accelerator ----------------------------------------------------------------
-if [ "$accel" = auto ]; then
-    if reason=$("$here/kvm-usable.sh"); then
-        accel=kvm
-    else
-        echo "run.sh: KVM unusable ($reason), using TCG" >&2
-        accel=tcg
-    fi
+# accel.sh answers "kvm REASON" or "tcg REASON" (auto: from its cached probe boot).
+# --accel only when given here: otherwise accel.sh reads COSCHED_ACCEL itself, and says so.
+if [ "$accel_given" = 1 ]; then
+    verdict=$("$here/accel.sh" --accel "$accel") || true
+else
+    verdict=$("$here/accel.sh") || true
 fi
+case $verdict in
+    kvm\ *|tcg\ *) ;;
+    *) die "guest/accel.sh gave no verdict" ;;
+esac
+accel=${verdict%% *}
+[ -n "$initrd_out" ] || [ "$dry" = 1 ] || echo "run.sh: accelerator $accel: ${verdict#* }" >&2
 if [ "$accel" = kvm ]; then
     accel_args=(-accel kvm -cpu host)
 else
@@ -268,7 +306,9 @@ else
 fi
 
 # ---- QEMU command line ---------------------------------------------------------------
-cmdline="console=ttyS0 quiet loglevel=1 panic=-1"
+# cryptomgr.notests: no self-tests of the kernel's crypto algorithms at boot (under TCG they
+# took ~0.4 s of the 2 s to init; nothing here measures the crypto API).
+cmdline="console=ttyS0 quiet loglevel=1 panic=-1 cryptomgr.notests"
 if [ ${#nets[@]} -gt 0 ]; then
     net_opts "${nets[0]}"
     [ -z "$nip" ] || cmdline="$cmdline cosched.ip=$nip"
@@ -341,29 +381,44 @@ wrap=()
 if command -v setpriv >/dev/null; then wrap+=(setpriv --pdeathsig TERM --); fi
 if [ "$timeout_s" != 0 ]; then wrap+=(timeout --foreground -k 10 "$timeout_s"); fi
 
-# shellcheck disable=SC2317  # called from traps
-on_signal() {
-    local sig=$1
-    trap - INT TERM HUP
-    if [ -n "$qpid" ]; then
-        kill -TERM "$qpid" 2>/dev/null || true
-        wait "$qpid" 2>/dev/null || true
-    fi
-    cleanup
-    case $sig in INT) exit 130 ;; HUP) exit 129 ;; *) exit 143 ;; esac
-}
-trap 'on_signal INT' INT
-trap 'on_signal TERM' TERM
-trap 'on_signal HUP' HUP
 
 start=$SECONDS
+# QEMU's stderr passes through a watcher: with KVM, a "KVM internal error" (or a failed entry
+# or run) leaves QEMU alive with the guest stopped until the timeout, so the watcher stops it at
+# once. The pid reaches the watcher through a file (it starts before QEMU's pid is known).
+watch_err() {
+    local line
+    while IFS= read -r line; do
+        printf '%s\n' "$line" >&2
+        case $line in
+            *"KVM internal error"*|*"KVM: entry failed"*|*"kvm run failed"*)
+                if [ "$accel" = kvm ] && [ ! -e "$tmp/kvm-error" ]; then
+                    printf '%s\n' "$line" >"$tmp/kvm-error"
+                    for _ in $(seq 50); do [ -s "$tmp/qpid" ] && break; sleep 0.02; done
+                    kill -TERM "$(cat "$tmp/qpid" 2>/dev/null)" 2>/dev/null || true
+                fi ;;
+        esac
+    done
+}
 # QEMU reads the guest console from /dev/null: the guest needs no input, and QEMU then
 # leaves the terminal alone (no raw mode, no SIGTTOU when run.sh is in the background).
-"${wrap[@]}" "${args[@]}" </dev/null &
+exec {errfd}> >(watch_err)
+wpid=$!
+"${wrap[@]}" "${args[@]}" </dev/null 2>&"$errfd" &
 qpid=$!
+exec {errfd}>&-
+echo "$qpid" >"$tmp/qpid"
 rc=0
 wait "$qpid" || rc=$?
 qpid=
+# The watcher prints the last of QEMU's stderr before run.sh says anything more.
+wait "$wpid" 2>/dev/null || true
+if [ -e "$tmp/kvm-error" ]; then
+    err=$(cat "$tmp/kvm-error")
+    "$here/accel.sh" --record-failure "QEMU: $err" -q || true
+    echo "run.sh: QEMU stopped: the guest hit a fatal KVM error ($err): this host's KVM cannot run it; recorded, so the next automatic choice is TCG (--accel tcg or COSCHED_ACCEL=tcg forces it)" >&2
+    exit 3
+fi
 if [ "$timeout_s" != 0 ] && { [ "$rc" = 124 ] || { [ "$rc" = 137 ] && [ $((SECONDS - start)) -ge "$timeout_s" ]; }; }; then
     echo "run.sh: guest did not power off within ${timeout_s}s, QEMU killed" >&2
     exit 124

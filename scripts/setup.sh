@@ -18,6 +18,60 @@ cd "$repo"
 pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config gcc libc6-dev make seabios python3 python3-matplotlib gzip bzip2 fuse3 libfuse3-dev iproute2 curl systemd binutils python3-venv libcap2-bin
       libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients)
 while read -r p; do pkgs+=("$p"); done < <(sed 's/#.*//' guest/DEPS | tr -s ' \t' '\n' | grep -v '^$')
+
+if ! command -v cargo >/dev/null; then
+    # shellcheck disable=SC1091
+    [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+fi
+command -v cargo >/dev/null || { echo "setup.sh: cargo not found: install Rust (rustup, 1.85 or newer)" >&2; exit 1; }
+
+# Steps that do not need what another step makes run beside it, each with its log: a failure
+# stops setup with that log. On a fresh machine: cargo-fuzz builds while apt installs, the venv
+# and the test guest (downloads, unpacking) while cosched builds.
+bg_pids=()
+bg_names=()
+bg_logs=()
+background() {
+    local name=$1 log
+    shift
+    log=$(mktemp "${TMPDIR:-/tmp}/cosched-setup.XXXXXX")
+    "$@" >"$log" 2>&1 &
+    bg_pids+=($!)
+    bg_names+=("$name")
+    bg_logs+=("$log")
+}
+wait_background() {
+    local i failed=0
+    for i in "${!bg_pids[@]}"; do
+        if wait "${bg_pids[$i]}"; then
+            cat "${bg_logs[$i]}"
+        else
+            echo "setup.sh: ${bg_names[$i]} failed:" >&2
+            cat "${bg_logs[$i]}" >&2
+            failed=1
+        fi
+        rm -f "${bg_logs[$i]}"
+    done
+    bg_pids=()
+    bg_names=()
+    bg_logs=()
+    [ "$failed" = 0 ] || exit 1
+}
+# shellcheck disable=SC2317  # called from the trap
+remove_logs() { local l; for l in "${bg_logs[@]}"; do rm -f "$l"; done; }
+trap remove_logs EXIT
+
+# cargo-fuzz for the fuzz targets (fuzz/, bench/fuzz.sh), on the nightly toolchain. It needs only
+# cargo and a C compiler; without one yet, it waits for apt.
+install_cargo_fuzz() {
+    echo "setup.sh: installing cargo-fuzz (cargo install)"
+    cargo install --locked --quiet cargo-fuzz
+}
+fuzz_later=0
+if ! command -v cargo-fuzz >/dev/null; then
+    if command -v cc >/dev/null; then background "cargo install cargo-fuzz" install_cargo_fuzz; else fuzz_later=1; fi
+fi
+
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -37,32 +91,28 @@ if ! getent passwd libvirt-qemu >/dev/null; then
         --shell /usr/sbin/nologin libvirt-qemu
 fi
 
-if ! command -v cargo >/dev/null; then
-    # shellcheck disable=SC1091
-    [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
-fi
-command -v cargo >/dev/null || { echo "setup.sh: cargo not found: install Rust (rustup, 1.85 or newer)" >&2; exit 1; }
+[ "$fuzz_later" = 0 ] || install_cargo_fuzz
 
 # kubernetes-validate (PyPI, with the Kubernetes schemas) checks the DaemonSet manifest offline.
-if [ ! -x build/venv/bin/kubernetes-validate ]; then
+install_validator() {
     echo "setup.sh: installing kubernetes-validate into build/venv"
     python3 -m venv build/venv
     build/venv/bin/pip install --quiet --disable-pip-version-check kubernetes-validate
-fi
+}
+[ -x build/venv/bin/kubernetes-validate ] || background "installing kubernetes-validate" install_validator
 
-# cargo-fuzz for the fuzz targets (fuzz/, bench/fuzz.sh), on the nightly toolchain.
-if ! command -v cargo-fuzz >/dev/null; then
-    echo "setup.sh: installing cargo-fuzz (cargo install)"
-    cargo install --locked --quiet cargo-fuzz
-fi
+build_guest() {
+    echo "setup.sh: building the test guest (guest/build.sh, guest/build-python-layer.sh)"
+    guest/build.sh --quiet
+    guest/build-python-layer.sh >/dev/null
+    mkdir -p build/guest-tools
+    if [ ! build/guest-tools/cosched-tools -nt bench/guest-tools/cosched-tools.c ]; then
+        gcc -O2 -Wall -static -o build/guest-tools/cosched-tools bench/guest-tools/cosched-tools.c
+    fi
+}
+background "building the test guest" build_guest
 
 echo "setup.sh: building cosched (cargo build --release)"
 cargo build --release --locked --workspace --quiet
-echo "setup.sh: building the test guest (guest/build.sh, guest/build-python-layer.sh)"
-guest/build.sh --quiet
-guest/build-python-layer.sh >/dev/null
-mkdir -p build/guest-tools
-if [ ! build/guest-tools/cosched-tools -nt bench/guest-tools/cosched-tools.c ]; then
-    gcc -O2 -Wall -static -o build/guest-tools/cosched-tools bench/guest-tools/cosched-tools.c
-fi
+wait_background
 echo "setup.sh: ready: $repo/target/release/cosched"

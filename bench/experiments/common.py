@@ -4,8 +4,8 @@ import csv
 import json
 import os
 import platform
+import re
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness import REPO, stats, parse_histogram  # noqa: E402,F401
+from harness import REPO, accel, stats, parse_histogram  # noqa: E402,F401
 
 RESULTS = REPO / "results"
 QUICK_RESULTS = REPO / "build/results-quick"
@@ -48,16 +48,23 @@ def grid_curve_style(curve, policy):
     return style, label
 
 
-def accel():
-    """"KVM" or "TCG": what guest/run.sh will use on this machine."""
-    r = subprocess.run([str(REPO / "guest/kvm-usable.sh")], capture_output=True, text=True)
-    return "KVM" if r.returncode == 0 else "TCG"
+def accel_text():
+    """(name, reason) of the accelerator for a summary: the reason without what changes from one
+    run to the next (the probe's boot time, whether the verdict was cached)."""
+    try:
+        name, reason = accel()
+    except RuntimeError as e:
+        return "unknown", str(e)
+    reason = re.sub(r" \(cached\)$", "", reason)
+    reason = re.sub(r" to its workload in [0-9.]+ s", "", reason)
+    return name.upper(), reason
 
 
 def setup_line():
+    name, reason = accel_text()
     return (f"Our setup: {os.cpu_count()} x86 cores ({platform.processor() or platform.machine()}, "
-            f"Linux {platform.release()}, a shared VM), a 1-vCPU {accel()} guest running Debian's "
-            "Linux 6.1, QEMU 7.2; the papers used a 2-core Cortex-A15 (Samsung Chromebook) with "
+            f"Linux {platform.release()}, a shared VM), a 1-vCPU {name} guest running Debian's "
+            f"Linux 6.1, QEMU 7.2 (accelerator: {reason}); the papers used a 2-core Cortex-A15 (Samsung Chromebook) with "
             "KVM/ARM and Linux 3.17 (seed 000), Xen (seed 001) or a Core i5 with KVM (seed 002).")
 
 

@@ -163,7 +163,7 @@ def parse_launches(console):
 
 def one_boot(disk, image, mode, host_readers, workloads, launches, verbose):
     """Boots the guest once with `host_readers` on the host and `mode`; one row per guest workload."""
-    layer = harness.REPO / "build/guest/python.cpio.gz"
+    layer = harness.PYTHON_LAYER
     with tempfile.TemporaryDirectory(prefix="cosched-io-") as tmp:
         daemon = harness.Daemon(tmp, daemon_config(mode))
         io_status = {}

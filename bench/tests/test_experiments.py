@@ -14,6 +14,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from experiment import EXPERIMENTS, load  # noqa: E402
+import harness  # noqa: E402
+
+
+def setUpModule():
+    """The VM tests' output says which accelerator boots the guest, and why."""
+    if os.geteuid() == 0 and harness.RUN_SH.exists():
+        print(f"\n{Path(__file__).name}: {harness.accel_line()}", file=sys.stderr)
 
 
 def need_root(test):

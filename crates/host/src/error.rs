@@ -21,6 +21,7 @@ pub enum Error {
         "refusing pid {pid} ({comm}): its executable {exe:?} is not root-owned and protected (uid {uid}, mode {mode:o})"
     )]
     UnsafeBinary { pid: i32, comm: String, exe: String, uid: u32, mode: u32 },
+    #[cfg(feature = "bpf")]
     #[error("watching the threads of pid {pid}: {source}")]
     WatchThreads { pid: i32, source: cosched_hostbpf::Error },
     #[error("reading threads of pid {pid}: {source}")]

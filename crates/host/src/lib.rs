@@ -3,7 +3,8 @@
 //! - [`sched`]: `sched_getattr` / `sched_setattr`;
 //! - [`store`]: original attributes on disk, and restoring them after a crash;
 //! - [`actuator`]: a VM's threads to a [`cosched_core::Level`] and back;
-//! - [`daemon`]: the event loop (channels, inotify, signals, control socket, metrics);
+//! - `daemon`: the event loop (channels, inotify, signals, control socket, metrics; with the
+//!   default feature `bpf`);
 //! - [`control`]: the operator protocol and its client;
 //! - [`peer`]: which QEMU process is at the other end of a chardev socket;
 //! - [`config`]: the TOML configuration.
@@ -16,6 +17,7 @@ pub mod caps;
 pub mod cgroup;
 pub mod config;
 pub mod control;
+#[cfg(feature = "bpf")]
 pub mod daemon;
 pub mod error;
 pub mod membw;

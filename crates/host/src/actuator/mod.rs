@@ -255,6 +255,7 @@ impl Threads {
 
     /// A thread of this process was created, renamed or exited (seen by the host BPF).
     /// Returns whether the list moved.
+    #[cfg(feature = "bpf")]
     fn event(&mut self, procfs: &ProcFs, ev: &cosched_hostbpf::ThreadEvent) -> bool {
         use cosched_hostbpf::ThreadEvent;
         let moved = match ev {
@@ -634,6 +635,7 @@ impl VmThreads {
     /// A thread of this VM was created, renamed or exited. Changes nothing; returns whether
     /// the list moved (the caller then brings the threads to their levels with
     /// [`VmThreads::reapply`]).
+    #[cfg(feature = "bpf")]
     pub fn thread_event(&mut self, env: &mut Host, ev: &cosched_hostbpf::ThreadEvent) -> bool {
         self.threads.event(&env.procfs, ev)
     }

@@ -112,7 +112,14 @@ build_guest() {
 }
 background "building the test guest" build_guest
 
-echo "setup.sh: building cosched (cargo build --release)"
-cargo build --release --locked --workspace --quiet
+# COSCHED_SETUP_TESTS=1 (scripts/test.sh): the test binaries too, in the same cargo run, while
+# the guest builds beside it (the binaries are the same either way).
+if [ "${COSCHED_SETUP_TESTS:-0}" = 1 ]; then
+    echo "setup.sh: building cosched and its tests (cargo test --release --no-run)"
+    cargo test --release --locked --workspace --no-run --quiet
+else
+    echo "setup.sh: building cosched (cargo build --release)"
+    cargo build --release --locked --workspace --quiet
+fi
 wait_background
 echo "setup.sh: ready: $repo/target/release/cosched"

@@ -41,8 +41,8 @@ trap report EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 trap 'exit 129' HUP
-stage "setup: packages, build, test guest (scripts/setup.sh)"
-scripts/setup.sh
+stage "setup: packages, build (with the test binaries), test guest (scripts/setup.sh)"
+COSCHED_SETUP_TESTS=1 scripts/setup.sh
 # User-space threads at a real-time policy (kernel threads have no exe).
 rt_threads() {
     ps -eLo pid=,tid=,cls=,comm= | awk '$3=="FF" || $3=="RR" || $3=="DLN"' | while read -r pid tid cls comm; do

@@ -27,11 +27,7 @@ pub(crate) struct DetectorKind {
 }
 
 /// Every detector this agent has, in the order they are probed and attached.
-pub(crate) const DETECTORS: &[DetectorKind] = &[
-    crate::cpu::KIND,
-    crate::io::KIND,
-    // crate::membw::KIND comes here.
-];
+pub(crate) const DETECTORS: &[DetectorKind] = &[crate::cpu::KIND, crate::io::KIND];
 
 /// One transition of one unit (a CPU for the CPU detector): what it needs now (`None`: nothing).
 /// The CPU detector names the need (RT priority, interrupt); the others give `Need::default()`.

@@ -252,7 +252,7 @@ impl Feas {
         };
         mode && coord.enabled(Resource::Event)
             && v.settings.enabled(Resource::Event)
-            && !v.level(Resource::Cpu).is_boosted()
+            && !v.level(Resource::Cpu).is_changed()
     }
 
     fn state(&mut self, vm: VmId) -> &mut VmState {

@@ -317,7 +317,7 @@ impl Coordinator {
         let Some(vm) = self.vms.get_mut(&id) else { return };
         let priority = vm.settings.priority;
         let Some(slot) = vm.slots.get_mut(&r) else { return };
-        if !slot.level.is_boosted() || level == Level::Normal || slot.level == level {
+        if !slot.level.is_changed() || level == Level::Normal || slot.level == level {
             return;
         }
         slot.level = level;
@@ -390,14 +390,14 @@ impl Coordinator {
         if slot.in_cooldown(now) || limits.share_limit_ns().is_some_and(|limit| slot.boosted.used(now) >= limit) {
             return Err(DenyReason::Budget);
         }
-        if slot.level.is_boosted() && slot.granted == value {
+        if slot.level.is_changed() && slot.granted == value {
             slot.wants = value;
             return Ok(value);
         }
         let policy = self.resources.get_mut(&r).expect("slot exists");
         let granted = policy.admit(id, facts, value, now)?;
         slot.wants = value;
-        if slot.level.is_boosted() {
+        if slot.level.is_changed() {
             // A new value while boosted (a memory-bandwidth share that changes).
             slot.granted = granted;
             out.push(Action::Apply { vm: id, resource: r, level: slot.level, value: granted, priority });
@@ -428,7 +428,7 @@ impl Coordinator {
         let Some(vm) = self.vms.get_mut(&id) else { return };
         let priority = vm.settings.priority;
         let Some(slot) = vm.slots.get_mut(&r) else { return };
-        if !slot.level.is_boosted() {
+        if !slot.level.is_changed() {
             return;
         }
         slot.counters.boosted_ns += slot.boosted.stop(now);
@@ -516,7 +516,7 @@ impl Coordinator {
         let priority = vm.settings.priority;
         let agent = vm.registered.is_some_and(|g| g & r.cap() != 0);
         let Some(slot) = vm.slots.get_mut(&r) else { return };
-        if !slot.level.is_boosted() {
+        if !slot.level.is_changed() {
             return;
         }
         let over_continuous = limits.max_continuous_ns > 0 && slot.boosted_for_ns(now) >= limits.max_continuous_ns;
@@ -608,7 +608,7 @@ impl Coordinator {
         self.regrant_value(id); // an RT grant is never below the VM's priority
         let vm = self.vms.get_mut(&id).expect("found");
         for (r, s) in &vm.slots {
-            if s.level.is_boosted() {
+            if s.level.is_changed() {
                 out.push(Action::Apply { vm: id, resource: *r, level: s.level, value: s.granted, priority });
             }
         }

@@ -32,7 +32,8 @@ pub enum Level {
 }
 
 impl Level {
-    pub fn is_boosted(self) -> bool {
+    /// Away from normal: boosted, guarded or throttled (a throttle is a change, not a boost).
+    pub fn is_changed(self) -> bool {
         self != Level::Normal
     }
     pub fn name(self) -> &'static str {

@@ -425,7 +425,7 @@ impl Coordinator {
         let need = self.rt.vms.get(&id).map_or(0, |v| v.need);
         let grant = self.cpu_grant(id, need);
         let Some(slot) = self.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(&Resource::Cpu)) else { return false };
-        let changed = slot.level.is_boosted() && need != 0 && slot.granted != grant;
+        let changed = slot.level.is_changed() && need != 0 && slot.granted != grant;
         if changed {
             slot.granted = grant;
         }
@@ -448,7 +448,7 @@ impl Coordinator {
     }
 
     fn cpu_boosted(&self, id: VmId) -> bool {
-        self.vms.get(&id).is_some_and(|vm| vm.level(Resource::Cpu).is_boosted())
+        self.vms.get(&id).is_some_and(|vm| vm.level(Resource::Cpu).is_changed())
     }
 
     /// A guest's `CPU` frame, before the shared path: takes in its need and what it says about

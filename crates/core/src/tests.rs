@@ -78,7 +78,7 @@ impl Sim {
 }
 
 fn set_cpu(level: Level, priority: u8) -> Action {
-    Action::Apply { vm: VM, resource: CPU, level, value: level.is_boosted() as u64, priority }
+    Action::Apply { vm: VM, resource: CPU, level, value: level.is_changed() as u64, priority }
 }
 
 fn sends(actions: &[Action]) -> Vec<Frame> {
@@ -286,7 +286,7 @@ fn rt_guard_keeps_real_time_share_below_the_kernel_throttle() {
     for (t, rt) in rt_ms.iter_mut().enumerate() {
         let out = s.advance(t as u64 * MS);
         switches += out.len();
-        assert!(s.level().is_boosted(), "the guard never deboosts: {out:?}");
+        assert!(s.level().is_changed(), "the guard never deboosts: {out:?}");
         *rt = s.level() == Level::Boosted;
     }
     // Every 1 s window holds at most 900 ms at the real-time class (the kernel's is 950 ms)...
@@ -501,7 +501,7 @@ fn every_guest_frame_gets_exactly_one_reply() {
             }
         }
         let vm = s.c.vm(VM).unwrap();
-        if vm.level(CPU).is_boosted() {
+        if vm.level(CPU).is_changed() {
             assert!(vm.registered.is_some() && vm.slots[&CPU].wants == 1, "boosted without a live request");
             assert!(s.c.enabled(CPU) && vm.settings.enabled(CPU), "boosted while disabled");
         }

@@ -121,7 +121,8 @@ pub struct HostConfig {
     pub socket_dir: PathBuf,
     /// Where original thread attributes are kept until restored (a tmpfs: `/run`).
     pub state_dir: PathBuf,
-    /// The root-only control socket used by `cosched status`, `cosched vm ...`.
+    /// The control socket used by `cosched status`, `cosched vm ...`: root and the daemon's own
+    /// user only (checked by the peer's credentials, whatever the socket's mode).
     pub control_socket: PathBuf,
     /// Also serve Prometheus metrics over HTTP at this address (e.g. `127.0.0.1:9477`).
     pub metrics_listen: Option<String>,

@@ -733,7 +733,7 @@ impl Actuator for KnobActuator {
     ) -> Prepared {
         self.level = level;
         self.priority = priority;
-        each!(&mut self.lever, p => p.prepare(env, threads, level.is_boosted(), out))
+        each!(&mut self.lever, p => p.prepare(env, threads, level.is_changed(), out))
     }
 
     fn apply(&mut self, env: &mut Host, out: &mut Outcome, gone: &mut Vec<i32>) {

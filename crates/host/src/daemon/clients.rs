@@ -1,6 +1,6 @@
-//! Control and metrics clients: the root-only control socket (one JSON request line, one
-//! reply line) and the Prometheus endpoint (one HTTP request, one response). Hands the loop
-//! each complete request ([`Ask`]) and writes the answer it gets back without blocking; never
+//! Control and metrics clients: the control socket, root and the daemon's user only (one JSON
+//! request line, one reply line), and the Prometheus endpoint (one HTTP request, one response).
+//! Hands the loop each complete request ([`Ask`]) and writes the answer it gets back without blocking; never
 //! sees the daemon's state, only the status snapshot or reply the loop makes.
 
 use std::collections::BTreeMap;
@@ -122,7 +122,8 @@ impl Clients {
         self.metrics.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.to_string())
     }
 
-    /// Accepts control clients: root only, whatever the socket's mode says.
+    /// Accepts control clients: root and the daemon's own user only, whatever the socket's
+    /// mode says.
     pub fn accept_control(&mut self, poll: &Poll, now: u64) {
         loop {
             let (mut stream, _) = match self.control.accept() {

@@ -625,7 +625,7 @@ impl Daemon {
     }
 
     fn apply(&mut self, token: usize, resource: Resource, level: Level, priority: u8, rx_ns: Option<u64>) {
-        if resource == Resource::Cpu && level.is_boosted() {
+        if resource == Resource::Cpu && level.is_changed() {
             // An agent's CPU boost takes over the vCPUs: event boosting lets go of them first.
             self.events_off(token);
         }
@@ -890,7 +890,7 @@ impl Daemon {
         let now = self.now();
         let Ok(ev) = self.events.as_mut() else { return };
         let id = VmId(token as u64);
-        if !self.coord.vm(id).is_some_and(|v| v.level(Resource::Event).is_boosted()) {
+        if !self.coord.vm(id).is_some_and(|v| v.level(Resource::Event).is_changed()) {
             return;
         }
         let mut actions = Vec::new();
@@ -988,7 +988,6 @@ fn set_own_priority(priority: u8) -> anyhow::Result<()> {
         .context("daemon_priority (set it to 0 to run at SCHED_OTHER)")
 }
 
-/// The coordinator for `cfg`: the resources this daemon can change, switched as configured.
 /// Whether I/O coordination can act on this host with the configured lever (and on which
 /// cgroup hierarchy), or why not. Logged either way.
 fn io_support(cfg: &HostConfig, cgroups: &crate::cgroup::CgroupFs) -> Result<Option<WeightHierarchy>, String> {
@@ -1025,6 +1024,7 @@ fn event_support(cfg: &HostConfig, poll: &Poll, zero: u64) -> Result<EventBoost,
     })
 }
 
+/// The coordinator for `cfg`: the resources this daemon can change, switched as configured.
 fn coordinator(
     cfg: &HostConfig,
     io: bool,

@@ -231,16 +231,32 @@ pub fn render(status: &Value) -> String {
             add(
                 "cosched_vm_membw_throttles_total",
                 "counter",
-                "Times held back for memory bandwidth.",
+                "Times the daemon decided to hold the VM back for memory bandwidth (a stop not yet confirmed by the \
+                 freezer counts too; cosched_vm_membw_unconfirmed_throttles_total counts those never confirmed).",
                 &l,
                 num(&st["throttles"]),
             );
             add(
                 "cosched_vm_membw_throttled_seconds_total",
                 "counter",
-                "Time held back for memory bandwidth.",
+                "Time held back for memory bandwidth, from the freezer's confirmation (or the MBA change) to the \
+                 release.",
                 &l,
                 num(&st["throttled_ns"]) / 1e9,
+            );
+            add(
+                "cosched_vm_membw_stopping_seconds_total",
+                "counter",
+                "Time between a decision to hold the VM back and the freezer's confirmation that it is stopped.",
+                &l,
+                num(&st["stopping_ns"]) / 1e9,
+            );
+            add(
+                "cosched_vm_membw_unconfirmed_throttles_total",
+                "counter",
+                "Decisions to hold the VM back that ended before the freezer confirmed the stop.",
+                &l,
+                num(&st["unconfirmed_throttles"]),
             );
             add(
                 "cosched_vm_membw_borrowed_bytes_total",

@@ -67,17 +67,39 @@ run_target() {
     echo "fuzz.sh: $t ($toolchain, sanitizer $sanitizer$([ "$parallel" = 1 ] && echo ", ${#targets[@]} at once")): $result, ${execs:-?} executions (${rate:-?}/s), corpus $corpus, peak RSS ${rss:-?} MB, ${secs} s" >"$work/$t.line"
     echo "| $t | $toolchain, $sanitizer | ${execs:-?} | ${rate:-?} | $corpus | ${rss:-?} | $secs | $result |" >"$work/$t.row"
 }
+# Each target runs as a child this script waits for, so that SIGINT or SIGTERM stops the
+# fuzzers (cargo-fuzz and libFuzzer under it) at once instead of leaving them to run on.
+pids=()
+# shellcheck disable=SC2317  # called from the traps
+kill_tree() {
+    local child
+    for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+    kill -TERM "$1" 2>/dev/null || true
+}
+# shellcheck disable=SC2317  # called from the traps
+on_signal() {
+    trap - INT TERM
+    local pid
+    for pid in "${pids[@]}"; do kill_tree "$pid"; done
+    wait
+    exit "$1"
+}
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
 if [ "$parallel" = 1 ]; then
     # libFuzzer runs one process per target: on 2 CPUs, three at once for 90 s get about the CPU
     # time each that 60 s one after another gave, in half the wall time.
-    pids=()
     for t in "${targets[@]}"; do
         run_target "$t" &
         pids+=($!)
     done
     for pid in "${pids[@]}"; do wait "$pid" || true; done
 else
-    for t in "${targets[@]}"; do run_target "$t"; done
+    for t in "${targets[@]}"; do
+        run_target "$t" &
+        pids=($!)
+        wait "${pids[0]}" || true
+    done
 fi
 failed=0
 for t in "${targets[@]}"; do

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -71,6 +72,13 @@ def accel_line():
     """One line for an output: "accelerator: TCG (KVM cannot run the test guest: ...)"."""
     name, reason = accel()
     return f"accelerator: {name.upper()} ({reason})"
+
+
+def print_accel(test_file):
+    """A VM test module's setUpModule: its output says which accelerator boots the guest, and why
+    (as root, once the tree is built)."""
+    if os.geteuid() == 0 and RUN_SH.exists():
+        print(f"\n{Path(test_file).name}: {accel_line()}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------

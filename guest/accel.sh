@@ -206,12 +206,13 @@ chmod 755 "$tmp/stage/workload.sh"
 start=$(date +%s%N)
 # bash reports a background job that died by a signal ("Aborted": QEMU aborts when it cannot
 # set up the vCPU) on its own stderr: that is in the verdict, so not on the terminal too.
-# Bounded on its own (timeout), and gone with this script even after a SIGKILL (pdeathsig);
-# without the lock (fd 9) and this script's stderr (fd 7).
+# Bounded on its own: QEMU dies with its parent, timeout (pdeathsig, set by setpriv right before
+# it execs QEMU), and timeout kills it at the bound even if this script was SIGKILLed. In this
+# script's process group (--foreground), so that a Ctrl-C reaches it. Without the lock (fd 9)
+# and this script's stderr (fd 7).
 exec 7>&2 2>/dev/null
-bound=()
+bound=(timeout --foreground -s KILL $((PROBE_S + 5)))
 if command -v setpriv >/dev/null; then bound+=(setpriv --pdeathsig KILL --); fi
-bound+=(timeout -s KILL $((PROBE_S + 5)))
 "${bound[@]}" "$qemu" -name cosched-kvm-probe -accel kvm -cpu host -machine pc -smp 1 -m 256 \
     -display none -nodefaults -serial stdio -no-reboot \
     -kernel "$kernel" -initrd "$tmp/initrd.cpio" \

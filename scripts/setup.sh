@@ -57,19 +57,40 @@ wait_background() {
     bg_logs=()
     [ "$failed" = 0 ] || exit 1
 }
+# A process and its descendants, SIGTERM, children first.
+kill_tree() {
+    local child
+    for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+    kill -TERM "$1" 2>/dev/null || true
+}
+# On the way out (a step failed, or setup was stopped): steps still running beside it are
+# stopped, not left to run on unseen, and their logs shown; then the logs go.
 # shellcheck disable=SC2317  # called from the trap
-remove_logs() { local l; for l in "${bg_logs[@]}"; do rm -f "$l"; done; }
-trap remove_logs EXIT
+on_exit() {
+    local i
+    for i in "${!bg_pids[@]}"; do
+        kill_tree "${bg_pids[$i]}"
+        wait "${bg_pids[$i]}" 2>/dev/null || true
+        echo "setup.sh: stopped ${bg_names[$i]}; the end of its log:" >&2
+        tail -n 20 "${bg_logs[$i]}" >&2 || true
+    done
+    for i in "${bg_logs[@]}"; do rm -f "$i"; done
+}
+trap on_exit EXIT
 
 # cargo-fuzz for the fuzz targets (fuzz/, bench/fuzz.sh), on the nightly toolchain. It needs only
-# cargo and a C compiler; without one yet, it waits for apt.
+# cargo, a C compiler and libc's development files; without them yet, it waits for apt.
 install_cargo_fuzz() {
     echo "setup.sh: installing cargo-fuzz (cargo install)"
     cargo install --locked --quiet cargo-fuzz
 }
 fuzz_later=0
 if ! command -v cargo-fuzz >/dev/null; then
-    if command -v cc >/dev/null; then background "cargo install cargo-fuzz" install_cargo_fuzz; else fuzz_later=1; fi
+    if command -v cc >/dev/null && dpkg-query -W -f='${Status}' libc6-dev 2>/dev/null | grep -q "install ok installed"; then
+        background "cargo install cargo-fuzz" install_cargo_fuzz
+    else
+        fuzz_later=1
+    fi
 fi
 
 missing=()

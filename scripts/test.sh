@@ -36,13 +36,30 @@ report() {
     printf '%-58s %4d:%02d\n' total $(((SECONDS - run_t0) / 60)) $(((SECONDS - run_t0) % 60))
 }
 trap report EXIT
-# A signal ends the run through exit, so that the EXIT trap prints the times (bash skips it on a
-# signal it has no trap for).
-trap 'exit 143' TERM
-trap 'exit 130' INT
-trap 'exit 129' HUP
+# Each stage's command runs as a child the script waits for: a signal to the script is then
+# handled at once (bash runs a trap only between commands, and `wait` is interrupted by one).
+# The trap sends the stage SIGTERM (a background child of a script ignores SIGINT, so a Ctrl-C
+# is passed on as SIGTERM), waits for it to clean up after itself (its guests, daemons, groups)
+# and ends the run with 128 + the signal, so that the times say FAILED.
+child=
+run() {
+    "$@" &
+    child=$!
+    wait "$child"
+}
+on_signal() {
+    trap - TERM INT HUP
+    if [ -n "$child" ]; then
+        kill -TERM "$child" 2>/dev/null || true
+        wait "$child" 2>/dev/null || true
+    fi
+    exit "$1"
+}
+trap 'on_signal 143' TERM
+trap 'on_signal 130' INT
+trap 'on_signal 129' HUP
 stage "setup: packages, build (with the test binaries), test guest (scripts/setup.sh)"
-COSCHED_SETUP_TESTS=1 scripts/setup.sh
+COSCHED_SETUP_TESTS=1 run scripts/setup.sh
 # User-space threads at a real-time policy (kernel threads have no exe).
 rt_threads() {
     ps -eLo pid=,tid=,cls=,comm= | awk '$3=="FF" || $3=="RR" || $3=="DLN"' | while read -r pid tid cls comm; do
@@ -53,11 +70,11 @@ before=$(rt_threads)
 # Missing root or a missing built piece is a failure here, never a silent skip.
 export COSCHED_REQUIRE_ROOT=1
 stage "unit and root tests (cargo test)"
-cargo test --release --locked --workspace
+run cargo test --release --locked --workspace
 stage "fuzzing: frame decoder, control requests, config (90 s, at once)"
-bash bench/fuzz.sh --parallel --seconds 90
+run bash bench/fuzz.sh --parallel --seconds 90
 stage "harness and VM tests (bench/tests)"
-/usr/bin/python3 -m unittest discover -s bench/tests -v
+run /usr/bin/python3 -m unittest discover -s bench/tests -v
 stage "no thread left at a real-time policy by the tests"
 left=$(comm -13 <(echo "$before") <(rt_threads))
 if [ -n "$left" ]; then

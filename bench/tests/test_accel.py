@@ -23,6 +23,8 @@ FAKE = r"""#!/bin/bash
 # A fake qemu-system-x86_64: MODE behaves as one of the outcomes the probe must tell apart.
 MODE=%s
 [ "$1" = --version ] && { echo "QEMU emulator version 0.0.0 (fake $MODE)"; exit 0; }
+# The probe (and run.sh under KVM) must ask for what it tests: KVM, with the host's CPU.
+case " $* " in *" -accel kvm -cpu host "*) ;; *) echo "fake qemu: not -accel kvm -cpu host: $*" >&2; exit 99 ;; esac
 case $MODE in
     boots) sleep 0.3; echo "COSCHED-KVM-PROBE-OK"; echo "COSCHED-GUEST: workload exit 0"; exit 0 ;;
     interr) sleep 0.3; echo "KVM internal error. Suberror: 1" >&2; echo "emulation failure" >&2; exec -a "$0" sleep 600 ;;

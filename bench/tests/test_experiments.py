@@ -18,9 +18,7 @@ import harness  # noqa: E402
 
 
 def setUpModule():
-    """The VM tests' output says which accelerator boots the guest, and why."""
-    if os.geteuid() == 0 and harness.RUN_SH.exists():
-        print(f"\n{Path(__file__).name}: {harness.accel_line()}", file=sys.stderr)
+    harness.print_accel(__file__)
 
 
 def need_root(test):

@@ -13,7 +13,6 @@ groups (which have no real-time runtime: see the README), and removes it again."
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -29,9 +28,7 @@ import harness  # noqa: E402
 
 
 def setUpModule():
-    """The VM tests' output says which accelerator boots the guest, and why."""
-    if os.geteuid() == 0 and harness.RUN_SH.exists():
-        print(f"\n{Path(__file__).name}: {harness.accel_line()}", file=sys.stderr)
+    harness.print_accel(__file__)
 
 URI = "qemu:///system"
 STATE_DIRS = ["/run/libvirt", "/var/lib/libvirt", "/var/cache/libvirt", "/var/log/libvirt", "/etc/libvirt/qemu",

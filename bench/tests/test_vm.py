@@ -988,9 +988,12 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
         # ahead) less the transit estimate, for priority 80 and the activation that follows.
         self.assertGreaterEqual(len(wakes), self.LOOPS // 2, why)
         sent = wake_predictions(agent)
+        self.assertGreaterEqual(sum(p == 80 for _, _, p in sent), len(sent) * 9 // 10, why)
         self.assertEqual([(w, p) for _, w, p in sent], wakes, why)
         for ahead_us, delay_us, p in sent:
-            self.assertEqual(p, 80, why)
+            # cyclictest's 80; or, seen once in a run whose host lost 10% of its CPU time to its
+            # hypervisor, the guest's migration/N stopper (99), as in the CPU 1 set above.
+            self.assertIn(p, (80, 99), why)
             self.assertLessEqual(ahead_us, 10_000, why)
             self.assertTrue(0 < delay_us <= ahead_us <= delay_us + 5_000,
                             f"predicted {ahead_us} µs ahead, WAKE in {delay_us} µs\n{why}")

@@ -1237,23 +1237,13 @@ impl Drop for TestGroup {
             if dir.join(thaw).is_file() {
                 let _ = std::fs::write(dir.join(thaw), if v2 { "0" } else { "THAWED" });
             }
-            let end = Instant::now() + Duration::from_secs(5);
-            loop {
+            remove_group_dir(dir, || {
                 let ids = std::fs::read_to_string(dir.join(members)).unwrap_or_default();
                 for id in ids.split_whitespace() {
                     let _ = std::fs::write(root.join(members), id);
                 }
-                match std::fs::remove_dir(dir) {
-                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < end => {
-                        std::thread::sleep(Duration::from_millis(20))
-                    }
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        eprintln!("removing {}: {e}; left in it: {ids:?}", dir.display());
-                        break;
-                    }
-                    _ => break,
-                }
-            }
+                format!("; left in it: {ids:?}")
+            });
         }
         empty(&self.dir, &self.root, self.hierarchy.is_empty());
     }
@@ -1822,14 +1812,26 @@ impl Drop for HostGroup {
         let _ = self.child.kill();
         let _ = self.child.wait();
         // Reaped, its process may still leave the group a moment later: retried while busy.
-        let dir = format!("/sys/fs/cgroup/cpuset{}", self.group);
-        let end = Instant::now() + Duration::from_secs(5);
-        while let Err(e) = std::fs::remove_dir(&dir) {
-            if e.raw_os_error() != Some(libc::EBUSY) || Instant::now() > end {
-                eprintln!("removing {dir}: {e}");
-                break;
+        remove_group_dir(Path::new(&format!("/sys/fs/cgroup/cpuset{}", self.group)), String::new);
+    }
+}
+
+/// Removes the cgroup directory `dir`, retried for up to 5 s while the kernel says it is busy
+/// (a thread still leaving it); `each_try` runs before every try (e.g. moving out what is left)
+/// and returns what a failure's message adds. A group already gone is not an error.
+fn remove_group_dir(dir: &Path, mut each_try: impl FnMut() -> String) {
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        let context = each_try();
+        match std::fs::remove_dir(dir) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < end => {
+                std::thread::sleep(Duration::from_millis(20))
             }
-            std::thread::sleep(Duration::from_millis(20));
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                eprintln!("removing {}: {e}{context}", dir.display());
+                return;
+            }
+            _ => return,
         }
     }
 }

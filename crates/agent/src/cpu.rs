@@ -22,12 +22,12 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 
 use crate::core::Prediction;
-use crate::detector::{read_plain, Detector, DetectorKind, ObjectStorage, Plain, Transition};
+use crate::detector::{read_plain, Detector, DetectorKind, Loaded, ObjectStorage, Plain, Transition};
 use crate::{log, Options};
 use skel::types::{self, cosched_reason};
 use skel::{CoschedSkel, CoschedSkelBuilder, OpenCoschedSkel};
 
-pub(crate) const KIND: DetectorKind = DetectorKind { resource: Resource::Cpu, probe, attach };
+pub(crate) const KIND: DetectorKind = DetectorKind { resource: Resource::Cpu, load: load_detector };
 
 // SAFETY: generated from intf.h by libbpf-cargo as `#[repr(C)]` structs of integers, of the
 // `#[repr(transparent)]` u32 newtype `cosched_reason`, and (`cpu_state.timer`) of a byte array;
@@ -180,32 +180,41 @@ fn load(open: OpenCoschedSkel<'static>) -> anyhow::Result<CoschedSkel<'static>> 
     Ok(skel)
 }
 
-fn probe(opts: &Options) -> anyhow::Result<()> {
-    let storage = ObjectStorage::new();
-    // SAFETY: the skeleton is a temporary of this statement, dropped before `storage`.
-    load(unsafe { open_skel(&storage, opts) }?)?;
-    Ok(())
+/// The CPU detector loaded, not attached. Fields drop in declaration order: the skeleton (it
+/// unloads, and drops the object in the storage), then the storage.
+struct LoadedCpu {
+    skel: CoschedSkel<'static>,
+    storage: ObjectStorage,
 }
 
-fn attach(opts: &Options) -> anyhow::Result<Box<dyn Detector>> {
+fn load_detector(opts: &Options) -> anyhow::Result<Box<dyn Loaded>> {
     let storage = ObjectStorage::new();
     // SAFETY: the skeleton is either dropped on an error below, before `storage`, or moved into
-    // the `CpuDetector` together with `storage`, declared after it.
-    let mut skel = load(unsafe { open_skel(&storage, opts) }?)?;
-    skel.attach().context("attaching to sched_switch/sched_wakeup/sched_wakeup_new (tp_btf)")?;
-    let events = Rc::new(RefCell::new(Vec::new()));
-    let sink = events.clone();
-    let mut rb = RingBufferBuilder::new();
-    rb.add(&skel.maps.events, move |data: &[u8]| {
-        match read_plain::<types::cosched_event>(data) {
-            Some(e) => sink.borrow_mut().push(e),
-            None => log(&format!("cpu: a {}-byte ring-buffer record is not a struct cosched_event", data.len())),
-        }
-        0
-    })?;
-    let ring = rb.build()?;
-    let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1);
-    Ok(Box::new(CpuDetector { ring, skel, events, ncpus, withdrawn: false, _storage: storage }))
+    // a `LoadedCpu` together with `storage`, declared after it.
+    let skel = load(unsafe { open_skel(&storage, opts) }?)?;
+    Ok(Box::new(LoadedCpu { skel, storage }))
+}
+
+impl Loaded for LoadedCpu {
+    fn attach(self: Box<Self>) -> anyhow::Result<Box<dyn Detector>> {
+        // On an error below `me` drops whole: the skeleton, then the storage.
+        let mut me = *self;
+        me.skel.attach().context("attaching to sched_switch/sched_wakeup/sched_wakeup_new (tp_btf)")?;
+        let events = Rc::new(RefCell::new(Vec::new()));
+        let sink = events.clone();
+        let mut rb = RingBufferBuilder::new();
+        rb.add(&me.skel.maps.events, move |data: &[u8]| {
+            match read_plain::<types::cosched_event>(data) {
+                Some(e) => sink.borrow_mut().push(e),
+                None => log(&format!("cpu: a {}-byte ring-buffer record is not a struct cosched_event", data.len())),
+            }
+            0
+        })?;
+        let ring = rb.build()?;
+        let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1);
+        let LoadedCpu { skel, storage } = me;
+        Ok(Box::new(CpuDetector { ring, skel, events, ncpus, withdrawn: false, _storage: storage }))
+    }
 }
 
 /// The loaded and attached CPU detector. Fields drop in declaration order: the ring buffer (it

@@ -28,12 +28,12 @@ use cosched_proto::Resource;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 
-use crate::detector::{read_plain, Detector, DetectorKind, ObjectStorage, Plain, Transition};
+use crate::detector::{read_plain, Detector, DetectorKind, Loaded, ObjectStorage, Plain, Transition};
 use crate::{log, Options};
 use skel::types;
 use skel::{IoSkel, IoSkelBuilder, OpenIoSkel};
 
-pub(crate) const KIND: DetectorKind = DetectorKind { resource: Resource::Io, probe, attach };
+pub(crate) const KIND: DetectorKind = DetectorKind { resource: Resource::Io, load: load_detector };
 
 // SAFETY: generated from io_intf.h by libbpf-cargo as `#[repr(C)]` structs of integers, arrays
 // of integers and (`cosched_io_state.timer`) the 16-byte array it emits for the opaque bpf_timer;
@@ -278,44 +278,54 @@ fn load(open: OpenIoSkel<'static>) -> anyhow::Result<IoSkel<'static>> {
     Ok(skel)
 }
 
-fn probe(opts: &Options) -> anyhow::Result<()> {
-    check_bfq(Path::new(SYS_BLOCK), Path::new(BFQ_BTF))?;
-    let storage = ObjectStorage::new();
-    // SAFETY: the skeleton is a temporary of this statement, dropped before `storage`.
-    load(unsafe { open_skel(&storage, opts) }?)?;
-    Ok(())
+/// The I/O detector loaded, not attached. Fields drop in declaration order: the skeleton (it
+/// unloads, and drops the object in the storage), then the storage.
+struct LoadedIo {
+    skel: IoSkel<'static>,
+    storage: ObjectStorage,
+    hold_ms: u64,
 }
 
-fn attach(opts: &Options) -> anyhow::Result<Box<dyn Detector>> {
+fn load_detector(opts: &Options) -> anyhow::Result<Box<dyn Loaded>> {
+    check_bfq(Path::new(SYS_BLOCK), Path::new(BFQ_BTF))?;
     let storage = ObjectStorage::new();
     // SAFETY: the skeleton is either dropped on an error below, before `storage`, or moved into
-    // the `IoDetector` together with `storage`, declared after it.
-    let mut skel = load(unsafe { open_skel(&storage, opts) }?)?;
-    skel.attach().context("attaching to BFQ (fexit on bfq_insert_requests, bfq_dispatch_request, ...)")?;
-    let disks = BfqDisks::setup(Path::new(SYS_BLOCK), write_sysfs)?;
-    for (disk, why) in &disks.failed {
-        log(&format!("io: {disk} stays off BFQ, its I/O is not watched: {why}"));
-    }
-    let events = Rc::new(RefCell::new(Vec::new()));
-    let sink = events.clone();
-    let mut rb = RingBufferBuilder::new();
-    rb.add(&skel.maps.io_events, move |data: &[u8]| {
-        match read_plain::<types::cosched_io_event>(data) {
-            Some(e) => sink.borrow_mut().push(e),
-            None => log(&format!("io: a {}-byte ring-buffer record is not a struct cosched_io_event", data.len())),
+    // a `LoadedIo` together with `storage`, declared after it.
+    let skel = load(unsafe { open_skel(&storage, opts) }?)?;
+    Ok(Box::new(LoadedIo { skel, storage, hold_ms: opts.io_hold_ms }))
+}
+
+impl Loaded for LoadedIo {
+    fn attach(self: Box<Self>) -> anyhow::Result<Box<dyn Detector>> {
+        // On an error below `me` drops whole: the skeleton, then the storage.
+        let mut me = *self;
+        me.skel.attach().context("attaching to BFQ (fexit on bfq_insert_requests, bfq_dispatch_request, ...)")?;
+        let disks = BfqDisks::setup(Path::new(SYS_BLOCK), write_sysfs)?;
+        for (disk, why) in &disks.failed {
+            log(&format!("io: {disk} stays off BFQ, its I/O is not watched: {why}"));
         }
-        0
-    })?;
-    let ring = rb.build()?;
-    Ok(Box::new(IoDetector {
-        ring,
-        skel,
-        events,
-        units: RefCell::new(Vec::new()),
-        hold_ms: opts.io_hold_ms,
-        _storage: storage,
-        disks,
-    }))
+        let events = Rc::new(RefCell::new(Vec::new()));
+        let sink = events.clone();
+        let mut rb = RingBufferBuilder::new();
+        rb.add(&me.skel.maps.io_events, move |data: &[u8]| {
+            match read_plain::<types::cosched_io_event>(data) {
+                Some(e) => sink.borrow_mut().push(e),
+                None => log(&format!("io: a {}-byte ring-buffer record is not a struct cosched_io_event", data.len())),
+            }
+            0
+        })?;
+        let ring = rb.build()?;
+        let LoadedIo { skel, storage, hold_ms } = me;
+        Ok(Box::new(IoDetector {
+            ring,
+            skel,
+            events,
+            units: RefCell::new(Vec::new()),
+            hold_ms,
+            _storage: storage,
+            disks,
+        }))
+    }
 }
 
 /// A C `char` array as text, up to its NUL.

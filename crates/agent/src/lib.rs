@@ -37,7 +37,7 @@ use anyhow::{bail, Context};
 use cosched_proto::{Event, Frame, Resource, StreamDecoder};
 
 use crate::core::{AgentCore, Config, Out};
-use crate::detector::{Detector, Transition, DETECTORS};
+use crate::detector::{Detector, Loaded, Transition, DETECTORS};
 
 /// The port name the host side is configured with (`virtserialport,name=org.cosched.0`).
 pub const PORT_NAME: &str = "org.cosched.0";
@@ -206,7 +206,8 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     };
     let port = Port::open(&path, opts.verbose)?;
     log(&format!("using {}", path.display()));
-    let loadable = probe_detectors(&opts)?;
+    let loaded = probe_detectors(&opts)?;
+    let loadable: Vec<Resource> = loaded.keys().copied().collect();
     let api = if opts.no_membw {
         None
     } else {
@@ -240,6 +241,7 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
         port,
         core,
         detectors: BTreeMap::new(),
+        loaded,
         out: Vec::new(),
         transitions: Vec::new(),
         next_reconcile: start,
@@ -251,14 +253,17 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     agent.run()
 }
 
-/// Probes every detector: the resources whose detector can load here. Those that cannot are
-/// reported once, with why; if none can, there is nothing to do.
-fn probe_detectors(opts: &Options) -> anyhow::Result<Vec<Resource>> {
-    let mut loadable = Vec::new();
+/// Probes every detector by loading it: the resources whose detector can load here, with what
+/// they loaded (for their first attach). Those that cannot are reported once, with why; if none
+/// can, there is nothing to do.
+fn probe_detectors(opts: &Options) -> anyhow::Result<BTreeMap<Resource, Box<dyn Loaded>>> {
+    let mut loadable = BTreeMap::new();
     let mut failed = Vec::new();
     for d in DETECTORS {
-        match (d.probe)(opts) {
-            Ok(()) => loadable.push(d.resource),
+        match (d.load)(opts) {
+            Ok(l) => {
+                loadable.insert(d.resource, l);
+            }
             Err(e) => failed.push(format!("{}: {e:#}", d.resource)),
         }
     }
@@ -365,6 +370,9 @@ struct Agent {
     port: Port,
     core: AgentCore,
     detectors: BTreeMap<Resource, Box<dyn Detector>>,
+    /// The detectors the probe loaded, until the host's grant is known: the first attach of each
+    /// uses its load (a second load cost as much again: under TCG about 0.8 s per detector).
+    loaded: BTreeMap<Resource, Box<dyn Loaded>>,
     /// What the core asked for and the agent has not carried out yet.
     out: Vec<Out>,
     transitions: Vec<Transition>,
@@ -426,11 +434,18 @@ impl Agent {
     /// that fails is reported back to it).
     fn carry_out(&mut self) -> anyhow::Result<()> {
         while !self.out.is_empty() {
+            let mut decided = false;
             for o in std::mem::take(&mut self.out) {
                 match o {
                     Out::Send(f) => self.port.send(f),
-                    Out::Attach(r) => self.attach(r),
-                    Out::Detach(r) => self.detach(r),
+                    Out::Attach(r) => {
+                        self.attach(r);
+                        decided = true;
+                    }
+                    Out::Detach(r) => {
+                        self.detach(r);
+                        decided = true;
+                    }
                     Out::Exit(msg) => {
                         for r in self.detectors.keys().copied().collect::<Vec<_>>() {
                             self.detach(r);
@@ -445,6 +460,11 @@ impl Agent {
                     }
                 }
             }
+            // The host's grant is known (one ACK answers for every resource): what it did not
+            // grant is unloaded, not kept for a later attach (which loads afresh).
+            if decided {
+                self.loaded.clear();
+            }
         }
         Ok(())
     }
@@ -453,7 +473,11 @@ impl Agent {
         let Some(kind) = DETECTORS.iter().find(|d| d.resource == r) else {
             return self.core.on_attach_failed(r, "this agent has no detector for it", &mut self.out);
         };
-        match (kind.attach)(&self.opts) {
+        let loaded = match self.loaded.remove(&r) {
+            Some(l) => Ok(l),
+            None => (kind.load)(&self.opts),
+        };
+        match loaded.and_then(|l| l.attach()) {
             Ok(d) => {
                 log(&format!("detectors attached: {r} ({})", d.units()));
                 self.detectors.insert(r, d);

@@ -58,8 +58,8 @@ COLUMNS = ["policy", "rep", "gzip_s", "bzip2_s", "avg_us", "p99_us", "max_us", "
 
 
 def plan(quick):
-    """(gzip passes, bzip2 passes, cyclictest loops at 10 ms, repetitions)."""
-    return (1, 1, 300, 1) if quick else (8, 4, 2500, 3)
+    """(gzip passes, bzip2 passes, cyclictest loops at 10 ms, repetitions, the text's MB)."""
+    return (1, 1, 150, 1, 8) if quick else (8, 4, 2500, 3, 24)
 
 
 def make_input(path, size=24 * 1024 * 1024):
@@ -118,11 +118,11 @@ def check_static(r, static):
 
 
 def measure(quick, verbose=False):
-    gz, bz, loops, reps = plan(quick)
+    gz, bz, loops, reps, mb = plan(quick)
     rows = []
     with tempfile.TemporaryDirectory(prefix="cosched-jobs-") as tmp:
         inp = Path(tmp) / "input.txt"
-        make_input(inp)
+        make_input(inp, mb * 1024 * 1024)
         for rep in range(reps):
             for policy, agent_args, static, _ in VARIANTS:
                 times, probe = Path(tmp) / f"times-{policy}-{rep}", Path(tmp) / f"probe-{policy}-{rep}"
@@ -208,7 +208,7 @@ def main(quick, out=None, verbose=False, fresh=False):
     o.png(plot(agg))
     by = {a["policy"]: a for a in agg}
     total = {p: by[p]["gzip_s"] + by[p]["bzip2_s"] for p in by}
-    gz, bz, loops, reps = plan(quick)
+    gz, bz, loops, reps, mb = plan(quick)
     pred, seed, dflt, fifo = by["cosched_predict"], by["cosched_seed002"], by["cosched"], by["static_fifo"]
     guard = by["static_fifo_guard"]
     t_jobs = total["cosched_predict"] / total["cosched_seed002"]
@@ -221,7 +221,7 @@ def main(quick, out=None, verbose=False, fresh=False):
     o.summary("Co-scheduling vs static real-time tunings (seed 002 Fig. 11 and 12)", f"""
 The guest runs `cyclictest -p 80 -i 10000` (the timer-interrupt-to-task latency: seed 002's PDLT,
 the interrupt latency we can measure in this guest) and a CPU hog; the host runs gzip -6 ({gz}
-passes) and bzip2 -9 ({bz} passes) over the same 24 MB text at the same time, and a SCHED_OTHER
+passes) and bzip2 -9 ({bz} passes) over the same {mb} MB text at the same time, and a SCHED_OTHER
 cyclictest pinned to the vCPU's (shielded) CPU stands in for that CPU's per-CPU kernel threads.
 {reps} run(s) per policy (mean job times and averages, median p99, max of max):
 

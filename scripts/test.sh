@@ -74,7 +74,8 @@ run cargo test --release --locked --workspace
 stage "fuzzing: frame decoder, control requests, config (90 s, at once)"
 run bash bench/fuzz.sh --parallel --seconds 90
 stage "harness and VM tests (bench/tests)"
-run /usr/bin/python3 -m unittest discover -s bench/tests -v
+# (unittest discover, and each test's time at the end, slowest first)
+run /usr/bin/python3 bench/run_tests.py
 stage "no thread left at a real-time policy by the tests"
 left=$(comm -13 <(echo "$before") <(rt_threads))
 if [ -n "$left" ]; then

@@ -10,7 +10,8 @@
 #
 # The verdict is cached in $COSCHED_GUEST_DIR/accel.verdict (or $COSCHED_ACCEL_VERDICT), keyed
 # by the host kernel, /dev/kvm (mode, owner, whether this user may open it), the KVM modules and
-# their parameters, the QEMU binary (path, size, time), the host CPU and the guest kernel: a boot
+# their parameters, the QEMU binary (path, size, time), the host CPU and the guest build (kernel
+# and base initramfs): a boot
 # does not pay for the probe again (~20 ms to check the key). An outcome that may be passing (no
 # marker in time, QEMU killed by a signal) holds until the host reboots. run.sh records a fatal
 # KVM error it meets at run time there too (--record-failure), so the next automatic choice is TCG.
@@ -48,7 +49,7 @@ auto: KVM if /dev/kvm opens, creates a VM and a vCPU, and QEMU -accel kvm -cpu h
 test guest's own kernel and initramfs (build/guest, from guest/build.sh) to a workload that
 prints a marker within ${PROBE_S} s (COSCHED_ACCEL_PROBE_S); else TCG. The verdict is cached in
 $cache per host kernel, /dev/kvm, KVM modules, QEMU binary, host CPU and guest
-kernel (no marker in time: until the host reboots).
+build (kernel, base initramfs) (no marker in time: until the host reboots).
 Environment: COSCHED_ACCEL, COSCHED_GUEST_DIR, COSCHED_QEMU, COSCHED_ACCEL_PROBE_S,
 COSCHED_ACCEL_VERDICT (the cache file).
 EOF
@@ -116,7 +117,7 @@ EOF
 # Runs nothing heavier than stat, find and grep (~20 ms): every boot reads it. The QEMU binary by
 # path, size and time (a new QEMU version is a new binary); /dev/kvm by mode, owner, device number
 # and whether this user may open it; the KVM modules with their parameters; the host CPU's model,
-# flags and microcode; the guest kernel.
+# flags and microcode; the guest kernel and base initramfs (init.sh is in it) by size and time.
 key() {
     local qpath kmods access cpu
     qpath=$(command -v "$qemu" || echo "$qemu")
@@ -129,7 +130,8 @@ key() {
         "$(uname -r)" "$(cat /proc/sys/kernel/version 2>/dev/null)" "$cpu" \
         "$(stat -L -c '%a %u:%g %t:%T' /dev/kvm 2>/dev/null || echo absent)" "$access" "$kmods" \
         "$qpath" "$(stat -L -c '%s %Y' "$qpath" 2>/dev/null || echo "not found")" \
-        "$(cat "$out/kernel-package" 2>/dev/null)" "$(stat -c %s "$out/vmlinux" 2>/dev/null)"
+        "$(cat "$out/kernel-package" 2>/dev/null)" \
+        "$(cd "$out" 2>/dev/null && stat -c '%n %s %Y' vmlinux vmlinuz base.cpio 2>/dev/null | tr '\n' ' ')"
 }
 boot_id() { cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown; }
 

@@ -66,7 +66,8 @@ Options:
   --append "ARGS"        extra kernel command line arguments
   --kernel FILE          kernel to boot (default: the build's ELF vmlinux, booted through its
                          PVH entry, ~2.5 s faster under TCG than the bzImage; the build's
-                         vmlinuz if there is no vmlinux)
+                         vmlinuz if there is no vmlinux). The automatic accelerator choice
+                         is the build kernel's: another kernel gets the same one
   --dry-run              print the QEMU command line instead of running it
   --initrd-out FILE      write the initramfs (with the workload and --add files) to FILE,
                          print "kernel=PATH", "initrd=FILE", the kernel command line
@@ -388,7 +389,7 @@ start=$SECONDS
 # once. The pid reaches the watcher through a file (it starts before QEMU's pid is known).
 watch_err() {
     local line
-    while IFS= read -r line; do
+    while IFS= read -r line || [ -n "$line" ]; do
         printf '%s\n' "$line" >&2
         case $line in
             *"KVM internal error"*|*"KVM: entry failed"*|*"kvm run failed"*)

@@ -15,9 +15,9 @@ mod discovery;
 mod events;
 mod membw;
 mod os;
-mod predict;
 mod statics;
 mod status;
+mod timer;
 mod vms;
 
 use std::fs;
@@ -132,7 +132,7 @@ pub struct Daemon {
     /// CPU shielding's host-wide side (IRQs, the operator's host groups).
     shield: crate::shield::HostShield,
     /// Wakes the loop at the coordinator's next deadline to the µs (predicted boosts).
-    timer: Option<predict::DeadlineTimer>,
+    timer: Option<timer::DeadlineTimer>,
     _lock: fs::File,
 }
 
@@ -167,7 +167,7 @@ impl Daemon {
         let events = event_support(&cfg, &poll, zero);
         let membw = membw::Membw::open(&cfg, sched.cgroups(), procfs.root());
         let coord = coordinator(&cfg, io.is_ok(), events.is_ok(), membw.as_ref().ok().map(|m| m.regulator.clone()));
-        let timer = predict::DeadlineTimer::open(&poll, TIMER, zero)
+        let timer = timer::DeadlineTimer::open(&poll, TIMER, zero)
             .map_err(|e| warn!("timerfd: {e}: deadlines fall back to epoll's 1 ms resolution"))
             .ok();
         info!(
@@ -313,7 +313,7 @@ impl Daemon {
             for ev in events.iter() {
                 match ev.token() {
                     THREADS => {}
-                    TIMER => self.timer.iter_mut().for_each(predict::DeadlineTimer::fired),
+                    TIMER => self.timer.iter_mut().for_each(timer::DeadlineTimer::fired),
                     FEAS => self.on_feas(),
                     INOTIFY => {
                         let opened = self.channels.on_inotify(now, &self.host.procfs);
@@ -620,7 +620,7 @@ impl Daemon {
         }
         if self.coord.has_predicted_starts() {
             let now = self.now();
-            predict::note_applied(&mut self.coord, now);
+            note_applied(&mut self.coord, now);
         }
     }
 
@@ -1095,4 +1095,18 @@ pub fn restore_command(state_dir: &Path, cfg: &HostConfig) -> anyhow::Result<cra
         Err(e) => report.errors.push(format!("shield: {e}")),
     }
     Ok(report)
+}
+
+/// After the actuators ran: tells the coordinator when the predicted boosts it started were
+/// applied (`now`), against when they were planned.
+fn note_applied(coord: &mut Coordinator, now: u64) {
+    for (id, target, start) in coord.predicted_starts() {
+        coord.predict_applied(id, target, start, now);
+        debug!(
+            "VM {}: predicted boost applied {} µs after its target ({} µs after the deadline set for it)",
+            id.0,
+            (now as i64 - target as i64) / 1000,
+            (now as i64 - start as i64) / 1000
+        );
+    }
 }

@@ -1,5 +1,5 @@
-//! What the daemon adds to predictive boost (`cosched_core::rt`): a timer precise enough for it,
-//! and the measurement of how late planned boosts are applied.
+//! The loop's timer for the coordinator's deadlines, precise enough for predictive boost
+//! (`cosched_core::rt`), whose boosts are planned to the µs.
 //!
 //! The loop's `epoll` timeout has a resolution of 1 ms (mio rounds it up), so a boost planned
 //! for a given µs would land up to 1 ms late. A `timerfd` (`CLOCK_MONOTONIC`, absolute) armed at
@@ -9,7 +9,6 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use cosched_core::Coordinator;
 use mio::unix::SourceFd;
 use mio::{Interest, Poll, Token};
 
@@ -63,19 +62,5 @@ impl DeadlineTimer {
         // SAFETY: reads at most 8 bytes into an 8-byte buffer.
         unsafe { libc::read(self.fd.as_raw_fd(), n.as_mut_ptr().cast(), n.len()) };
         self.armed = None;
-    }
-}
-
-/// After the actuators ran: tells the coordinator when the predicted boosts it started were
-/// applied (`now`), against when they were planned.
-pub fn note_applied(coord: &mut Coordinator, now: u64) {
-    for (id, target, start) in coord.predicted_starts() {
-        coord.predict_applied(id, target, start, now);
-        debug!(
-            "VM {}: predicted boost applied {} µs after its target ({} µs after the deadline set for it)",
-            id.0,
-            (now as i64 - target as i64) / 1000,
-            (now as i64 - start as i64) / 1000
-        );
     }
 }

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Generate crates/agent/src/bpf/vmlinux.h from the BTF of the test guest's kernel.
+# Generate crates/bpfutil/include/vmlinux.h from the BTF of the test guest's kernel.
 #
 # The host has no usable vmlinux of the guest kernel, so take the guest's vmlinuz
 # (xz-compressed, CONFIG_KERNEL_XZ): guest/build.sh finds the xz magic FD 37 7A 58 5A 00
 # and decompresses that one stream with Python's lzma (guest/extract-vmlinux.py, trailing
 # data ignored) into an ELF vmlinux; this script dumps its BTF with bpftool.
-# Output: crates/agent/src/bpf/vmlinux.h (override with the first argument).
+# Output: crates/bpfutil/include/vmlinux.h (override with the first argument).
 # The ELF is ${COSCHED_GUEST_DIR:-<repo>/build/guest}/vmlinux.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 out=${COSCHED_GUEST_DIR:-$repo/build/guest}
-dest=${1:-$repo/crates/agent/src/bpf/vmlinux.h}
+dest=${1:-$repo/crates/bpfutil/include/vmlinux.h}
 
 command -v bpftool >/dev/null || { echo "gen-vmlinux-h.sh: bpftool not found (apt-get install bpftool)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "gen-vmlinux-h.sh: python3 not found" >&2; exit 1; }

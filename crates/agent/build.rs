@@ -1,5 +1,5 @@
 //! Builds the BPF programs and their Rust skeletons (clang is required; see README): the CPU
-//! detector (`src/bpf/cosched.bpf.c`) and the I/O detector (`src/bpf/io.bpf.c`), one skeleton
+//! detector (`src/bpf/cpu.bpf.c`) and the I/O detector (`src/bpf/io.bpf.c`), one skeleton
 //! each; and the watch list's arithmetic (`src/bpf/watch.h`) compiled for the host, a static
 //! library only the unit tests link (`src/watch_model.rs`).
 
@@ -8,9 +8,12 @@ use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
+/// Where `vmlinux.h` is (shared with the host's BPF: crate `cosched-bpfutil`).
+const VMLINUX_DIR: &str = "../bpfutil/include";
+
 /// (source, skeleton file name, headers it includes besides vmlinux.h).
 const PROGRAMS: &[(&str, &str, &[&str])] = &[
-    ("src/bpf/cosched.bpf.c", "cosched.skel.rs", &["src/bpf/intf.h", "src/bpf/watch.h"]),
+    ("src/bpf/cpu.bpf.c", "cpu.skel.rs", &["src/bpf/intf.h", "src/bpf/watch.h"]),
     ("src/bpf/io.bpf.c", "io.skel.rs", &["src/bpf/io_intf.h", "src/bpf/bfq.h"]),
 ];
 
@@ -20,7 +23,7 @@ fn main() {
         SkeletonBuilder::new()
             .source(src)
             // -mcpu=v3: the I/O detector's compare-and-swap (BPF atomics, Linux >= 5.12).
-            .clang_args(["-Isrc/bpf", "-Wall", "-Wno-unused-function", "-mcpu=v3"])
+            .clang_args(["-Isrc/bpf", &format!("-I{VMLINUX_DIR}"), "-Wall", "-Wno-unused-function", "-mcpu=v3"])
             .build_and_generate(out_dir.join(skel))
             .unwrap_or_else(|e| panic!("building the BPF program {src} (is clang installed?): {e:#}"));
         println!("cargo:rerun-if-changed={src}");
@@ -28,7 +31,7 @@ fn main() {
             println!("cargo:rerun-if-changed={h}");
         }
     }
-    println!("cargo:rerun-if-changed=src/bpf/vmlinux.h");
+    println!("cargo:rerun-if-changed={VMLINUX_DIR}/vmlinux.h");
 
     // The unit tests' link to watch.h; no cargo metadata, so that only `#[link]` (in the tests)
     // pulls it in.

@@ -1,7 +1,8 @@
 //! Builds the BPF programs and their Rust skeleton (clang is required; see README).
 //!
-//! Kernel types come from the guest agent's `vmlinux.h` (a Debian 6.1 kernel's BTF) through an
-//! include path: the programs use CO-RE, so libbpf fixes field offsets for the running kernel.
+//! Kernel types come from `crates/bpfutil/include/vmlinux.h` (a Debian 6.1 kernel's BTF, shared
+//! with the guest agent) through an include path: the programs use CO-RE, so libbpf fixes field
+//! offsets for the running kernel.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -11,7 +12,7 @@ use libbpf_cargo::SkeletonBuilder;
 /// (source, skeleton file): the thread watch and the FEAS event detection.
 const PROGRAMS: [(&str, &str); 2] =
     [("src/bpf/threads.bpf.c", "threads.skel.rs"), ("src/bpf/feas.bpf.c", "feas.skel.rs")];
-const VMLINUX_DIR: &str = "../agent/src/bpf";
+const VMLINUX_DIR: &str = "../bpfutil/include";
 
 fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));

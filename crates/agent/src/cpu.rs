@@ -1,4 +1,4 @@
-//! The CPU detector: `src/bpf/cosched.bpf.c` on `sched_switch`, `sched_waking`, `sched_wakeup`,
+//! The CPU detector: `src/bpf/cpu.bpf.c` on `sched_switch`, `sched_waking`, `sched_wakeup`,
 //! `sched_wakeup_new` and `hrtimer_start`. It decides in the kernel, per CPU, and reports
 //! transitions (with the need's RT priority) through a ring buffer. It predicts the guest's next
 //! RT wake-up from the timers RT tasks sleep on (the `sleepers` map), or else from the period of
@@ -7,7 +7,7 @@
 
 #[allow(clippy::all, clippy::undocumented_unsafe_blocks, non_camel_case_types, dead_code)]
 mod skel {
-    include!(concat!(env!("OUT_DIR"), "/cosched.skel.rs"));
+    include!(concat!(env!("OUT_DIR"), "/cpu.skel.rs"));
 }
 
 use std::cell::RefCell;
@@ -25,7 +25,7 @@ use crate::core::Prediction;
 use crate::detector::{read_plain, Detector, DetectorKind, Loaded, ObjectStorage, Plain, Transition};
 use crate::{log, Options};
 use skel::types::{self, cosched_reason};
-use skel::{CoschedSkel, CoschedSkelBuilder, OpenCoschedSkel};
+use skel::{CpuSkel, CpuSkelBuilder, OpenCpuSkel};
 
 pub(crate) const KIND: DetectorKind = DetectorKind { resource: Resource::Cpu, load: load_detector };
 
@@ -77,10 +77,10 @@ fn reason_name(e: &types::cosched_event) -> &'static str {
 /// # Safety
 ///
 /// The returned skeleton (and anything made from it) must be dropped before `storage`.
-unsafe fn open_skel(storage: &ObjectStorage, opts: &Options) -> anyhow::Result<OpenCoschedSkel<'static>> {
+unsafe fn open_skel(storage: &ObjectStorage, opts: &Options) -> anyhow::Result<OpenCpuSkel<'static>> {
     // SAFETY: called once for this storage; the caller drops the skeleton before `storage`.
-    let object = unsafe { storage.object() };
-    let mut open = CoschedSkelBuilder::default()
+    let object = unsafe { storage.lend() };
+    let mut open = CpuSkelBuilder::default()
         .open(object)
         .context("opening the BPF object (needs a kernel with BTF: /sys/kernel/btf/vmlinux)")?;
     let ro = open.maps.rodata_data.as_deref_mut().context("BPF rodata missing")?;
@@ -164,7 +164,7 @@ fn earliest(
     })
 }
 
-fn load(open: OpenCoschedSkel<'static>) -> anyhow::Result<CoschedSkel<'static>> {
+fn load(open: OpenCpuSkel<'static>) -> anyhow::Result<CpuSkel<'static>> {
     let skel = open.load().context("loading the BPF detectors (root, BTF, bpf_timer: Linux >= 5.15)")?;
     for (map, size) in [
         (&skel.maps.cpu_states as &dyn MapCore, size_of::<types::cpu_state>()),
@@ -183,7 +183,7 @@ fn load(open: OpenCoschedSkel<'static>) -> anyhow::Result<CoschedSkel<'static>> 
 /// The CPU detector loaded, not attached. Fields drop in declaration order: the skeleton (it
 /// unloads, and drops the object in the storage), then the storage.
 struct LoadedCpu {
-    skel: CoschedSkel<'static>,
+    skel: CpuSkel<'static>,
     storage: ObjectStorage,
 }
 
@@ -222,7 +222,7 @@ impl Loaded for LoadedCpu {
 /// storage), then the storage.
 struct CpuDetector {
     ring: libbpf_rs::RingBuffer<'static>,
-    skel: CoschedSkel<'static>,
+    skel: CpuSkel<'static>,
     events: Rc<RefCell<Vec<types::cosched_event>>>,
     ncpus: usize,
     /// A prediction was withdrawn (an event said so) since the agent last asked.

@@ -254,7 +254,7 @@ fn check_bfq(sys_block: &Path, btf: &Path) -> anyhow::Result<Vec<String>> {
 /// The returned skeleton (and anything made from it) must be dropped before `storage`.
 unsafe fn open_skel(storage: &ObjectStorage, opts: &Options) -> anyhow::Result<OpenIoSkel<'static>> {
     // SAFETY: called once for this storage; the caller drops the skeleton before `storage`.
-    let object = unsafe { storage.object() };
+    let object = unsafe { storage.lend() };
     let mut open = IoSkelBuilder::default().open(object).context("opening the BPF object of the I/O detector")?;
     let ro = open.maps.rodata_data.as_deref_mut().context("BPF rodata missing")?;
     ro.io_hold_ns = opts.io_hold_ms * 1_000_000;

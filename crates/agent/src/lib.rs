@@ -1,7 +1,7 @@
 //! The cosched guest agent (`cosched guest`).
 //!
 //! It opens the virtio-serial port `org.cosched.0`, probes its detectors (one per resource, see
-//! `detector.rs`: CPU, `src/bpf/cosched.bpf.c` on `sched_switch`, `sched_wakeup`,
+//! `detector.rs`: CPU, `src/bpf/cpu.bpf.c` on `sched_switch`, `sched_wakeup`,
 //! `sched_wakeup_new`; I/O, `src/bpf/io.bpf.c` on the guest BFQ's count of weight-raised busy
 //! queues, see `io.rs`), registers with the host the resources whose detector can load, and
 //! attaches the detectors of the resources the host grants. The detectors decide in the kernel;

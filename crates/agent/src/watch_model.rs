@@ -2,7 +2,7 @@
 //! arithmetic the program runs (`src/bpf/watch.h`), compiled for the host
 //! (`src/bpf/watch_host.c`, built by build.rs) and driven by simulated task lives. The map glue
 //! around it (lookup, delete, statistics) is the few lines of `watch_charge`, `watch_run_out`,
-//! `on_wakeup_new`, `on_wakeup` and `on_exit` in `cosched.bpf.c`; `List` below does the same.
+//! `on_wakeup_new`, `on_wakeup` and `on_exit` in `cpu.bpf.c`; `List` below does the same.
 
 use std::collections::HashMap;
 

@@ -21,6 +21,18 @@ use cosched_proto::{caps, DenyReason, Event, Frame, Kind, Resource, StreamDecode
 const CPU: Resource = Resource::Cpu;
 use serde_json::Value;
 
+/// `cosched-fake-qemu` (crate `cosched-testtools`), built beside `cosched` by `cargo test
+/// --workspace` (or `cargo build -p cosched-testtools`): a test tool, not shipped with the CLI.
+fn fake_qemu_bin() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_cosched")).with_file_name("cosched-fake-qemu");
+    assert!(
+        bin.exists(),
+        "{} missing: build the test tools (cargo build --release -p cosched-testtools), or run cargo test --workspace",
+        bin.display()
+    );
+    bin
+}
+
 fn have_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
@@ -129,7 +141,7 @@ impl World {
         let bin_dir = self.p(&format!("bin-{name}"));
         std::fs::create_dir_all(&bin_dir).unwrap();
         let exe = bin_dir.join(exe_name);
-        std::fs::copy(env!("CARGO_BIN_EXE_cosched-fake-qemu"), &exe).unwrap();
+        std::fs::copy(fake_qemu_bin(), &exe).unwrap();
         exe
     }
 
@@ -871,7 +883,7 @@ fn a_qemu_binary_that_is_not_root_owned_is_refused() {
     let bin_dir = w.p("bin-user");
     std::fs::create_dir_all(&bin_dir).unwrap();
     let exe = bin_dir.join("qemu-system-x86_64");
-    std::fs::copy(env!("CARGO_BIN_EXE_cosched-fake-qemu"), &exe).unwrap();
+    std::fs::copy(fake_qemu_bin(), &exe).unwrap();
     std::os::unix::fs::chown(&exe, Some(1000), Some(1000)).unwrap();
     let _vm = w.vm_from(&exe, "user", &THREADS, None);
     wait_for("the refusal in the daemon's log", Duration::from_secs(5), || {
@@ -1262,7 +1274,7 @@ fn a_qemu_without_an_agent_is_an_entry_and_its_channel_joins_it_later() {
     let bin = w.p("bin-dom1");
     std::fs::create_dir_all(&bin).unwrap();
     let exe = bin.join("qemu-system-x86_64");
-    std::fs::copy(env!("CARGO_BIN_EXE_cosched-fake-qemu"), &exe).unwrap();
+    std::fs::copy(fake_qemu_bin(), &exe).unwrap();
     std::fs::create_dir_all(w.p("elsewhere")).unwrap();
     let hidden = w.p("elsewhere/dom1.sock");
     let mut child = spawn_fake_qemu(

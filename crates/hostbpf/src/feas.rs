@@ -11,7 +11,6 @@
 //! kernel, so a recycled id is never taken for a VM's thread.
 
 use std::fmt;
-use std::mem::size_of;
 use std::os::fd::RawFd;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -19,7 +18,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use crate::skel_feas::types::{feas_conf, feas_msg, feas_msg_kind, feas_stats, feas_thread, feas_vm};
 use crate::skel_feas::{FeasSkel, FeasSkelBuilder};
-use crate::{from_bytes, probe, Error, Mechanism, ObjectStorage, Plain, Ring};
+use crate::{bytes_of, probe, read_prefix, Error, Mechanism, ObjectStorage, Plain, Ring};
 
 /// vCPU threads of one VM the kernel side looks at.
 pub const MAX_VCPUS: usize = 32;
@@ -57,7 +56,7 @@ pub enum FeasMsg {
 
 impl FeasMsg {
     fn decode(data: &[u8]) -> Option<FeasMsg> {
-        let m: feas_msg = from_bytes(data)?;
+        let m: feas_msg = read_prefix(data)?;
         let (tgid, ts) = (m.tgid, m.ts);
         Some(match m.kind {
             feas_msg_kind::FEAS_BOOST => FeasMsg::Boost { tgid, ts },
@@ -79,12 +78,6 @@ unsafe impl Plain for feas_vm {}
 unsafe impl Plain for feas_conf {}
 // SAFETY: as above: ten u64.
 unsafe impl Plain for feas_stats {}
-
-/// The bytes of a plain value, to write into a map.
-fn bytes_of<T: Plain>(v: &T) -> &[u8] {
-    // SAFETY: T: Plain has no padding and no pointers; the slice borrows `v`.
-    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
-}
 
 /// The kernel side's counters, summed over CPUs (see `struct feas_stats` in feas_intf.h).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -180,7 +173,7 @@ impl FeasWatch {
             .lookup(&key, MapFlags::ANY)
             .ok()
             .flatten()
-            .and_then(|b| from_bytes::<feas_vm>(&b))
+            .and_then(|b| read_prefix::<feas_vm>(&b))
             .unwrap_or_default();
         v.on = on as u32;
         v.nr_vcpus = vcpus.len().min(MAX_VCPUS) as u32;
@@ -227,7 +220,7 @@ impl FeasWatch {
 
     fn thread(&self, tid: i32) -> Option<feas_thread> {
         let b = self.skel.maps.feas_threads.lookup(&tid.to_ne_bytes(), MapFlags::ANY).ok()??;
-        from_bytes(&b)
+        read_prefix(&b)
     }
 
     /// Whether vCPU thread `tid` is runnable but not running, as the kernel side last saw it.
@@ -268,7 +261,7 @@ impl FeasWatch {
     pub fn counters(&self) -> FeasCounters {
         let mut c = FeasCounters::default();
         if let Ok(Some(per_cpu)) = self.skel.maps.feas_stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
-            for s in per_cpu.iter().filter_map(|v| from_bytes::<feas_stats>(v)) {
+            for s in per_cpu.iter().filter_map(|v| read_prefix::<feas_stats>(v)) {
                 c.device += s.device;
                 c.timer += s.timer;
                 c.internal += s.internal;

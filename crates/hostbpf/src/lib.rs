@@ -24,10 +24,11 @@ mod skel_feas {
 }
 
 use std::fmt;
-use std::mem::{size_of, MaybeUninit};
+use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, PoisonError};
 
+pub(crate) use cosched_bpfutil::{bytes_of, read_prefix, ObjectStorage, Plain};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, PrintLevel, RingBuffer, RingBufferBuilder};
 
@@ -50,7 +51,7 @@ impl ThreadEvent {
     /// Decodes one `struct thread_event` (src/bpf/intf.h) from the ring buffer; `None` for a
     /// short record or an unknown kind.
     fn decode(data: &[u8]) -> Option<ThreadEvent> {
-        let e: thread_event = from_bytes(data)?;
+        let e: thread_event = read_prefix(data)?;
         let (tgid, tid) = (e.tgid, e.tid);
         Some(match e.kind {
             thread_event_kind::THREAD_CREATED => ThreadEvent::Created { tgid, tid },
@@ -82,28 +83,11 @@ impl ThreadEvent {
     }
 }
 
-/// Plain data shared with the BPF side: `#[repr(C)]`, only integers (and arrays of them), so
-/// every bit pattern of the right size is a valid value.
-///
-/// # Safety
-/// Implement only for such types.
-pub(crate) unsafe trait Plain: Copy {}
-
 // SAFETY: generated from intf.h: `#[repr(C)]` of a `#[repr(transparent)]` u32, two i32 and an
 // [i8; 16]; any bits are valid.
 unsafe impl Plain for thread_event {}
 // SAFETY: generated from intf.h: `#[repr(C)]` of three u64.
 unsafe impl Plain for thread_stats {}
-
-/// Reads a `T` from the start of `data` (any alignment); `None` if `data` is too short.
-pub(crate) fn from_bytes<T: Plain>(data: &[u8]) -> Option<T> {
-    if data.len() < size_of::<T>() {
-        return None;
-    }
-    // SAFETY: `data` holds at least size_of::<T>() bytes, read_unaligned has no alignment
-    // requirement, and T: Plain is valid for any bit pattern.
-    Some(unsafe { std::ptr::read_unaligned(data.as_ptr().cast::<T>()) })
-}
 
 /// How the BPF programs are attached to the tracepoints, in order of preference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -303,39 +287,6 @@ impl<T: Send + 'static> Ring<T> {
 /// What [`ThreadWatch`] loads, for its errors.
 const THREADS_WHAT: &str = "thread tracepoints";
 
-/// The heap memory the skeleton's BPF object lives in, owned here (freed on drop) and lent to
-/// one skeleton at a time.
-pub(crate) struct ObjectStorage(*mut MaybeUninit<OpenObject>);
-
-impl ObjectStorage {
-    pub(crate) fn new() -> ObjectStorage {
-        ObjectStorage(Box::into_raw(Box::new(MaybeUninit::uninit())))
-    }
-
-    /// Lends the storage to a skeleton.
-    ///
-    /// # Safety
-    /// At most one skeleton may hold the returned reference at a time, and it must be dropped
-    /// before `self` (the reference is not really `'static`).
-    pub(crate) unsafe fn lend(&self) -> &'static mut MaybeUninit<OpenObject> {
-        // SAFETY: the pointer comes from Box::into_raw and stays valid until drop; exclusivity
-        // and lifetime are the caller's contract.
-        unsafe { &mut *self.0 }
-    }
-}
-
-impl Drop for ObjectStorage {
-    fn drop(&mut self) {
-        // SAFETY: the pointer came from Box::into_raw in new() and is freed only here. The
-        // skeleton that used it has been dropped (and dropped the object it held in place);
-        // MaybeUninit runs no destructor on what is left.
-        drop(unsafe { Box::from_raw(self.0) });
-    }
-}
-
-// SAFETY: the storage is plain memory owned by this value; libbpf-rs declares OpenObject Send.
-unsafe impl Send for ObjectStorage {}
-
 /// The loaded and attached thread life-cycle programs of one mechanism and their ring buffer.
 ///
 /// Use: [`ThreadWatch::watch`] a QEMU pid *before* listing `/proc/<pid>/task` once (a thread
@@ -485,7 +436,7 @@ impl ThreadWatch {
     pub fn counters(&self) -> Counters {
         let mut c = Counters::default();
         if let Ok(Some(per_cpu)) = self.skel.maps.stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
-            for s in per_cpu.iter().filter_map(|v| from_bytes::<thread_stats>(v)) {
+            for s in per_cpu.iter().filter_map(|v| read_prefix::<thread_stats>(v)) {
                 c.sent += s.sent;
                 c.dropped += s.dropped;
                 c.forgotten += s.forgotten;
@@ -534,10 +485,7 @@ mod tests {
         for (d, s) in e.comm.iter_mut().zip(comm) {
             *d = *s as i8;
         }
-        // SAFETY: thread_event is plain data (see Plain); viewing it as bytes reads no padding
-        // (4 + 4 + 4 + 16 bytes, no gaps).
-        unsafe { std::slice::from_raw_parts((&e as *const thread_event).cast::<u8>(), size_of::<thread_event>()) }
-            .to_vec()
+        bytes_of(&e).to_vec()
     }
 
     #[test]
@@ -592,12 +540,10 @@ mod tests {
     #[test]
     fn decodes_per_cpu_counters() {
         let s = thread_stats { sent: 5, dropped: 2, forgotten: 1 };
-        // SAFETY: thread_stats is plain data: three u64, no padding.
-        let bytes =
-            unsafe { std::slice::from_raw_parts((&s as *const thread_stats).cast::<u8>(), size_of::<thread_stats>()) };
-        let back: thread_stats = from_bytes(bytes).expect("24 bytes");
+        let bytes = bytes_of(&s);
+        let back: thread_stats = read_prefix(bytes).expect("24 bytes");
         assert_eq!((back.sent, back.dropped, back.forgotten), (5, 2, 1));
-        assert!(from_bytes::<thread_stats>(&bytes[..23]).is_none());
+        assert!(read_prefix::<thread_stats>(&bytes[..23]).is_none());
     }
 
     #[test]

@@ -273,9 +273,9 @@ pub fn qemu_smp(args: &[String]) -> u32 {
         .unwrap_or(1)
 }
 
-/// Builds fake `/proc` trees for tests (here, and in other crates with the `fake` feature);
-/// not in release builds of the daemon.
-#[cfg(any(test, feature = "fake"))]
+/// Builds fake `/proc` trees for tests (here and in other crates). Always compiled, not behind a
+/// feature: a feature that only tests turn on makes `cargo test` and `cargo build` compile this
+/// crate, and every crate above it, twice (the daemon's binary does not use it).
 pub mod fake {
     use super::*;
 

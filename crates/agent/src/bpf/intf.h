@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Types shared by the BPF program (cosched.bpf.c) and the agent (src/cpu.rs): the single source
+ * Types shared by the BPF program (cpu.bpf.c) and the agent (src/cpu.rs): the single source
  * of truth for their layout. The Rust side never copies a layout or an offset: it uses the types
  * libbpf-cargo generates from the program's BTF into the skeleton's `types` module. A type is
  * generated only if a map or a global refers to it, so each one here is referred to by one
- * (cpu_states, stats, sleepers, and the `cosched_event_type` global in cosched.bpf.c).
+ * (cpu_states, stats, sleepers, and the `cosched_event_type` global in cpu.bpf.c).
  *
  * The agent reads map values and ring-buffer records into these types as raw bytes, so every
  * field must accept any bit pattern: integers, arrays of them, enums (4 bytes), opaque kernel

@@ -44,7 +44,7 @@ char LICENSE[] SEC("license") = "GPL";
 /* Knob, set by the agent before load. */
 const volatile u64 io_hold_ns = 50000000;
 
-/* Dummy instance so that the skeleton's `types` module has `struct cosched_io_event` (see cosched.bpf.c). */
+/* Dummy instance so that the skeleton's `types` module has `struct cosched_io_event` (see cpu.bpf.c). */
 const volatile struct cosched_io_event cosched_io_event_type = {};
 
 struct {

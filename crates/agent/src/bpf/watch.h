@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The new-task heuristic's arithmetic (the watch list of cosched.bpf.c): pure functions of a
+ * The new-task heuristic's arithmetic (the watch list of cpu.bpf.c): pure functions of a
  * watched task's state, the knobs and the time, with no map, helper or kernel type. The BPF
  * program does the map lookups, deletions and statistics around them; the agent's unit tests
  * compile this same header on the host (src/bpf/watch_host.c) and drive it with a fake clock

@@ -173,17 +173,7 @@ echo "COSCHED-MEASURE-END"
 {HIST_DUMP}"""
 
 
-# Printed by the guest when its own load runs (agent attached, guest hogs started): the host
-# starts its hogs then, and the measurement begins LOAD_SETTLE_S later. A boot under the host
-# hogs took 3-5 s longer under TCG (with 2 hogs: 13.2 s against 8.0 s for a point), for nothing
-# the measurement sees.
-LOAD_MARK = "COSCHED-LOAD"
-LOAD_SETTLE_S = 1
-
-
-def guest_script(body, agent=False, guest_hogs=0, agent_args="", load_mark=False):
-    """The guest's workload: the agent (if `agent`), `guest_hogs` busy loops, then `body`; with
-    `load_mark`, LOAD_MARK and LOAD_SETTLE_S seconds before `body`."""
+def guest_script(body, agent=False, guest_hogs=0, agent_args=""):
     start_agent = ""
     if agent:
         start_agent = f"""cosched guest {agent_args} 2>/tmp/agent.log &
@@ -198,10 +188,9 @@ until grep -qE "detectors attached|waiting for ENABLE" /tmp/agent.log 2>/dev/nul
 done
 """
     stop_agent = "kill $AGENT; wait $AGENT; sed 's/^/COSCHED-AGENT: /' /tmp/agent.log\n" if agent else ""
-    load = f"echo {LOAD_MARK}\nsleep {LOAD_SETTLE_S}\n" if load_mark else ""
     return f"""#!/bin/sh
 {start_agent}i=0; while [ $i -lt {guest_hogs} ]; do (while :; do :; done) & i=$((i+1)); done
-{load}{body}
+{body}
 {stop_agent}"""
 
 
@@ -224,46 +213,22 @@ def boosted_s(resource):
     return resource["counters"]["boosted_ns"] / 1e9 + resource.get("boosted_for_ms", 0) / 1e3
 
 
-class Hogs:
-    """n CPU hogs on the host (a shell busy loop: no system calls, no memory traffic), optionally
-    confined to `cpus`, from start() to stop() (or the end of a `with`)."""
-
-    def __init__(self, n, cpus=None):
-        self.n, self.cpus, self.procs = n, cpus, []
-
-    def start(self):
-        if self.procs:
-            return
-        for _ in range(self.n):
-            p = subprocess.Popen(["sh", "-c", "while :; do :; done"], preexec_fn=dies_with_us(signal.SIGKILL))
-            self.procs.append(p)
-            if self.cpus:
-                os.sched_setaffinity(p.pid, self.cpus)
-
-    def cpu_s(self):
-        """CPU time the hogs got so far (0 before start())."""
-        return sum(cpu_time_s(p.pid) for p in self.procs)
-
-    def stop(self):
-        for p in self.procs:
-            p.kill()
-        for p in self.procs:
-            p.wait()
-        self.procs = []
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-
-
 @contextmanager
 def host_hogs(n, cpus=None):
-    """n CPU hogs on the host for the `with` block (see Hogs); yields their processes."""
-    with Hogs(n, cpus) as hogs:
-        hogs.start()
-        yield hogs.procs
+    """n CPU hogs on the host (a shell busy loop: no system calls, no memory traffic),
+    optionally confined to `cpus`."""
+    procs = [subprocess.Popen(["sh", "-c", "while :; do :; done"], preexec_fn=dies_with_us(signal.SIGKILL))
+             for _ in range(n)]
+    try:
+        if cpus:
+            for p in procs:
+                os.sched_setaffinity(p.pid, cpus)
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
 
 
 class Daemon:
@@ -710,9 +675,7 @@ def parse_ping(out):
 
 def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agent_args="",
         host_job=None, layers=(), tools=False, start_agent=True, pin_host=False, verbose=False):
-    """One boot of the test guest under a host load and a host policy (see POLICIES). The host's
-    `host_hogs_n` hogs run from the guest's LOAD_MARK (its agent attached, its `guest_hogs`
-    started), LOAD_SETTLE_S before `body`, to the end of the boot; the boot itself runs without.
+    """One boot of the test guest under a host load and a host policy (see POLICIES).
 
     body        the guest's measurement script (see cyclictest_body); prints COSCHED-MEASURE-START/END
     host_job    a command run on the host from MEASURE-START until it exits; its wall time is
@@ -730,8 +693,7 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
         raise ValueError(f"unknown policy {policy!r} (one of {POLICIES})")
     result = {"policy": policy, "host_hogs": host_hogs_n, "guest_hogs": guest_hogs}
     others = shield_cpus()[0] if policy in ("shield", "shield_fifo") or pin_host else None
-    # The host hogs start when the guest's own load runs (LOAD_MARK), not for its boot.
-    with tempfile.TemporaryDirectory(prefix="cosched-run-") as tmp, Hogs(host_hogs_n, cpus=others) as hogs:
+    with tempfile.TemporaryDirectory(prefix="cosched-run-") as tmp, host_hogs(host_hogs_n, cpus=others) as hogs:
         daemon = Daemon(tmp, daemon_config) if policy == "cosched" else None
         marks = {}
         job = {}
@@ -739,12 +701,9 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
         def on_line(line, pid):
             if verbose:
                 print("   | " + line, flush=True)
-            if line == LOAD_MARK:
-                hogs.start()
-            elif line == "COSCHED-MEASURE-START":
-                hogs.start()  # (started already, at LOAD_MARK)
+            if line == "COSCHED-MEASURE-START":
                 marks["start"] = time.monotonic()
-                marks["hog_cpu0"] = hogs.cpu_s()
+                marks["hog_cpu0"] = sum(cpu_time_s(h.pid) for h in hogs)
                 if daemon:
                     # The VM's boosted time so far (boot, warm-up), left out of boosted_share.
                     for vm in (daemon.status() or {}).get("vms", []):
@@ -759,7 +718,7 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
                         os.sched_setaffinity(job["proc"].pid, others)
             elif line == "COSCHED-MEASURE-END":
                 marks["end"] = time.monotonic()
-                marks["hog_cpu1"] = hogs.cpu_s()
+                marks["hog_cpu1"] = sum(cpu_time_s(h.pid) for h in hogs)
                 if daemon:
                     st = daemon.status() or {}
                     for vm in st.get("vms", []):
@@ -778,7 +737,7 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
         try:
             console, _ = boot_guest(
                 guest_script(body, agent=daemon is not None and start_agent, guest_hogs=guest_hogs,
-                             agent_args=agent_args, load_mark=host_hogs_n > 0),
+                             agent_args=agent_args),
                 sock=daemon.socket_dir / "bench.sock" if daemon else None,
                 on_line=on_line, layers=layers, adds=[f"{TOOLS}:/usr/bin/cosched-tools"] if tools else ())
             if "proc" in job:

@@ -231,25 +231,21 @@ class RtHold(unittest.TestCase):
 AGENT=$!
 until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
 (while :; do :; done) &
-echo COSCHED-LOAD
 """
     STOP_AGENT = """kill $AGENT; wait $AGENT
 sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
 """
 
     def hold_window(self, body, layers=()):
-        """Boots the guest with the agent, a guest hog and `body` under 2 host hogs (from the
-        guest's COSCHED-LOAD on, its agent attached: not for its boot); returns the
+        """Boots the guest with the agent, a guest hog and `body` under 2 host hogs; returns the
         deboosts and the boosted share between HOLD-START and HOLD-END, and a failure message
         (both statuses and the agent's log)."""
         marks = {}
-        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp, harness.Hogs(2) as hogs:
+        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp, cb.host_hogs(2):
             d = cb.Daemon(tmp)
 
             def on_line(line, pid):
-                if line == harness.LOAD_MARK:
-                    hogs.start()
-                elif line in ("HOLD-START", "HOLD-END"):
+                if line in ("HOLD-START", "HOLD-END"):
                     marks[line] = (time.monotonic(), vm_status(d))
             try:
                 console, _ = cb.boot_guest("#!/bin/sh\n" + self.AGENT + body + self.STOP_AGENT,
@@ -355,7 +351,6 @@ cosched guest -v 2>/tmp/agent.log &
 AGENT=$!
 until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
 (while :; do :; done) &
-echo COSCHED-LOAD
 cyclictest -p 80 -i 1000 -l 3000 -q >/dev/null &
 C=$!
 sleep 0.3
@@ -365,13 +360,11 @@ kill $AGENT; wait $AGENT
 sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
 """
         seen = {}
-        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp, harness.Hogs(2) as hogs:
+        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp, cb.host_hogs(2):
             d = cb.Daemon(tmp)
 
             def on_line(line, pid):
-                if line == harness.LOAD_MARK:
-                    hogs.start()  # the host hogs, once the agent is attached
-                elif line == "CYCLICTEST STARTED":
+                if line == "CYCLICTEST STARTED":
                     # cyclictest's real-time thread starts some time later (0.2-0.5 s under TCG):
                     # wait for its boost instead of sampling one instant.
                     seen["vm"], seen["boosted"] = wait_for_vm(d, settled_boost)
@@ -397,7 +390,6 @@ cosched guest 2>/tmp/agent.log &
 AGENT=$!
 until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
 (while :; do :; done) &
-echo COSCHED-LOAD
 for r in 1 2 3 4 5 6; do
     echo "ROUND $r"
     cyclictest -p 80 -i 1000 -l 700 -q >/dev/null
@@ -406,7 +398,7 @@ kill $AGENT; wait $AGENT
 sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
 """
         events = {}
-        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp, harness.Hogs(2) as hogs:
+        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp, cb.host_hogs(2):
             d = cb.Daemon(tmp)
 
             def ctl(*args):
@@ -427,9 +419,7 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
                 return last, False
 
             def on_line(line, pid):
-                if line == harness.LOAD_MARK:
-                    hogs.start()  # the host hogs, once the agent is attached
-                elif line == "ROUND 2":
+                if line == "ROUND 2":
                     # Round 1 has run by now: the agent registered and was boosted at least once.
                     events["before_disable"], _ = wait_for_vm(d, lambda v: v["registered"] and v["counters"]["boosts"] >= 1)
                     ctl("vm", "disable", "e2e")
@@ -473,7 +463,6 @@ cosched guest -v 2>/tmp/agent.log &
 AGENT=$!
 until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
 (while :; do :; done) &
-echo COSCHED-LOAD
 for r in 1 2 3 4 5; do
     cyclictest -p 80 -i 1000 -l 800 -q >/dev/null &
     C=$!
@@ -489,13 +478,11 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
         def qemu_rt_threads(pid):
             return [t for t in userspace_rt_threads() if t[0] == pid]
 
-        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp, harness.Hogs(2) as hogs:
+        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp, cb.host_hogs(2):
             daemons = [cb.Daemon(tmp)]
 
             def on_line(line, pid):
-                if line == harness.LOAD_MARK:
-                    hogs.start()  # the host hogs, once the agent is attached
-                elif line == "ROUND 2":
+                if line == "ROUND 2":
                     # cyclictest's real-time thread may start after this line (0.2-0.5 s after
                     # cyclictest under TCG; before it, the VM is only boosted for ms at a time
                     # for new tasks): wait for its boost, then kill.

@@ -678,6 +678,9 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
     """One boot of the test guest under a host load and a host policy (see POLICIES).
 
     body        the guest's measurement script (see cyclictest_body); prints COSCHED-MEASURE-START/END
+                around what it measures. It may measure several windows in one boot, each between
+                "COSCHED-MEASURE-START NAME" and "COSCHED-MEASURE-END NAME": the window's figures
+                are then in result["windows"][NAME] (the unnamed window's are the result's own)
     host_job    a command run on the host from MEASURE-START until it exits; its wall time is
                 returned as job_s
     start_agent with policy "cosched": start the guest agent before `body` (False: `body` does, or
@@ -695,19 +698,22 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
     others = shield_cpus()[0] if policy in ("shield", "shield_fifo") or pin_host else None
     with tempfile.TemporaryDirectory(prefix="cosched-run-") as tmp, host_hogs(host_hogs_n, cpus=others) as hogs:
         daemon = Daemon(tmp, daemon_config) if policy == "cosched" else None
+        # Each window's marks, by name ("" for the unnamed one), in the order they began.
         marks = {}
         job = {}
 
         def on_line(line, pid):
             if verbose:
                 print("   | " + line, flush=True)
-            if line == "COSCHED-MEASURE-START":
-                marks["start"] = time.monotonic()
-                marks["hog_cpu0"] = sum(cpu_time_s(h.pid) for h in hogs)
+            word, _, name = line.partition(" ")
+            if word == "COSCHED-MEASURE-START":
+                w = marks[name] = {"start": time.monotonic(), "hog_cpu0": sum(cpu_time_s(h.pid) for h in hogs)}
                 if daemon:
                     # The VM's boosted time so far (boot, warm-up), left out of boosted_share.
                     for vm in (daemon.status() or {}).get("vms", []):
-                        marks["boosted0_s"] = boosted_s(vm["resources"]["cpu"])
+                        w["boosted0_s"] = boosted_s(vm["resources"]["cpu"])
+                if len(marks) > 1:
+                    return
                 if pid and policy in ("static_rr", "static_fifo", "shield", "shield_fifo"):
                     apply_static(pid, policy)
                 if host_job:
@@ -716,24 +722,25 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
                     job["t0"] = time.monotonic()
                     if others:
                         os.sched_setaffinity(job["proc"].pid, others)
-            elif line == "COSCHED-MEASURE-END":
-                marks["end"] = time.monotonic()
-                marks["hog_cpu1"] = sum(cpu_time_s(h.pid) for h in hogs)
+            elif word == "COSCHED-MEASURE-END" and name in marks:
+                w = marks[name]
+                w["end"] = time.monotonic()
+                w["hog_cpu1"] = sum(cpu_time_s(h.pid) for h in hogs)
                 if daemon:
                     st = daemon.status() or {}
                     for vm in st.get("vms", []):
                         cpu = vm["resources"]["cpu"]
-                        result["registered"] = vm["registered"]
+                        w["registered"] = vm["registered"]
                         # The VM's channel counters and its CPU resource's, in one dict.
-                        result["daemon"] = {**vm["counters"], **cpu["counters"]}
-                        result["daemon_cpu"] = cpu
-                        result["daemon_static"] = vm.get("static")
-                        result["hint_to_applied_us"] = vm["latency"]
-                        result["actuation_errors"] = vm["actuation_errors"]
-                        result["boosted_for_ms"] = cpu.get("boosted_for_ms", 0)
-                        marks["boosted1_s"] = boosted_s(cpu)
+                        w["daemon"] = {**vm["counters"], **cpu["counters"]}
+                        w["daemon_cpu"] = cpu
+                        w["daemon_static"] = vm.get("static")
+                        w["hint_to_applied_us"] = vm["latency"]
+                        w["actuation_errors"] = vm["actuation_errors"]
+                        w["boosted_for_ms"] = cpu.get("boosted_for_ms", 0)
+                        w["boosted1_s"] = boosted_s(cpu)
                     log = (Path(tmp) / "daemon.log").read_text()
-                    result["daemon_warnings"] = [l for l in log.splitlines() if "warning:" in l]
+                    w["daemon_warnings"] = [l for l in log.splitlines() if "warning:" in l]
         try:
             console, _ = boot_guest(
                 guest_script(body, agent=daemon is not None and start_agent, guest_hogs=guest_hogs,
@@ -751,15 +758,21 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
                 job["proc"].wait()
             if daemon:
                 daemon.stop()
-        if "start" not in marks or "end" not in marks:
+        if not marks or any("end" not in w for w in marks.values()):
             raise RuntimeError("the guest did not print COSCHED-MEASURE-START/END:\n" + console[-2000:])
-        result["measure_s"] = marks["end"] - marks["start"]
-        result["hog_cpu_s"] = marks["hog_cpu1"] - marks["hog_cpu0"]
+        windows = {}
+        for name, w in marks.items():
+            out = windows[name] = {k: v for k, v in w.items() if k not in (
+                "start", "end", "hog_cpu0", "hog_cpu1", "boosted0_s", "boosted1_s")}
+            out["measure_s"] = w["end"] - w["start"]
+            out["hog_cpu_s"] = w["hog_cpu1"] - w["hog_cpu0"]
+            if "boosted1_s" in w:
+                # Boosted time in the measured window (finished boosts plus the one under way,
+                # less the same at its start) over the window.
+                out["boosted_share"] = (w["boosted1_s"] - w.get("boosted0_s", 0.0)) / out["measure_s"]
+        result.update(windows.get("", {}))
+        result["windows"] = windows
         result["console"] = console
-        if "daemon" in result:
-            # Boosted time in the measured window (finished boosts plus the one under way, less
-            # the same at its start) over the window.
-            result["boosted_share"] = (marks["boosted1_s"] - marks.get("boosted0_s", 0.0)) / result["measure_s"]
         if daemon:
             result["agent_log"] = [l[len("COSCHED-AGENT: "):] for l in console.splitlines()
                                    if l.startswith("COSCHED-AGENT: ")]

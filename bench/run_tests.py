@@ -1,5 +1,7 @@
 """Runs the harness and VM tests (bench/tests) as `python3 -m unittest discover -s bench/tests -v`
-does, and prints each test's wall time at the end, slowest first (the CI time is spent here).
+does, and prints each test's wall time at the end, slowest first (the CI time is spent here). A
+test's time counts from the end of the one before it: the first test of a class that boots one
+guest for all its tests (setUpClass) carries that boot.
 
     python3 bench/run_tests.py [unittest names, e.g. test_vm.EndToEnd]
 """
@@ -14,14 +16,13 @@ TESTS = Path(__file__).resolve().parent / "tests"
 
 class TimedResult(unittest.TextTestResult):
     times = []
-
-    def startTest(self, test):
-        self._t0 = time.monotonic()
-        super().startTest(test)
+    last = time.monotonic()
 
     def stopTest(self, test):
         super().stopTest(test)
-        self.times.append((time.monotonic() - self._t0, test.id()))
+        now = time.monotonic()
+        self.times.append((now - TimedResult.last, test.id()))
+        TimedResult.last = now
 
 
 def main(names):
@@ -29,6 +30,7 @@ def main(names):
     loader = unittest.TestLoader()
     suite = loader.loadTestsFromNames(names) if names else loader.discover(str(TESTS))
     runner = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult)
+    TimedResult.last = time.monotonic()
     result = runner.run(suite)
     total = sum(t for t, _ in TimedResult.times)
     print(f"\n== test times (slowest first, {total:.0f} s in all)", file=sys.stderr)

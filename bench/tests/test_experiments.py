@@ -143,7 +143,7 @@ class Interrupted(unittest.TestCase):
                                   "histogram", "--quick", "--out", out],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
-                # Wait for the second run (cosched): the guest, the daemon and 2 hogs all up.
+                # Wait for the first run (cosched): the guest, the daemon and 2 hogs all up.
                 deadline = time.time() + 120
                 seen = set()
                 while time.time() < deadline:

@@ -102,10 +102,11 @@ def block(console, name):
     return lines[start + 1:end]
 
 
-def parse_histogram(console):
-    """cyclictest's histogram as the guest prints it (`HIST_DUMP`): one line of `bucket_us count`
-    pairs (non-zero buckets), then cyclictest's summary lines. Zero-padded numbers are decimal."""
-    lines = block(console, "HIST")
+def parse_histogram(console, window=""):
+    """cyclictest's histogram as the guest prints it (`hist_dump`): one line of `bucket_us count`
+    pairs (non-zero buckets), then cyclictest's summary lines. Zero-padded numbers are decimal.
+    window: the measurement window's name, for a boot that measured several (cyclictest_body)."""
+    lines = block(console, f"HIST-{window}" if window else "HIST")
     nums = lines[0].split()
     hist = {int(nums[i], 10): int(nums[i + 1], 10) for i in range(0, len(nums) - 1, 2)}
     summary = {}
@@ -157,20 +158,27 @@ def tool_lines(console, word):
 # The guest script's pieces. busybox sh.
 # The empty buckets (most of the HIST_US lines) dropped in one pass first: three passes over the
 # whole file took about a second of the guest's time under TCG, in every measured boot.
-HIST_DUMP = """grep -v ' 000000$' /tmp/hist > /tmp/hist.nz
-echo "COSCHED-HIST-BEGIN"
+def hist_dump(window=""):
+    """Guest shell that prints /tmp/hist (parse_histogram reads it back)."""
+    name = f"HIST-{window}" if window else "HIST"
+    return f"""grep -v ' 000000$' /tmp/hist > /tmp/hist.nz
+echo "COSCHED-{name}-BEGIN"
 grep -v '^#' /tmp/hist.nz | tr '\\n' ' '; echo
 grep -E '^# (Total|Min Latencies|Avg Latencies|Max Latencies|Histogram Overflows):' /tmp/hist.nz
-echo "COSCHED-HIST-END"
+echo "COSCHED-{name}-END"
 """
 
 
-def cyclictest_body(args, loops):
-    """Measures with cyclictest (`args`, e.g. "-p 80 -i 1000") and prints its histogram."""
-    return f"""echo "COSCHED-MEASURE-START"
+def cyclictest_body(args, loops, window=""):
+    """Measures with cyclictest (`args`, e.g. "-p 80 -i 1000") and prints its histogram. window:
+    a name for this measurement, when one boot makes several (their bodies one after the other):
+    run() returns its figures in result["windows"][window], parse_histogram(console, window) its
+    histogram."""
+    mark = f" {window}" if window else ""
+    return f"""echo "COSCHED-MEASURE-START{mark}"
 cyclictest {args} -l {loops} -q -m -h {HIST_US} --histfile=/tmp/hist >/dev/null
-echo "COSCHED-MEASURE-END"
-{HIST_DUMP}"""
+echo "COSCHED-MEASURE-END{mark}"
+{hist_dump(window)}"""
 
 
 def guest_script(body, agent=False, guest_hogs=0, agent_args=""):

@@ -393,45 +393,6 @@ class EndToEnd(unittest.TestCase):
         # The effect is ~6x here; a loose 2x keeps the test meaningful on a noisy machine.
         self.assertLess(2 * co["avg"], unc["avg"], (co, unc))
 
-    def test_sigterm_restores_a_boosted_vm_that_keeps_running(self):
-        """The daemon stopped while the guest is boosted: the running QEMU's threads go back."""
-        need_root(self)
-        workload = """#!/bin/sh
-cosched guest -v 2>/tmp/agent.log &
-AGENT=$!
-until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
-(while :; do :; done) &
-cyclictest -p 80 -i 1000 -l 3000 -q >/dev/null &
-C=$!
-sleep 0.3
-echo "CYCLICTEST STARTED"
-wait $C
-kill $AGENT; wait $AGENT
-sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
-"""
-        seen = {}
-        with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp, cb.host_hogs(2):
-            d = cb.Daemon(tmp)
-
-            def on_line(line, pid):
-                if line == "CYCLICTEST STARTED":
-                    # cyclictest's real-time thread starts some time later (0.2-0.5 s under TCG):
-                    # wait for its boost instead of sampling one instant.
-                    seen["vm"], seen["boosted"] = wait_for_vm(d, settled_boost)
-                    seen["before"] = [t for t in userspace_rt_threads() if t[0] == pid]
-                    d.stop()  # SIGTERM
-                    seen["after"] = [t for t in userspace_rt_threads() if t[0] == pid]
-                    seen["alive"] = os.path.exists(f"/proc/{pid}")
-            try:
-                console, _ = cb.boot_guest(workload, sock=d.socket_dir / "e2e.sock", on_line=on_line)
-            finally:
-                d.stop()
-        self.assertTrue(seen.get("boosted"), f"the VM never held a boost for {SETTLED_BOOST_MS} ms within 5 s "
-                        f"of cyclictest's start; last status: {seen.get('vm')}\nagent:\n{agent_log(console)}")
-        self.assertTrue(seen["alive"], "QEMU still running when checked")
-        self.assertGreater(len(seen["before"]), 0, "the VM was boosted: its threads were real-time")
-        self.assertEqual(seen["after"], [], "SIGTERM put every thread back")
-
     def test_operator_disable_and_enable_reach_the_real_agent(self):
         """DISABLE detaches the guest's detectors and deboosts; ENABLE brings them back."""
         need_root(self)
@@ -503,12 +464,13 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
         self.assertEqual(agent.count("detectors attached"), 2, agent)
         self.assertTrue(e["registered"] and e["counters"]["boosts"] > w["counters"]["boosts"], (e, agent))
 
-    def test_daemon_killed_with_sigkill_and_restarted_while_the_guest_runs(self):
-        """kill -9 leaves the VM boosted; the next daemon restores it, reconnects, and the real
-        agent registers again and is boosted again."""
-        need_root(self)
-        before = userspace_rt_threads()
-        workload = """#!/bin/sh
+
+class DaemonStops(unittest.TestCase):
+    """The daemon stopped while its VM runs boosted: by kill -9, then restarted; then by SIGTERM.
+    One boot serves both tests: the second daemon, once it has restored what the first left and
+    boosted the VM again, is the one SIGTERM stops."""
+
+    WORKLOAD = """#!/bin/sh
 cosched guest -v 2>/tmp/agent.log &
 AGENT=$!
 until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
@@ -520,10 +482,24 @@ for r in 1 2 3 4 5; do
     echo "ROUND $r"   # the real-time thread may not have started yet: the host waits for the boost
     wait $C
 done
+cyclictest -p 80 -i 1000 -l 3000 -q >/dev/null &
+C=$!
+sleep 0.3
+echo "CYCLICTEST STARTED"
+wait $C
 kill $AGENT; wait $AGENT
 sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
 """
-        seen = {}
+    seen = None
+    console = ""
+    before = set()
+
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            return  # each test says so (need_root)
+        cls.before = userspace_rt_threads()
+        seen = cls.seen = {}
 
         def qemu_rt_threads(pid):
             return [t for t in userspace_rt_threads() if t[0] == pid]
@@ -538,7 +514,7 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
                     # for new tasks): wait for its boost, then kill.
                     seen["first"], boosted = wait_for_vm(daemons[0], settled_boost)
                     if not boosted:
-                        return  # reported below, with the agent's log
+                        return  # reported by the tests, with the agent's log
                     daemons[0].proc.kill()
                     daemons[0].proc.wait()
                     seen["rt_after_kill"] = len(qemu_rt_threads(pid))
@@ -548,18 +524,32 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
                 elif line == "ROUND 5" and len(daemons) == 2:
                     seen["second"], _ = wait_for_vm(
                         daemons[1], lambda v: v["registered"] and v["counters"]["boosts"] >= 1)
+                elif line == "CYCLICTEST STARTED" and len(daemons) == 2:
+                    # cyclictest's real-time thread starts some time later (0.2-0.5 s under TCG):
+                    # wait for its boost instead of sampling one instant.
+                    seen["vm"], seen["boosted"] = wait_for_vm(daemons[1], settled_boost)
+                    seen["before"] = qemu_rt_threads(pid)
+                    daemons[1].stop()  # SIGTERM
+                    seen["after"] = qemu_rt_threads(pid)
+                    seen["alive"] = os.path.exists(f"/proc/{pid}")
             try:
-                console, _ = cb.boot_guest(workload, sock=Path(tmp) / "vms" / "e2e.sock", on_line=on_line)
+                cls.console, _ = cb.boot_guest(cls.WORKLOAD, sock=Path(tmp) / "vms" / "e2e.sock", on_line=on_line)
             finally:
                 daemons[-1].stop()
                 daemons[0].log.close()
-        agent = agent_log(console)
+        seen["left"] = userspace_rt_threads() - cls.before
+
+    def test_daemon_killed_with_sigkill_and_restarted_while_the_guest_runs(self):
+        """kill -9 leaves the VM boosted; the next daemon restores it, reconnects, and the real
+        agent registers again and is boosted again."""
+        need_root(self)
+        self.assertIsNotNone(self.seen, "the shared boot did not run")
+        seen, agent = self.seen, agent_log(self.console)
         first = seen.get("first")
         self.assertTrue(first and first["level"] == "boosted",
                         f"the VM never held a boost for {SETTLED_BOOST_MS} ms within 5 s of ROUND 2; "
                         f"last status: {first}\nagent:\n{agent}")
         self.assertGreater(seen["rt_after_kill"], 0, "kill -9 restores nothing by itself")
-        import re
         restored = re.search(r"restored (\d+) thread\(s\) left boosted by a previous daemon", seen["restore_log"])
         self.assertTrue(restored and int(restored.group(1)) >= 1, seen["restore_log"])
         self.assertTrue(seen["second"] and seen["second"]["registered"], (seen.get("second"), agent))
@@ -569,7 +559,20 @@ sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
         # back (a fresh-clone CI run took the second).
         self.assertTrue("registering again" in agent or "the host channel is back" in agent, agent)
         self.assertGreaterEqual(agent.count("registered with the host"), 2, agent)
-        self.assertEqual(userspace_rt_threads() - before, set(), "threads left at a real-time policy")
+        self.assertEqual(seen["left"], set(), "threads left at a real-time policy")
+
+    def test_sigterm_restores_a_boosted_vm_that_keeps_running(self):
+        """The daemon stopped (SIGTERM) while the guest is boosted: the running QEMU's threads go
+        back."""
+        need_root(self)
+        self.assertIsNotNone(self.seen, "the shared boot did not run")
+        seen = self.seen
+        self.assertIn("second", seen, "no daemon was restarted to stop (see the kill -9 test)")
+        self.assertTrue(seen.get("boosted"), f"the VM never held a boost for {SETTLED_BOOST_MS} ms within 5 s "
+                        f"of cyclictest's start; last status: {seen.get('vm')}\nagent:\n{agent_log(self.console)}")
+        self.assertTrue(seen["alive"], "QEMU still running when checked")
+        self.assertGreater(len(seen["before"]), 0, "the VM was boosted: its threads were real-time")
+        self.assertEqual(seen["after"], [], "SIGTERM put every thread back")
 
 
 def make_disk_image(path, big_mb=48, small_files=400, small_kb=12):

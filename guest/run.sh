@@ -322,19 +322,11 @@ if [ -n "$initrd_out" ]; then
     exit 0
 fi
 
-# Firmware: qboot (QEMU's minimal BIOS, in qemu-system-data) jumps straight to the kernel; under
-# TCG it starts the guest about 0.4 s sooner than SeaBIOS, QEMU's default, which this falls back
-# to where qboot is missing. What the guest measures does not depend on it.
-qboot=/usr/share/qemu/qboot.rom
-bios=()
-[ ! -f "$qboot" ] || bios=(-bios "$qboot")
-
 args=(
     "$qemu"
     -name "$name,debug-threads=on"
     "${accel_args[@]}"
     -machine pc
-    "${bios[@]}"
     -smp "$smp"
     -m "$mem"
     -display none -nodefaults -serial stdio

@@ -19,10 +19,10 @@ use anyhow::{ensure, Context};
 use cosched_proto::cpu::{Need, MAX_GUEST_PRIORITY};
 use cosched_proto::Resource;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+use libbpf_rs::{MapCore, MapFlags};
 
 use crate::core::Prediction;
-use crate::detector::{read_plain, Detector, DetectorKind, Loaded, ObjectStorage, Plain, Transition};
+use crate::detector::{event_ring, read_plain, Detector, DetectorKind, Loaded, ObjectStorage, Plain, Transition};
 use crate::{log, Options};
 use skel::types::{self, cosched_reason};
 use skel::{CpuSkel, CpuSkelBuilder, OpenCpuSkel};
@@ -200,17 +200,7 @@ impl Loaded for LoadedCpu {
         // On an error below `me` drops whole: the skeleton, then the storage.
         let mut me = *self;
         me.skel.attach().context("attaching to sched_switch/sched_wakeup/sched_wakeup_new (tp_btf)")?;
-        let events = Rc::new(RefCell::new(Vec::new()));
-        let sink = events.clone();
-        let mut rb = RingBufferBuilder::new();
-        rb.add(&me.skel.maps.events, move |data: &[u8]| {
-            match read_plain::<types::cosched_event>(data) {
-                Some(e) => sink.borrow_mut().push(e),
-                None => log(&format!("cpu: a {}-byte ring-buffer record is not a struct cosched_event", data.len())),
-            }
-            0
-        })?;
-        let ring = rb.build()?;
+        let (ring, events) = event_ring::<types::cosched_event>(&me.skel.maps.events, "cpu", "struct cosched_event")?;
         let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1);
         let LoadedCpu { skel, storage } = me;
         Ok(Box::new(CpuDetector { ring, skel, events, ncpus, withdrawn: false, _storage: storage }))

@@ -6,7 +6,9 @@
 //! and attaches exactly those the host grants (the first time, what its probe loaded). A new resource's detector is a new module with a
 //! [`DetectorKind`] and one line in [`DETECTORS`].
 
+use std::cell::RefCell;
 use std::os::fd::RawFd;
+use std::rc::Rc;
 
 pub(crate) use cosched_bpfutil::{read_plain, ObjectStorage, Plain};
 use cosched_proto::cpu::Need;
@@ -29,6 +31,27 @@ pub(crate) struct DetectorKind {
 pub(crate) trait Loaded {
     /// Attaches it to the kernel's hooks.
     fn attach(self: Box<Self>) -> anyhow::Result<Box<dyn Detector>>;
+}
+
+/// A ring buffer over `map` whose records, read as `T` (C type `what`), are appended to the
+/// returned queue as they are consumed; a record of another size is logged (as the `detector`
+/// detector's) and skipped.
+pub(crate) fn event_ring<T: Plain + 'static>(
+    map: &dyn libbpf_rs::MapCore,
+    detector: &'static str,
+    what: &'static str,
+) -> anyhow::Result<(libbpf_rs::RingBuffer<'static>, Rc<RefCell<Vec<T>>>)> {
+    let events = Rc::new(RefCell::new(Vec::new()));
+    let sink = events.clone();
+    let mut rb = libbpf_rs::RingBufferBuilder::new();
+    rb.add(map, move |data: &[u8]| {
+        match read_plain::<T>(data) {
+            Some(e) => sink.borrow_mut().push(e),
+            None => crate::log(&format!("{detector}: a {}-byte ring-buffer record is not a {what}", data.len())),
+        }
+        0
+    })?;
+    Ok((rb.build()?, events))
 }
 
 /// Every detector this agent has, in the order they are probed and attached.

@@ -26,9 +26,9 @@ use anyhow::{bail, ensure, Context};
 use cosched_proto::cpu::Need;
 use cosched_proto::Resource;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+use libbpf_rs::{MapCore, MapFlags};
 
-use crate::detector::{read_plain, Detector, DetectorKind, Loaded, ObjectStorage, Plain, Transition};
+use crate::detector::{event_ring, read_plain, Detector, DetectorKind, Loaded, ObjectStorage, Plain, Transition};
 use crate::{log, Options};
 use skel::types;
 use skel::{IoSkel, IoSkelBuilder, OpenIoSkel};
@@ -304,17 +304,8 @@ impl Loaded for LoadedIo {
         for (disk, why) in &disks.failed {
             log(&format!("io: {disk} stays off BFQ, its I/O is not watched: {why}"));
         }
-        let events = Rc::new(RefCell::new(Vec::new()));
-        let sink = events.clone();
-        let mut rb = RingBufferBuilder::new();
-        rb.add(&me.skel.maps.io_events, move |data: &[u8]| {
-            match read_plain::<types::cosched_io_event>(data) {
-                Some(e) => sink.borrow_mut().push(e),
-                None => log(&format!("io: a {}-byte ring-buffer record is not a struct cosched_io_event", data.len())),
-            }
-            0
-        })?;
-        let ring = rb.build()?;
+        let (ring, events) =
+            event_ring::<types::cosched_io_event>(&me.skel.maps.io_events, "io", "struct cosched_io_event")?;
         let LoadedIo { skel, storage, hold_ms } = me;
         Ok(Box::new(IoDetector {
             ring,

@@ -58,11 +58,14 @@ impl ObjectStorage {
     ///
     /// # Safety
     ///
-    /// Call it once per storage, and drop the skeleton made from it (and anything made from that)
-    /// before the storage: the `'static` must never be observed past the storage's end.
+    /// At most one skeleton may hold it at a time (a failed load's skeleton is dropped before
+    /// the next one is opened in the same storage), and the skeleton made from it (and anything
+    /// made from that) must be dropped before the storage: the `'static` must never be observed
+    /// past the storage's end.
     pub unsafe fn lend(&self) -> &'static mut MaybeUninit<OpenObject> {
-        // SAFETY: the pointer is valid for reads and writes until `drop`; the caller promises a
-        // single use and that the reference does not outlive the storage.
+        // SAFETY: the pointer is valid for reads and writes until `drop`; the caller promises
+        // that one skeleton at a time holds the reference and that it does not outlive the
+        // storage.
         unsafe { &mut *self.0.as_ptr() }
     }
 }

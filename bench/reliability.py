@@ -251,6 +251,19 @@ def own_groups(foreign=()):
     return sorted(out)
 
 
+def remove_groups(groups):
+    """Removes the cosched-* groups `groups` (a run's leftovers, once what it reports has counted
+    them), deepest first; a v1 freezer group is thawed first. What cannot be removed is reported
+    on stderr, not raised: this runs on the way out of a run, also a failing one."""
+    for g in sorted(groups, key=lambda g: -g.count("/")):
+        try:
+            if os.path.exists(os.path.join(g, "freezer.state")):
+                Path(g, "freezer.state").write_text("THAWED")
+            os.rmdir(g)
+        except OSError as e:
+            print(f"reliability.py: could not remove {g}: {e}", file=sys.stderr)
+
+
 def snapshot(skip_pids=(), ours=None):
     """Every thread's attributes (by tid, with its start time so a reused tid is not the same
     thread), the IRQ affinities, and the daemon's groups.
@@ -372,6 +385,7 @@ def crash(cycles, seed=None, log=print, restore_by="alternate"):
     rng = random.Random(seed)
     cpu = max(os.sched_getaffinity(0))
     rows = []
+    groups0 = own_groups()
     with tempfile.TemporaryDirectory(prefix="cosched-crash-") as tmp:
         trace = Path(tmp) / "membw.trace"
         trace.write_text("0 * 5000\n")
@@ -422,6 +436,8 @@ def crash(cycles, seed=None, log=print, restore_by="alternate"):
         finally:
             for v in vms:
                 v.stop()
+            # A cycle that failed (a difference counted above, or an error) leaves nothing.
+            remove_groups(set(own_groups()) - set(groups0))
     return rows
 
 
@@ -1280,6 +1296,8 @@ def soak(minutes, nvms, seed=None, log=print, csv_path=None, probe_rt=True):
                 v.vm.stop()
             if d is not None:
                 d.stop()
+                # groups_left counted them; a failing soak leaves nothing either.
+                remove_groups(set(own_groups()) - set(groups0))
             harness.COSCHED, FAKE = old_cosched, old_fake
             if csv_file:
                 csv_file.close()

@@ -262,7 +262,14 @@ impl Threads {
             ThreadEvent::Exited { tid, .. } => self.list.remove(tid).is_some(),
             ThreadEvent::Created { tid, .. } | ThreadEvent::Renamed { tid, .. } => {
                 // Read from /proc: a thread id the VM's task directory does not list is not ours.
-                let Ok(info) = procfs.thread(self.process.id, *tid) else { return false };
+                let Ok(mut info) = procfs.thread(self.process.id, *tid) else { return false };
+                // The name is the event's: task_rename fires before the kernel copies the new
+                // name into the task, so /proc may still show the old one (seen: a `worker`
+                // read back under its creator's name, and never raised).
+                if let ThreadEvent::Renamed { comm, .. } = ev {
+                    info.comm.clone_from(comm);
+                    info.role = ThreadRole::classify(self.process.id, *tid, comm);
+                }
                 match self.list.get_mut(tid) {
                     Some(t) if t.task == info.task => {
                         let moved = t.role != info.role;

@@ -151,6 +151,35 @@ fn ioprio_lever_raises_the_io_threads_only_and_puts_back_exactly() {
     assert_eq!(w.ioprio(506), BE4, "an inherited raise goes back to what the main thread had");
 }
 
+/// Thread events: a thread is created under its creator's name, then renamed `worker`. The
+/// kernel's task_rename fires before the new name is in the task, so `/proc` may still show
+/// the old one when the daemon reads it: the event's name decides the role.
+#[cfg(feature = "bpf")]
+#[test]
+fn a_worker_renamed_while_raised_is_raised_by_the_events_name_not_procs() {
+    use cosched_hostbpf::ThreadEvent;
+    let mut w = World::new();
+    let mut vm = w.vm(&ioprio_lever());
+    vm.set_level(&mut w.host, Resource::Io, Level::Boosted, 1);
+    fake::add_thread(&w.dir.path().join("proc"), PID, 505, "qemu-system-x86");
+    w.sched.0.borrow_mut().ioprio.insert(505, BE4);
+    assert!(vm.thread_event(&mut w.host, &ThreadEvent::Created { tgid: PID, tid: 505 }));
+    vm.reapply(&mut w.host);
+    assert_eq!(w.ioprio(505), BE4, "not an I/O thread under its creator's name");
+    // /proc still says "qemu-system-x86".
+    let renamed = ThreadEvent::Renamed { tgid: PID, tid: 505, comm: "worker".into() };
+    assert!(vm.thread_event(&mut w.host, &renamed), "the role moved");
+    let out = vm.reapply(&mut w.host);
+    assert_eq!((out.changed, w.ioprio(505)), (1, RAISED), "{out:?}");
+    let view = vm.threads().into_iter().find(|t| t.tid == 505).unwrap();
+    assert_eq!((view.comm.as_str(), view.role), ("worker", ThreadRole::Worker));
+    // A rename event for a thread the VM's task directory does not list is not ours.
+    let stranger = ThreadEvent::Renamed { tgid: PID, tid: 900, comm: "worker".into() };
+    assert!(!vm.thread_event(&mut w.host, &stranger));
+    vm.set_level(&mut w.host, Resource::Io, Level::Normal, 1);
+    assert_eq!((w.ioprio(505), w.ioprio(900)), (BE4, BE4));
+}
+
 #[test]
 fn ioprio_lever_never_lowers_a_realtime_thread_and_a_crash_is_restored() {
     let mut w = World::new();

@@ -181,21 +181,40 @@ echo "COSCHED-MEASURE-END{mark}"
 {hist_dump(window)}"""
 
 
-def guest_script(body, agent=False, guest_hogs=0, agent_args=""):
-    start_agent = ""
-    if agent:
-        start_agent = f"""cosched guest {agent_args} 2>/tmp/agent.log &
+AGENT_LOG = "/tmp/agent.log"
+
+
+def agent_start(args="", until="detectors attached", bound_s=30):
+    """Guest shell: starts the agent (`cosched guest ARGS`) in the background as $AGENT, its log
+    in AGENT_LOG, and waits until the log has a line matching `until` (grep -E), the agent exits,
+    or `bound_s` passes (then a COSCHED-GUEST line says so). The log is emptied by this shell
+    before the agent starts: a redirection is made in the child, which may run only after the
+    wait has read the log, and a previous agent's "detectors attached" was read as this one's
+    (its new tasks then started before its detector was attached: never watched)."""
+    return f""": >{AGENT_LOG}
+cosched guest {args} 2>>{AGENT_LOG} &
 AGENT=$!
 i=0
-# Attached, refused (a daemon with every resource off: the agent waits for an ENABLE that a
-# measurement does not send; this loop used to wait out its 30 s then), or gone (the host
-# granted none of what it detects, or nothing can attach here).
-until grep -qE "detectors attached|waiting for ENABLE" /tmp/agent.log 2>/dev/null || ! kill -0 $AGENT 2>/dev/null; do
-    i=$((i+1)); [ $i -gt 600 ] && {{ echo "COSCHED-GUEST: agent did not register"; cat /tmp/agent.log; break; }}
+until grep -qE "{until}" {AGENT_LOG} 2>/dev/null || ! kill -0 $AGENT 2>/dev/null; do
+    i=$((i+1)); [ $i -gt {int(bound_s / 0.05)} ] && {{ echo "COSCHED-GUEST: the agent did not log '{until}' in {bound_s} s"; cat {AGENT_LOG}; break; }}
     sleep 0.05
 done
 """
-    stop_agent = "kill $AGENT; wait $AGENT; sed 's/^/COSCHED-AGENT: /' /tmp/agent.log\n" if agent else ""
+
+
+def agent_stop(tag=""):
+    """Guest shell: stops the agent started by agent_start (SIGTERM: it deregisters) and prints
+    its log, each line as "COSCHED-AGENT: [TAG: ]LINE" (result["agent_log"] without the prefix)."""
+    prefix = f"COSCHED-AGENT: {tag}: " if tag else "COSCHED-AGENT: "
+    return f"kill $AGENT; wait $AGENT\nsed 's/^/{prefix}/' {AGENT_LOG}\n"
+
+
+def guest_script(body, agent=False, guest_hogs=0, agent_args=""):
+    # Attached, refused (a daemon with every resource off: the agent waits for an ENABLE that a
+    # measurement does not send; the wait used to run out its 30 s then), or gone (the host
+    # granted none of what it detects, or nothing can attach here).
+    start_agent = agent_start(agent_args, until="detectors attached|waiting for ENABLE") if agent else ""
+    stop_agent = agent_stop() if agent else ""
     return f"""#!/bin/sh
 {start_agent}i=0; while [ $i -lt {guest_hogs} ]; do (while :; do :; done) & i=$((i+1)); done
 {body}

@@ -1,6 +1,10 @@
 """Unprivileged tests of the harness's parsing and arithmetic (no guest, no root)."""
 
+import os
+import subprocess
 import sys
+import tempfile
+import time
 import unittest
 from pathlib import Path
 
@@ -111,3 +115,38 @@ class MembwReal(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AgentStart(unittest.TestCase):
+    """The guest's agent start, run by the host's sh with a stand-in `cosched` on PATH."""
+
+    def test_a_previous_agents_log_is_never_read_as_this_ones(self):
+        with tempfile.TemporaryDirectory(prefix="cosched-agentstart-") as tmp:
+            stub = Path(tmp) / "cosched"
+            # Attaches 0.5 s after it starts, then stays up until stopped.
+            stub.write_text("#!/bin/sh\nsleep 0.5\necho 'detectors attached: cpu' >&2\nexec sleep 30\n")
+            stub.chmod(0o755)
+            log = Path(tmp) / "agent.log"
+            log.write_text("detectors attached: cpu\n")  # what the agent before it wrote
+            script = (harness.agent_start("--x").replace(harness.AGENT_LOG, str(log)) + "echo WAITED\n"
+                      + harness.agent_stop("m").replace(harness.AGENT_LOG, str(log)))
+            t0 = time.monotonic()
+            out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=20,
+                                 env={**os.environ, "PATH": f"{tmp}:{os.environ['PATH']}"})
+            took = time.monotonic() - t0
+            self.assertEqual(out.returncode, 0, out)
+            self.assertGreaterEqual(took, 0.5, "waited for this agent's own line")
+            self.assertEqual(out.stdout.splitlines(), ["WAITED", "COSCHED-AGENT: m: detectors attached: cpu"], out)
+
+    def test_an_agent_that_exits_ends_the_wait(self):
+        with tempfile.TemporaryDirectory(prefix="cosched-agentstart-") as tmp:
+            stub = Path(tmp) / "cosched"
+            stub.write_text("#!/bin/sh\necho 'error: no BPF here' >&2\nexit 1\n")
+            stub.chmod(0o755)
+            log = Path(tmp) / "agent.log"
+            script = harness.agent_start().replace(harness.AGENT_LOG, str(log)) + "echo WAITED\n"
+            t0 = time.monotonic()
+            out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=40,
+                                 env={**os.environ, "PATH": f"{tmp}:{os.environ['PATH']}"})
+            self.assertLess(time.monotonic() - t0, 10, "not the 30 s bound")
+            self.assertEqual(out.stdout.strip(), "WAITED", out)

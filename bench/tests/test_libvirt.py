@@ -40,10 +40,7 @@ WITH_CHANNEL = "cosched-lvt-agent"
 WITHOUT_CHANNEL = "cosched-lvt-plain"
 
 WORKLOAD = """#!/bin/sh
-cosched guest -v 2>/tmp/agent.log &
-AGENT=$!
-until grep -q "registered with the host" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
-echo "COSCHED-LVT: REGISTERED"
+""" + harness.agent_start('-v', 'registered with the host') + """echo "COSCHED-LVT: REGISTERED"
 cyclictest -p 80 -i 1000 -l 3000 -q
 echo "COSCHED-LVT: CPU-DONE"
 sleep 600

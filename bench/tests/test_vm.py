@@ -165,23 +165,13 @@ class WatchList(unittest.TestCase):
             return  # each test says so (need_root)
         body = ""
         for mode, (args, windows) in cls.MODES.items():
-            body += f"""cosched guest {args} --stats-interval-s 1000 2>/tmp/agent.log &
-AGENT=$!
-i=0
-until grep -q "detectors attached" /tmp/agent.log 2>/dev/null || ! kill -0 $AGENT 2>/dev/null; do
-    i=$((i+1)); [ $i -gt 600 ] && {{ echo "COSCHED-GUEST: agent did not attach"; break; }}
-    sleep 0.05
-done
-(while :; do :; done) &
+            body += harness.agent_start(f"{args} --stats-interval-s 1000") + """(while :; do :; done) &
 HOG=$!
 """
             for name, script in windows:
                 start = "" if f"COSCHED-MEASURE-START {name}" in script else f"echo COSCHED-MEASURE-START {name}\n"
                 body += f"{start}{script}\necho COSCHED-MEASURE-END {name}\n"
-            body += f"""kill $HOG; wait $HOG
-kill $AGENT; wait $AGENT
-sed 's/^/COSCHED-AGENT: {mode}: /' /tmp/agent.log
-"""
+            body += "kill $HOG; wait $HOG\n" + harness.agent_stop(mode)
         cls.boot = harness.run(body, policy="cosched", daemon_config=harness.NO_BUDGETS, start_agent=False,
                               layers=[harness.PYTHON_LAYER], tools=True)
 
@@ -262,14 +252,9 @@ class RtHold(unittest.TestCase):
 
     # Predictions off: this host refuses WAKE (a denial the test would count), and the hold is
     # what is tested.
-    AGENT = """cosched guest -v --predict false 2>/tmp/agent.log &
-AGENT=$!
-until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
-(while :; do :; done) &
+    AGENT = harness.agent_start("-v --predict false") + """(while :; do :; done) &
 """
-    STOP_AGENT = """kill $AGENT; wait $AGENT
-sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
-"""
+    STOP_AGENT = harness.agent_stop()
     # cyclictest -p 80 -i 1000 beside the guest's CPU hog (the workload of the daemon-restart
     # test), measured over 2 s from 0.2 s after its real-time thread appeared: the new-task boosts
     # of its start-up (a few ms each) are over by then.
@@ -397,17 +382,12 @@ class EndToEnd(unittest.TestCase):
         """DISABLE detaches the guest's detectors and deboosts; ENABLE brings them back."""
         need_root(self)
         workload = """#!/bin/sh
-cosched guest 2>/tmp/agent.log &
-AGENT=$!
-until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
-(while :; do :; done) &
+""" + harness.agent_start() + """(while :; do :; done) &
 for r in 1 2 3 4 5 6; do
     echo "ROUND $r"
     cyclictest -p 80 -i 1000 -l 700 -q >/dev/null
 done
-kill $AGENT; wait $AGENT
-sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
-"""
+""" + harness.agent_stop()
         events = {}
         with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp, cb.host_hogs(2):
             d = cb.Daemon(tmp)
@@ -471,10 +451,7 @@ class DaemonStops(unittest.TestCase):
     boosted the VM again, is the one SIGTERM stops."""
 
     WORKLOAD = """#!/bin/sh
-cosched guest -v 2>/tmp/agent.log &
-AGENT=$!
-until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
-(while :; do :; done) &
+""" + harness.agent_start('-v') + """(while :; do :; done) &
 for r in 1 2 3 4 5; do
     cyclictest -p 80 -i 1000 -l 800 -q >/dev/null &
     C=$!
@@ -487,9 +464,7 @@ C=$!
 sleep 0.3
 echo "CYCLICTEST STARTED"
 wait $C
-kill $AGENT; wait $AGENT
-sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
-"""
+""" + harness.agent_stop()
     seen = None
     console = ""
     before = set()
@@ -651,10 +626,7 @@ class IoCoordination(unittest.TestCase):
 up() { read -r u _ </proc/uptime; echo "$u"; }
 mkdir -p /mnt/d && mount -t ext4 -o noatime /dev/vda /mnt/d || { echo "COSCHED-GUEST: mount failed"; exit 1; }
 # --predict false: this host refuses WAKE, and the test counts denials.
-cosched guest -v --predict false 2>/tmp/agent.log &
-AGENT=$!
-until grep -q "detectors attached: io\|unsupported" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
-sleep 0.2
+""" + harness.agent_start('-v --predict false', 'detectors attached: io|unsupported') + """sleep 0.2
 echo 3 >/proc/sys/vm/drop_caches
 echo "READERS $(up)"
 cosched-tools seqread /mnt/d/big1 60 >/dev/null &
@@ -687,9 +659,7 @@ kill -0 $R1 && kill -0 $R2 && echo "READERS-ALIVE"
 sleep 1.5
 echo "AFTER $(up)"
 kill $R1 $R2; wait $R1 $R2
-kill $AGENT; wait $AGENT
-sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
-umount /mnt/d
+""" + harness.agent_stop() + """umount /mnt/d
 """
 
     def io_state(self, daemon):
@@ -810,16 +780,11 @@ umount /mnt/d
         unsupported and why, registers the CPU only, and the CPU coordination works."""
         need_root(self)
         workload = """#!/bin/sh
-cosched guest 2>/tmp/agent.log &
-AGENT=$!
-until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
-cyclictest -p 80 -i 1000 -l 500 -q >/dev/null
+""" + harness.agent_start() + """cyclictest -p 80 -i 1000 -l 500 -q >/dev/null
 echo "CPU-DONE"
 # The host reads the daemon's status on that line: the agent must still be registered then.
 sleep 1
-kill $AGENT; wait $AGENT
-sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
-"""
+""" + harness.agent_stop()
         seen = {}
         with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp:
             d = cb.Daemon(tmp, "[resources]\nio = true\n")
@@ -989,19 +954,10 @@ class PredictiveBoost(unittest.TestCase):
     def test_the_guests_priority_and_predicted_wake_ups_are_boosted_and_confirmed(self):
         need_root(self)
         workload = f"""#!/bin/sh
-cosched guest -v --hold-periodic-max-us 0 --idle-deboost-ms 1 --predict-horizon-ms 1000 2>/tmp/agent.log &
-AGENT=$!
-i=0
-until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do
-    i=$((i+1)); [ $i -gt 200 ] && {{ echo "COSCHED-GUEST: the agent did not attach"; break; }}
-    sleep 0.05
-done
-cyclictest -p 80 -i 10000 -l {self.LOOPS} -q >/dev/null
+""" + harness.agent_start('-v --hold-periodic-max-us 0 --idle-deboost-ms 1 --predict-horizon-ms 1000') + f"""cyclictest -p 80 -i 10000 -l {self.LOOPS} -q >/dev/null
 echo COSCHED-PREDICT-DONE
 sleep 1
-kill $AGENT; wait $AGENT
-sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
-"""
+""" + harness.agent_stop()
         with tempfile.TemporaryDirectory(prefix="cosched-vmtest-") as tmp:
             d = cb.Daemon(tmp, args=["-v"])
             seen = {}
@@ -1083,19 +1039,14 @@ class MemoryBandwidth(unittest.TestCase):
     `unsupported`, and the host's status says why."""
 
     WORKLOAD = """#!/bin/sh
-cosched guest 2>/tmp/agent.log &
-AGENT=$!
-until grep -q "detectors attached" /tmp/agent.log 2>/dev/null; do sleep 0.05; done
-(while :; do :; done) &
+""" + harness.agent_start() + """(while :; do :; done) &
 HOG=$!
 echo "ASK 500"; cosched request-membw 500; echo "RC $?"
 sleep 2
 # The hog goes first: the rest runs on an idle vCPU, which the regulator leaves alone.
 kill $HOG
 echo "ASK 0"; cosched request-membw 0; echo "RC $?"
-kill $AGENT; wait $AGENT
-sed 's/^/COSCHED-AGENT: /' /tmp/agent.log
-"""
+""" + harness.agent_stop()
 
     def run_guest(self, config):
         events = {}

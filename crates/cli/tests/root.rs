@@ -1358,9 +1358,12 @@ fn io_boost_raises_the_io_threads_real_ioprio_and_restores_exactly() {
     let n = vm.threads().len();
     // SAFETY: signalling our own child.
     unsafe { libc::kill(vm.pid, libc::SIGUSR1) };
-    wait_for("the new worker raised", Duration::from_secs(3), || {
-        (vm.threads().len() == n + 1 && raised(&vm)).then_some(())
-    });
+    wait_for_or(
+        "the new worker raised",
+        Duration::from_secs(3),
+        || (vm.threads().len() == n + 1 && raised(&vm)).then_some(()),
+        || format!(": {} threads (was {n}), I/O priorities {:x?}", vm.threads().len(), vm.ioprios()),
+    );
     let st = d.vm_status("vm1").unwrap();
     assert_eq!(st["resources"]["io"]["level"], "boosted");
     assert_eq!(st["resources"]["cpu"]["level"], "normal");

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (COSCHED, RUN_SH, Daemon, accel_line, boot_guest, cyclictest_body,  # noqa: E402,F401
+from harness import (COSCHED, RUN_SH, Daemon, accel_line, boot_guest, boot_text, cyclictest_body,  # noqa: E402,F401
                      host_hogs, parse_histogram, run, stats)
 
 
@@ -125,6 +125,7 @@ def main():
     print(f"Guest timer latency, cyclictest -p 80 -i 1000 -l {a.loops} in a 1-vCPU guest running one CPU hog"
           + (f", {runs} runs each (mean avg, median p99, max max)" if runs > 1 else ""))
     print(accel_line())
+    print(f"guest: {boot_text()}")
     print(fmt_table(list(merged.values())))
     tg = targets(merged)
     if a.mode == "bench" and tg:

@@ -74,11 +74,19 @@ def accel_line():
     return f"accelerator: {name.upper()} ({reason})"
 
 
+def boot_text():
+    """How guest/run.sh starts a guest here (COSCHED_SNAPSHOT): from a snapshot, or from the kernel."""
+    if os.environ.get("COSCHED_SNAPSHOT", "auto") == "off":
+        return "each guest boots from its kernel (COSCHED_SNAPSHOT=off)"
+    return ("a guest without a disk starts from a snapshot of the test guest taken at the end of its boot, "
+            "then gets its workload (guest/run.sh --snapshot; COSCHED_SNAPSHOT=off boots each from its kernel)")
+
+
 def print_accel(test_file):
-    """A VM test module's setUpModule: its output says which accelerator boots the guest, and why
-    (as root, once the tree is built)."""
+    """A VM test module's setUpModule: its output says which accelerator boots the guest, and why,
+    and whether from a snapshot (as root, once the tree is built)."""
     if os.geteuid() == 0 and RUN_SH.exists():
-        print(f"\n{Path(test_file).name}: {accel_line()}", file=sys.stderr)
+        print(f"\n{Path(test_file).name}: {accel_line()}; {boot_text()}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+import harness  # noqa: E402
 from harness import REPO, accel, stats, parse_histogram  # noqa: E402,F401
 
 RESULTS = REPO / "results"
@@ -64,7 +65,7 @@ def setup_line():
     name, reason = accel_text()
     return (f"Our setup: {os.cpu_count()} x86 cores ({platform.processor() or platform.machine()}, "
             f"Linux {platform.release()}, a shared VM), a 1-vCPU {name} guest running Debian's "
-            f"Linux 6.1, QEMU 7.2 (accelerator: {reason}); the papers used a 2-core Cortex-A15 (Samsung Chromebook) with "
+            f"Linux 6.1, QEMU 7.2 (accelerator: {reason}; {harness.boot_text()}); the papers used a 2-core Cortex-A15 (Samsung Chromebook) with "
             "KVM/ARM and Linux 3.17 (seed 000), Xen (seed 001) or a Core i5 with KVM (seed 002).")
 
 

@@ -508,8 +508,9 @@ elif [ -f "$snapfile" ]; then
     fi
 else
     launch save -qmp "unix:$tmp/qmp.sock,server=on,wait=off"
-    # shellcheck disable=SC2012  # names are hex keys
-    ls -1t "$snapdir"/*.img 2>/dev/null | tail -n +17 | xargs -r rm -f
+    # The newest 16 stay (not ls: with no snapshot yet its glob fails the pipeline).
+    find "$snapdir" -maxdepth 1 -name '*.img' -printf '%T@ %p\n' | sort -rn | tail -n +17 | cut -d' ' -f2- \
+        | xargs -r rm -f
 fi
 if [ -e "$tmp/kvm-error" ]; then
     err=$(cat "$tmp/kvm-error")

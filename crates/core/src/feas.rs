@@ -38,27 +38,20 @@
 //!   less than its share anyway, and a hold at nice 19 beside busy VMs would make its next
 //!   answer wait for the whole hold (measured: a ping p99 of 260 ms).
 //!
-//! Pure: time is passed in; what the VM's vCPUs ran and whether one is waiting come from a
-//! [`FeasHost`] (the daemon reads them from `/proc` and the BPF maps; the tests fake them).
+//! Pure: time is passed in; what the VM's vCPUs ran and whether one is waiting come from the
+//! [`Sensors`] (the daemon reads them from the BPF maps; the tests fake them). [`EventPolicy`] is
+//! the `event` resource's policy in the coordinator: the host's events reach it as
+//! [`HostEvent`]s, its slices and pay-back checks are its deadlines in the coordinator's one set,
+//! and it tells the host which VMs to watch ([`Action::WatchEvents`]).
 
 use std::collections::BTreeMap;
 
-use cosched_proto::{DenyReason, Resource};
+use cosched_proto::Resource;
 use serde::{Deserialize, Serialize};
 
-use crate::resource::{Level, ResourcePolicy};
-use crate::{Action, Coordinator, VmId, NS_PER_MS};
-
-/// The `event` resource's own policy in the coordinator: none beyond the shared switches and
-/// budgets (FEAS's rules are in [`Feas`], which drives it).
-#[derive(Debug, Default)]
-pub struct EventPolicy;
-
-impl ResourcePolicy for EventPolicy {
-    fn resource(&self) -> Resource {
-        Resource::Event
-    }
-}
+use crate::resource::{EventOutcome, HostEvent, Level, ResourcePolicy, Sensors};
+use crate::shared::{Due, Shared};
+use crate::{Action, VmId, NS_PER_MS};
 
 /// The most a VM may have paid in advance, in cycles: an overshoot is bounded by one slice of
 /// the fair class, so this only guards against a clock that jumps.
@@ -137,16 +130,6 @@ impl FeasConfig {
     }
 }
 
-/// What [`Feas`] needs to know of a VM's vCPU threads at the moment it decides.
-pub trait FeasHost {
-    /// CPU time the VM's vCPU threads have run, in total (ns; a monotonic counter).
-    fn cpu_ns(&mut self, vm: VmId) -> u64;
-    /// Time the VM's vCPU threads have spent asleep, in total (ns; a monotonic counter).
-    fn asleep_ns(&mut self, vm: VmId) -> u64;
-    /// Whether one of the VM's vCPU threads is runnable but not running.
-    fn waiting(&mut self, vm: VmId) -> bool;
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Idle,
@@ -211,30 +194,19 @@ struct VmState {
 
 /// See the module documentation.
 #[derive(Debug)]
-pub struct Feas {
+pub struct EventPolicy {
     cfg: FeasConfig,
     vms: BTreeMap<VmId, VmState>,
+    /// Whether the host was told to watch each VM ([`Action::WatchEvents`]).
+    told: BTreeMap<VmId, bool>,
 }
 
 /// Why an event did not boost its VM at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Boosted,
-    /// The VM is boosted already: the event rides on that boost.
-    AlreadyBoosted,
-    /// Over `n_limit` this cycle, or paying back: boosted later.
-    Postponed,
-    /// No vCPU of the VM is waiting (all running or asleep: the fair class wakes them).
-    NotWaiting,
-    /// Event boosting is off for this VM.
-    Off,
-    /// The coordinator refused (disabled, budget, rate limit).
-    Refused(DenyReason),
-}
+pub type Outcome = EventOutcome;
 
-impl Feas {
-    pub fn new(cfg: FeasConfig) -> Feas {
-        Feas { cfg, vms: BTreeMap::new() }
+impl EventPolicy {
+    pub fn new(cfg: FeasConfig) -> EventPolicy {
+        EventPolicy { cfg, vms: BTreeMap::new(), told: BTreeMap::new() }
     }
 
     pub fn config(&self) -> &FeasConfig {
@@ -243,16 +215,14 @@ impl Feas {
 
     /// Whether `vm` gets event boosting now: the mode, the operator's switches, and no agent
     /// CPU boost in force.
-    pub fn eligible(&self, coord: &Coordinator, vm: VmId) -> bool {
-        let Some(v) = coord.vm(vm) else { return false };
+    pub fn eligible(&self, sh: &Shared, vm: VmId) -> bool {
+        let Some(v) = sh.vm(vm) else { return false };
         let mode = match self.cfg.vms {
             EventVms::None => false,
             EventVms::All => true,
             EventVms::NoAgent => v.registered.is_none(),
         };
-        mode && coord.enabled(Resource::Event)
-            && v.settings.enabled(Resource::Event)
-            && !v.level(Resource::Cpu).is_changed()
+        mode && sh.on_for(v, Resource::Event) && !v.level(Resource::Cpu).is_changed()
     }
 
     fn state(&mut self, vm: VmId) -> &mut VmState {
@@ -272,8 +242,8 @@ impl Feas {
 
     /// Takes in what the coordinator did on its own (an operator switch, a budget, the VM
     /// gone): a VM it put back to normal is idle here too, and its debt forgiven.
-    fn sync(&mut self, coord: &Coordinator, vm: VmId) {
-        let level = coord.vm(vm).map_or(Level::Normal, |v| v.level(Resource::Event));
+    fn sync(&mut self, sh: &Shared, vm: VmId) {
+        let level = sh.vm(vm).map_or(Level::Normal, |v| v.level(Resource::Event));
         let s = self.state(vm);
         if level == Level::Normal && s.phase != Phase::Idle {
             s.phase = Phase::Idle;
@@ -291,56 +261,48 @@ impl Feas {
         }
     }
 
+    /// Puts `vm`'s next deadline in the coordinator's set.
+    fn reschedule(&mut self, sh: &mut Shared, vm: VmId) {
+        let when = self.vms.get(&vm).and_then(|s| self.deadline(s));
+        sh.schedule(Due::Policy(Resource::Event, Some(vm)), when);
+    }
+
     /// An event for `vm` at `now`.
-    pub fn event(
-        &mut self,
-        vm: VmId,
-        now: u64,
-        coord: &mut Coordinator,
-        host: &mut dyn FeasHost,
-        out: &mut Vec<Action>,
-    ) -> Outcome {
-        coord.count(vm, Resource::Event, "events", 1);
-        if !self.eligible(coord, vm) {
-            coord.count(vm, Resource::Event, "ignored", 1);
+    fn event(&mut self, sh: &mut Shared, vm: VmId, now: u64, host: &mut dyn Sensors, out: &mut Vec<Action>) -> Outcome {
+        sh.count(vm, Resource::Event, "events", 1);
+        if !self.eligible(sh, vm) {
+            sh.count(vm, Resource::Event, "ignored", 1);
             return Outcome::Off;
         }
-        self.sync(coord, vm);
+        self.sync(sh, vm);
         self.roll(vm, now);
         let n_limit = self.cfg.n_limit;
         let s = self.state(vm);
         match s.phase {
             Phase::Boosted { .. } => Outcome::AlreadyBoosted,
-            Phase::Repaying { .. } => self.postpone(vm, coord),
-            Phase::Idle if s.count >= n_limit => self.postpone(vm, coord),
-            Phase::Idle if !host.waiting(vm) => {
-                coord.count(vm, Resource::Event, "not_waiting", 1);
+            Phase::Repaying { .. } => self.postpone(sh, vm),
+            Phase::Idle if s.count >= n_limit => self.postpone(sh, vm),
+            Phase::Idle if !host.vcpu_waiting(vm) => {
+                sh.count(vm, Resource::Event, "not_waiting", 1);
                 Outcome::NotWaiting
             }
-            Phase::Idle => self.start(vm, now, coord, host, out),
+            Phase::Idle => self.start(sh, vm, now, host, out),
         }
     }
 
-    fn postpone(&mut self, vm: VmId, coord: &mut Coordinator) -> Outcome {
+    fn postpone(&mut self, sh: &mut Shared, vm: VmId) -> Outcome {
         let s = self.state(vm);
         if !s.postponed {
             s.postponed = true;
-            coord.count(vm, Resource::Event, "postponed", 1);
+            sh.count(vm, Resource::Event, "postponed", 1);
         }
         Outcome::Postponed
     }
 
-    fn start(
-        &mut self,
-        vm: VmId,
-        now: u64,
-        coord: &mut Coordinator,
-        host: &mut dyn FeasHost,
-        out: &mut Vec<Action>,
-    ) -> Outcome {
+    fn start(&mut self, sh: &mut Shared, vm: VmId, now: u64, host: &mut dyn Sensors, out: &mut Vec<Action>) -> Outcome {
         let (slice, cycle_ns) = (self.cfg.slice_ns(), self.cfg.cycle_ns());
-        let cpu0 = host.cpu_ns(vm);
-        let asleep = host.asleep_ns(vm);
+        let cpu0 = host.vcpu_run_ns(vm);
+        let asleep = host.vcpu_asleep_ns(vm);
         let s = self.state(vm);
         s.count += 1;
         s.postponed = false;
@@ -350,7 +312,7 @@ impl Feas {
         // holding it back would only make it late.
         let charged = s.last_start.is_some_and(|(t0, a0)| asleep.saturating_sub(a0) * 10 < now.saturating_sub(t0));
         s.last_start = Some((now, asleep));
-        match coord.host_request(vm, Resource::Event, 1, now, out) {
+        match sh.request(self, vm, 1, now, None, out) {
             Ok(_) => {
                 self.state(vm).phase = Phase::Boosted { until: now + slice, cpu0, charged };
                 Outcome::Boosted
@@ -360,37 +322,23 @@ impl Feas {
     }
 
     /// A boosted vCPU of `vm` blocked: the boost ends.
-    pub fn blocked(
-        &mut self,
-        vm: VmId,
-        now: u64,
-        coord: &mut Coordinator,
-        host: &mut dyn FeasHost,
-        out: &mut Vec<Action>,
-    ) {
-        self.sync(coord, vm);
+    fn blocked(&mut self, sh: &mut Shared, vm: VmId, now: u64, host: &mut dyn Sensors, out: &mut Vec<Action>) {
+        self.sync(sh, vm);
         if matches!(self.state(vm).phase, Phase::Boosted { .. }) {
-            coord.count(vm, Resource::Event, "blocked", 1);
-            self.end_boost(vm, now, coord, host, out);
+            sh.count(vm, Resource::Event, "blocked", 1);
+            self.end_boost(sh, vm, now, host, out);
         }
     }
 
     /// Ends a boost: the CPU time it gave becomes a debt, paid back at `Guarded`.
-    fn end_boost(
-        &mut self,
-        vm: VmId,
-        now: u64,
-        coord: &mut Coordinator,
-        host: &mut dyn FeasHost,
-        out: &mut Vec<Action>,
-    ) {
+    fn end_boost(&mut self, sh: &mut Shared, vm: VmId, now: u64, host: &mut dyn Sensors, out: &mut Vec<Action>) {
         let Phase::Boosted { cpu0, charged, .. } = self.state(vm).phase else { return };
-        let cpu = host.cpu_ns(vm);
+        let cpu = host.vcpu_run_ns(vm);
         let ran = cpu.saturating_sub(cpu0);
-        coord.count(vm, Resource::Event, "boosted_cpu_ns", ran);
+        sh.count(vm, Resource::Event, "boosted_cpu_ns", ran);
         let charge = self.cfg.charge && charged;
         if self.cfg.charge && !charged {
-            coord.count(vm, Resource::Event, "uncharged", 1);
+            sh.count(vm, Resource::Event, "uncharged", 1);
         }
         let next = now + self.cfg.cycle_ns();
         let s = self.state(vm);
@@ -399,65 +347,55 @@ impl Feas {
         }
         if s.balance > 0 {
             s.phase = Phase::Repaying { cpu, at: now, next };
-            coord.host_level(vm, Resource::Event, Level::Guarded, out);
+            sh.host_level(self, vm, Level::Guarded, out);
         } else {
-            self.back_to_normal(vm, now, charge.then_some(cpu), coord, out);
+            self.back_to_normal(sh, vm, now, charge.then_some(cpu), out);
         }
     }
 
     /// Puts `vm` back at its normal level. `sample_from`: its vCPUs' run time now, to measure
     /// its share of the CPU from here.
-    fn back_to_normal(
-        &mut self,
-        vm: VmId,
-        now: u64,
-        sample_from: Option<u64>,
-        coord: &mut Coordinator,
-        out: &mut Vec<Action>,
-    ) {
+    fn back_to_normal(&mut self, sh: &mut Shared, vm: VmId, now: u64, sample_from: Option<u64>, out: &mut Vec<Action>) {
         let s = self.state(vm);
         s.phase = Phase::Idle;
         if let Some(cpu) = sample_from {
             s.idle_from = Some((now, cpu));
         }
-        let _ = coord.host_request(vm, Resource::Event, 0, now, out);
+        let _ = sh.request(self, vm, 0, now, None, out);
     }
 
-    /// Ends slices, takes in paid-back debts, and boosts postponed VMs whose time has come.
-    pub fn tick(&mut self, now: u64, coord: &mut Coordinator, host: &mut dyn FeasHost, out: &mut Vec<Action>) {
-        let due: Vec<VmId> =
-            self.vms.iter().filter(|(_, s)| self.deadline(s).is_some_and(|d| d <= now)).map(|(id, _)| *id).collect();
-        for vm in due {
-            if coord.vm(vm).is_none() {
-                self.vms.remove(&vm);
-                continue;
+    /// Ends `vm`'s slice, takes in its paid-back debt, and boosts it if it was postponed and its
+    /// time has come.
+    fn tick_vm(&mut self, sh: &mut Shared, vm: VmId, now: u64, host: &mut dyn Sensors, out: &mut Vec<Action>) {
+        if sh.vm(vm).is_none() {
+            self.vms.remove(&vm);
+            return;
+        }
+        self.sync(sh, vm);
+        match self.state(vm).phase {
+            Phase::Boosted { until, .. } if until <= now => {
+                sh.count(vm, Resource::Event, "slices", 1);
+                self.end_boost(sh, vm, now, host, out);
             }
-            self.sync(coord, vm);
-            match self.state(vm).phase {
-                Phase::Boosted { until, .. } if until <= now => {
-                    coord.count(vm, Resource::Event, "slices", 1);
-                    self.end_boost(vm, now, coord, host, out);
-                }
-                Phase::Repaying { cpu, at, next } if next <= now => self.repay(vm, now, (at, cpu), coord, host, out),
-                _ => {}
+            Phase::Repaying { cpu, at, next } if next <= now => self.repay(sh, vm, now, (at, cpu), host, out),
+            _ => {}
+        }
+        self.roll(vm, now);
+        let cycle_ns = self.cfg.cycle_ns();
+        let s = self.state(vm);
+        if let (Phase::Idle, Some((t0, _))) = (s.phase, s.idle_from) {
+            if now >= t0 + cycle_ns {
+                let cpu = host.vcpu_run_ns(vm);
+                close_sample(self.state(vm), now, cpu, cycle_ns);
             }
-            self.roll(vm, now);
-            let cycle_ns = self.cfg.cycle_ns();
-            let s = self.state(vm);
-            if let (Phase::Idle, Some((t0, _))) = (s.phase, s.idle_from) {
-                if now >= t0 + cycle_ns {
-                    let cpu = host.cpu_ns(vm);
-                    close_sample(self.state(vm), now, cpu, cycle_ns);
-                }
-            }
-            let n_limit = self.cfg.n_limit;
-            let s = self.state(vm);
-            if s.phase == Phase::Idle && s.postponed && s.count < n_limit {
-                s.postponed = false;
-                if self.eligible(coord, vm) && host.waiting(vm) {
-                    coord.count(vm, Resource::Event, "postponed_boosts", 1);
-                    self.start(vm, now, coord, host, out);
-                }
+        }
+        let n_limit = self.cfg.n_limit;
+        let s = self.state(vm);
+        if s.phase == Phase::Idle && s.postponed && s.count < n_limit {
+            s.postponed = false;
+            if self.eligible(sh, vm) && host.vcpu_waiting(vm) {
+                sh.count(vm, Resource::Event, "postponed_boosts", 1);
+                self.start(sh, vm, now, host, out);
             }
         }
     }
@@ -466,14 +404,14 @@ impl Feas {
     /// what it would have run at its normal share and did not.
     fn repay(
         &mut self,
+        sh: &mut Shared,
         vm: VmId,
         now: u64,
         last: (u64, u64),
-        coord: &mut Coordinator,
-        host: &mut dyn FeasHost,
+        host: &mut dyn Sensors,
         out: &mut Vec<Action>,
     ) {
-        let cpu = host.cpu_ns(vm);
+        let cpu = host.vcpu_run_ns(vm);
         let ran = cpu.saturating_sub(last.1);
         let next = now + self.cfg.cycle_ns();
         let max_credit = (MAX_CREDIT_CYCLES * self.cfg.cycle_ns()) as i64;
@@ -483,11 +421,11 @@ impl Feas {
         let paid = (now.saturating_sub(last.0) as u128 * share / 1_000_000) as u64;
         s.hold_ran += ran;
         s.balance = (s.balance - paid as i64).max(-max_credit);
-        coord.count(vm, Resource::Event, "repaid_ns", paid);
+        sh.count(vm, Resource::Event, "repaid_ns", paid);
         if s.balance <= 0 {
             // The next stretch samples the share; what the vCPUs ran while held is taken back
             // from them then (the fair class keeps a thread's lag across a change of weight).
-            self.back_to_normal(vm, now, Some(cpu), coord, out);
+            self.back_to_normal(sh, vm, now, Some(cpu), out);
         } else {
             s.phase = Phase::Repaying { cpu, at: now, next };
         }
@@ -502,11 +440,6 @@ impl Feas {
         }
     }
 
-    /// The earliest time [`Feas::tick`] has something to do.
-    pub fn next_deadline(&self) -> Option<u64> {
-        self.vms.values().filter_map(|s| self.deadline(s)).min()
-    }
-
     /// The VM's CPU share at its normal level as measured, in parts per million.
     pub fn share_ppm(&self, vm: VmId) -> Option<u64> {
         self.vms.get(&vm).and_then(|s| s.share_ppm)
@@ -518,20 +451,86 @@ impl Feas {
         self.vms.get(&vm).map_or(0, |s| s.balance)
     }
 
+    /// Whether the host was last told to watch `vm` for events.
+    pub fn watching(&self, vm: VmId) -> bool {
+        self.told.get(&vm).copied().unwrap_or(false)
+    }
+
     /// Event boosting no longer applies to `vm` (its agent registered, the operator turned it
     /// off): whatever it holds is put back and its debt forgiven.
-    pub fn off(&mut self, vm: VmId, now: u64, coord: &mut Coordinator, out: &mut Vec<Action>) {
+    fn off(&mut self, sh: &mut Shared, vm: VmId, now: u64, out: &mut Vec<Action>) {
         let Some(s) = self.vms.get_mut(&vm) else { return };
         s.postponed = false;
         s.balance = s.balance.min(0);
         if s.phase != Phase::Idle {
-            self.back_to_normal(vm, now, None, coord, out);
+            self.back_to_normal(sh, vm, now, None, out);
+        }
+    }
+}
+
+impl ResourcePolicy for EventPolicy {
+    fn resource(&self) -> Resource {
+        Resource::Event
+    }
+
+    fn host_event(
+        &mut self,
+        sh: &mut Shared,
+        vm: VmId,
+        ev: HostEvent,
+        now: u64,
+        sensors: &mut dyn Sensors,
+        out: &mut Vec<Action>,
+    ) -> EventOutcome {
+        let outcome = match ev {
+            HostEvent::Device => self.event(sh, vm, now, sensors, out),
+            HostEvent::VcpuBlocked => {
+                self.blocked(sh, vm, now, sensors, out);
+                EventOutcome::Noted
+            }
+            HostEvent::Applied => EventOutcome::Noted,
+        };
+        self.reschedule(sh, vm);
+        outcome
+    }
+
+    fn due(&mut self, sh: &mut Shared, vm: Option<VmId>, now: u64, sensors: &mut dyn Sensors, out: &mut Vec<Action>) {
+        let Some(vm) = vm else { return };
+        self.tick_vm(sh, vm, now, sensors, out);
+        self.reschedule(sh, vm);
+    }
+
+    /// Tells the host whether to watch `vm` when that changes, and lets go of it if not.
+    fn follow(&mut self, sh: &mut Shared, vm: VmId, now: u64, out: &mut Vec<Action>) {
+        if sh.vm(vm).is_none() {
+            return;
+        }
+        let on = self.eligible(sh, vm);
+        if self.told.get(&vm) != Some(&on) {
+            self.told.insert(vm, on);
+            out.push(Action::WatchEvents { vm, on });
+        }
+        if !on && (sh.boosted(vm, Resource::Event) || self.vms.get(&vm).is_some_and(|s| s.postponed)) {
+            self.off(sh, vm, now, out);
+            self.reschedule(sh, vm);
         }
     }
 
-    /// The VM is gone.
-    pub fn vm_gone(&mut self, vm: VmId) {
+    /// A boost ended by the coordinator on its own (a CPU boost took over, a budget, a switch):
+    /// idle here too, nothing postponed, its debt forgiven.
+    fn stopped(&mut self, vm: VmId, _now: u64) {
+        if let Some(s) = self.vms.get_mut(&vm) {
+            if s.phase != Phase::Idle {
+                s.phase = Phase::Idle;
+                s.balance = s.balance.min(0);
+                s.idle_from = None;
+            }
+        }
+    }
+
+    fn vm_gone(&mut self, _sh: &mut Shared, vm: VmId) {
         self.vms.remove(&vm);
+        self.told.remove(&vm);
     }
 }
 

@@ -1,12 +1,15 @@
 //! The cosched coordinator: all policy, no I/O.
 //!
-//! It takes events (a frame from a guest, a malformed frame, a host-originated request, a tick of
-//! the clock, a VM found or gone, an operator command) with the current monotonic time in ns,
-//! and appends [`Action`]s for the caller to carry out: send a frame to a VM, or bring a VM's
-//! threads to a [`Level`] on one [`Resource`]. The host daemon owns the sockets and the
-//! actuators; the tests drive it with a fake clock.
+//! [`Coordinator`] is the one decision point. It takes every event (a frame from a guest, a
+//! malformed frame, a host event such as a device interrupt, a tick of the clock with the
+//! host's measurements at hand, a VM found or gone, an operator command) with the current
+//! monotonic time in ns, and appends every [`Action`] for the caller to carry out: send a frame
+//! to a VM, bring a VM's threads to a [`Level`] on one [`Resource`] with a typed [`Grant`], tell
+//! the host which VMs to watch for device events, move a static FIFO tuning's vCPUs to its
+//! guard's class and back. The host daemon owns the sockets and the actuators and only feeds
+//! this and executes; the tests drive it with a fake clock and fake [`Sensors`].
 //!
-//! Resources are data (DESIGN.md "One model for many resources"). Everything they share is here:
+//! Resources are data (one model for many resources). Everything they share is in [`Shared`]:
 //! - a VM is known with or without an agent; an agent registers the resources it can detect, and
 //!   is granted those the host supports ([`ResourcePolicy`]s given to [`Coordinator::new`]);
 //!   each guest frame gets exactly one reply, and a `DENY` names its resource and the reason;
@@ -17,11 +20,14 @@
 //!   `DENY(<resource>: budget)` and refuses boosts for `budget_cooldown`;
 //! - rate limits per VM and per resource: requests beyond `frame_rate` are refused with
 //!   `DENY(<resource>: rate_limited)` (a request that lowers a privilege always passes), and a VM
-//!   sending more than `malformed_rate` malformed frames per second is deregistered.
+//!   sending more than `malformed_rate` malformed frames per second is deregistered;
+//! - one ordered set of deadlines ([`Due`]): budgets, the resources' own (the CPU's guard and
+//!   predictions, event boosting's slices, memory-bandwidth checks) and the static guards, so a
+//!   frame or a tick costs O(log n), not a scan of every VM.
 //!
-//! What is a resource's own (the CPU's host reserve and real-time guard) is in its policy
-//! (`cpu.rs`). Deadlines are kept in an ordered set, so a frame or a tick costs O(log VMs), not a
-//! scan of every VM.
+//! What is a resource's own is in its policy: the CPU's host reserve, real-time guard, RT
+//! co-scheduling and predictions (`cpu`), event boosting (`feas`), memory-bandwidth regulation
+//! (`membw`).
 
 pub mod cpu;
 pub mod feas;
@@ -30,22 +36,24 @@ pub mod io;
 pub mod membw;
 pub mod policy;
 pub mod resource;
-pub mod rt;
+pub mod shared;
 pub mod vm;
 pub mod window;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use cosched_proto::{DenyReason, Frame, Kind, Resource};
 use serde::Serialize;
 
+pub use cpu::rt::{self, PriorityMap, RtConfig, RtStatus};
 pub use cpu::CpuPolicy;
-pub use feas::{EventPolicy, EventVms, Feas, FeasConfig, FeasHost};
+pub use feas::{EventPolicy, EventVms, FeasConfig};
+pub use guard::{GuardRule, StaticGuard, StaticGuardStatus};
 pub use io::IoPolicy;
 pub use membw::{MembwPolicy, Regulator, RegulatorConfig};
 pub use policy::{check_priority, Limits, LimitsOverride, Policy, VM_PRIORITY};
-pub use resource::{Level, ResourcePolicy, VmFacts};
-pub use rt::{PriorityMap, RtConfig, RtStatus};
+pub use resource::{EventOutcome, Grant, HostEvent, Level, NoSensors, ResourcePolicy, Sensors, VmFacts};
+pub use shared::{Due, Shared};
 pub use vm::{Counters, Slot, Vm, VmCounters, VmSettings};
 use window::Bucket;
 
@@ -62,30 +70,41 @@ pub enum Action {
         vm: VmId,
         frame: Frame,
     },
-    /// Bring the VM's threads to `level` on `resource`. `value` is what was granted (1 for a
-    /// boost, a share for memory bandwidth, 0 at `Normal`); `priority` is the VM's.
+    /// Bring the VM's threads to `level` on `resource`, with what was granted.
     Apply {
         vm: VmId,
         resource: Resource,
         level: Level,
-        value: u64,
-        priority: u8,
+        grant: Grant,
+    },
+    /// Whether the host watches the VM for device events (event boosting applies to it now).
+    WatchEvents {
+        vm: VmId,
+        on: bool,
+    },
+    /// A static FIFO tuning's guard: its vCPU threads to the guard's fair class (`guarded`) or
+    /// back at FIFO.
+    StaticGuard {
+        vm: VmId,
+        guarded: bool,
     },
 }
 
 /// See the crate documentation.
 #[derive(Debug)]
 pub struct Coordinator {
-    policy: Policy,
+    sh: Shared,
     resources: BTreeMap<Resource, Box<dyn ResourcePolicy>>,
-    limits: BTreeMap<Resource, Limits>,
-    /// Capability bits the operator turned off for the whole host.
-    host_disabled: u64,
-    vms: BTreeMap<VmId, Vm>,
-    /// (when, VM, resource): the earliest time each boosted slot needs a tick.
-    deadlines: BTreeSet<(u64, VmId, Resource)>,
-    /// RT co-scheduling with the guest's priority and predictive boost (`rt.rs`).
-    rt: rt::Rt,
+    /// The guards of the VMs' static FIFO tunings.
+    statics: BTreeMap<VmId, StaticGuard>,
+}
+
+/// Which VMs the policies follow after a call ([`ResourcePolicy::follow`]).
+enum Touched {
+    One(VmId),
+    All,
+    /// The VMs of the actions appended from this index on.
+    Actions(usize),
 }
 
 impl Coordinator {
@@ -94,16 +113,11 @@ impl Coordinator {
         let resources: BTreeMap<Resource, Box<dyn ResourcePolicy>> =
             resources.into_iter().map(|p| (p.resource(), p)).collect();
         let limits = resources.keys().map(|r| (*r, policy.limits(*r))).collect();
-        let rt = rt::Rt::new(RtConfig::default(), policy.limits(Resource::Cpu).window_ns);
-        Coordinator {
-            policy,
-            resources,
-            limits,
-            host_disabled: 0,
-            vms: BTreeMap::new(),
-            deadlines: BTreeSet::new(),
-            rt,
+        let mut c = Coordinator { sh: Shared::new(policy, limits), resources, statics: BTreeMap::new() };
+        for p in c.resources.values_mut() {
+            p.init(&mut c.sh);
         }
+        c
     }
 
     /// CPU coordination only, on a host with `host_cpus` CPUs.
@@ -113,7 +127,12 @@ impl Coordinator {
     }
 
     pub fn policy(&self) -> &Policy {
-        &self.policy
+        self.sh.policy()
+    }
+
+    /// The shared state (VMs, slots, switches), read-only.
+    pub fn shared(&self) -> &Shared {
+        &self.sh
     }
 
     /// The resources this host supports.
@@ -122,12 +141,23 @@ impl Coordinator {
     }
 
     pub fn limits(&self, r: Resource) -> Option<&Limits> {
-        self.limits.get(&r)
+        self.sh.limits(r)
     }
 
     /// A resource's own figures for `cosched status`.
     pub fn figures(&self, r: Resource) -> Vec<(&'static str, u64)> {
         self.resources.get(&r).map(|p| p.figures()).unwrap_or_default()
+    }
+
+    /// The policy of type `P`, if the coordinator has one (its own status and commands).
+    pub fn policy_of<P: ResourcePolicy + 'static>(&self) -> Option<&P> {
+        self.resources.values().find_map(|p| p.as_ref().as_any().downcast_ref::<P>())
+    }
+
+    /// The policy of type `P` and the shared state, to change the policy.
+    fn policy_of_mut<P: ResourcePolicy + 'static>(&mut self) -> Option<(&mut P, &mut Shared)> {
+        let p = self.resources.values_mut().find_map(|p| p.as_mut().as_any_mut().downcast_mut::<P>())?;
+        Some((p, &mut self.sh))
     }
 
     /// Capability bits a guest may be granted: the supported resources a guest asks for.
@@ -137,35 +167,59 @@ impl Coordinator {
 
     /// Whether `r` is supported and enabled for the whole host.
     pub fn enabled(&self, r: Resource) -> bool {
-        self.resources.contains_key(&r) && self.host_disabled & r.cap() == 0
-    }
-
-    fn on_for(&self, vm: &Vm, r: Resource) -> bool {
-        self.enabled(r) && vm.settings.enabled(r)
-    }
-
-    /// Capability bits in effect for `vm` (supported, enabled globally and for the VM).
-    fn on_bits(&self, vm: &Vm) -> u64 {
-        self.resources.keys().filter(|r| self.on_for(vm, **r)).fold(0, |b, r| b | r.cap())
+        self.sh.enabled(r)
     }
 
     pub fn vm(&self, id: VmId) -> Option<&Vm> {
-        self.vms.get(&id)
+        self.sh.vm(id)
     }
 
     pub fn vms(&self) -> impl Iterator<Item = (VmId, &Vm)> {
-        self.vms.iter().map(|(id, vm)| (*id, vm))
+        self.sh.vms.iter().map(|(id, vm)| (*id, vm))
     }
 
     pub fn default_settings(&self) -> VmSettings {
-        VmSettings { disabled: 0, priority: self.policy.default_priority }
+        VmSettings { disabled: 0, priority: self.sh.policy.default_priority }
+    }
+
+    /// After any call: the boosts other resources' takeovers ended are told to their policies,
+    /// and the policies follow the VMs it touched.
+    fn finish(&mut self, touched: Touched, now: u64, out: &mut Vec<Action>) {
+        for (vm, r, at) in std::mem::take(&mut self.sh.stopped_others) {
+            if let Some(p) = self.resources.get_mut(&r) {
+                p.stopped(vm, at);
+            }
+        }
+        let vms: Vec<VmId> = match touched {
+            Touched::One(vm) => vec![vm],
+            Touched::All => self.sh.vms.keys().copied().collect(),
+            Touched::Actions(from) => {
+                let mut v: Vec<VmId> = out[from..]
+                    .iter()
+                    .map(|a| match a {
+                        Action::Send { vm, .. }
+                        | Action::Apply { vm, .. }
+                        | Action::WatchEvents { vm, .. }
+                        | Action::StaticGuard { vm, .. } => *vm,
+                    })
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            }
+        };
+        for vm in vms {
+            for p in self.resources.values_mut() {
+                p.follow(&mut self.sh, vm, now, out);
+            }
+        }
     }
 
     /// A VM is known (its channel connected, or its QEMU process found). Nothing is sent until
     /// its guest speaks.
     pub fn vm_found(&mut self, id: VmId, name: &str, settings: VmSettings, now: u64) {
-        let slots = self.limits.iter().map(|(r, l)| (*r, Slot::new(l, now))).collect();
-        let p = &self.policy;
+        let slots = self.sh.limits.iter().map(|(r, l)| (*r, Slot::new(l, now))).collect();
+        let p = &self.sh.policy;
         let vm = Vm {
             name: name.to_string(),
             settings,
@@ -177,33 +231,43 @@ impl Coordinator {
             frames: Bucket::new(p.frame_rate, p.frame_burst, now),
             malformed: Bucket::new(p.malformed_rate, p.malformed_rate, now),
         };
-        self.vms.insert(id, vm);
+        self.sh.vms.insert(id, vm);
+    }
+
+    /// Whether the host should watch VM `id` for device events now, telling the policies to
+    /// follow it (a VM just found: what the host must start with). Appends what follows.
+    pub fn follow_vm(&mut self, id: VmId, now: u64, out: &mut Vec<Action>) {
+        self.finish(Touched::One(id), now, out);
     }
 
     /// The VM's process exited or its channel closed for good: deboost and forget it.
     pub fn vm_gone(&mut self, id: VmId, now: u64, out: &mut Vec<Action>) {
-        self.rt_forget(id, true);
-        let resources: Vec<Resource> = self.resources.keys().copied().collect();
-        for r in resources {
-            self.end_boost(id, r, now, out);
+        // What its agent set up goes first (a prediction would ask for a deboost of its own).
+        for p in self.resources.values_mut() {
+            p.agent_gone(&mut self.sh, id);
         }
-        if self.vms.remove(&id).is_some() {
+        for p in self.resources.values_mut() {
+            self.sh.end_boost(p.as_mut(), id, now, out);
+        }
+        if self.sh.vms.remove(&id).is_some() {
             for p in self.resources.values_mut() {
-                p.vm_gone(id);
+                p.vm_gone(&mut self.sh, id);
             }
         }
+        self.statics.remove(&id);
+        self.sh.unschedule_vm(id);
     }
 
     /// The VM is known by another name now (its agent's channel joined a VM found by process).
     pub fn rename(&mut self, id: VmId, name: &str) {
-        if let Some(vm) = self.vms.get_mut(&id) {
+        if let Some(vm) = self.sh.vms.get_mut(&id) {
             vm.name = name.to_string();
         }
     }
 
     /// The VM's vCPU count changed (its thread list was re-read).
     pub fn set_vm_vcpus(&mut self, id: VmId, vcpus: u32) {
-        let Some(vm) = self.vms.get_mut(&id) else { return };
+        let Some(vm) = self.sh.vms.get_mut(&id) else { return };
         vm.vcpus = vcpus.max(1);
         let facts = VmFacts { vcpus: vm.vcpus };
         for p in self.resources.values_mut() {
@@ -213,44 +277,53 @@ impl Coordinator {
 
     /// A well-formed frame from VM `id`.
     pub fn frame(&mut self, id: VmId, f: Frame, now: u64, out: &mut Vec<Action>) {
+        self.on_frame(id, f, now, out);
+        self.finish(Touched::One(id), now, out);
+    }
+
+    fn on_frame(&mut self, id: VmId, f: Frame, now: u64, out: &mut Vec<Action>) {
         if !f.kind.is_guest_to_host() {
             // Host-to-guest kinds coming from a guest are a protocol violation.
-            return self.malformed(id, Some(f.seq), 0, now, out);
+            return self.on_malformed(id, Some(f.seq), 0, now, out);
         }
-        let Some(vm) = self.vms.get_mut(&id) else { return };
+        let Some(vm) = self.sh.vms.get_mut(&id) else { return };
         vm.counters.frames += 1;
         match f.kind {
             Kind::Register => self.register(id, f, now, out),
             Kind::Deregister => {
                 self.end_agent_boosts(id, now, out);
-                let vm = self.vms.get_mut(&id).expect("checked above");
+                let vm = self.sh.vms.get_mut(&id).expect("checked above");
                 vm.registered = None;
                 vm.told_disabled = 0;
                 out.push(Action::Send { vm: id, frame: Frame::ack(f.seq, 0) });
             }
-            Kind::Wake => self.wake(id, f, now, out),
             kind => {
-                let r = Resource::of_kind(kind).expect("every other guest kind asks for a resource");
-                let granted = vm.registered;
-                let deny = |vm: &mut Vm, reason: DenyReason, out: &mut Vec<Action>| {
-                    if let Some(s) = vm.slots.get_mut(&r) {
-                        *s.counters.denied.entry(reason.name()).or_default() += 1;
-                    } else {
-                        *vm.counters.denied.entry(reason.name()).or_default() += 1;
-                    }
-                    out.push(Action::Send { vm: id, frame: Frame::deny_for(f.seq, r, reason) });
+                // A resource's request kind, or another kind a resource answers (the CPU's WAKE).
+                let Some(r) = Resource::of_kind(kind)
+                    .or_else(|| self.resources.iter().find(|(_, p)| p.frame_kinds().contains(&kind)).map(|(r, _)| *r))
+                else {
+                    return self.on_malformed(id, Some(f.seq), 0, now, out);
                 };
-                match granted {
-                    None => deny(vm, DenyReason::NotRegistered, out),
-                    Some(g) if g & r.cap() == 0 || !vm.slots.contains_key(&r) => deny(vm, DenyReason::Unsupported, out),
-                    Some(_) => {
-                        // The CPU's value is what the guest's need maps to (`rt.rs`).
-                        let value =
-                            if r == Resource::Cpu { self.rt_cpu_frame(id, &f, now, out) } else { Some(f.value) };
-                        if let Some(value) = value {
-                            let _ = self.request(id, r, value, now, Some(f.seq), out);
-                        }
+                if Resource::of_kind(kind).is_some() {
+                    let granted = vm.registered;
+                    let reason = match granted {
+                        None => Some(DenyReason::NotRegistered),
+                        Some(g) if g & r.cap() == 0 || !vm.slots.contains_key(&r) => Some(DenyReason::Unsupported),
+                        Some(_) => None,
+                    };
+                    if let Some(reason) = reason {
+                        self.sh.count_denied(id, r, reason);
+                        out.push(Action::Send { vm: id, frame: Frame::deny_for(f.seq, r, reason) });
+                        return;
                     }
+                }
+                let Some(policy) = self.resources.get_mut(&r) else {
+                    self.sh.count_denied(id, r, DenyReason::Unsupported);
+                    out.push(Action::Send { vm: id, frame: Frame::deny_for(f.seq, r, DenyReason::Unsupported) });
+                    return;
+                };
+                if let Some(value) = policy.frame(&mut self.sh, id, &f, now, out) {
+                    let _ = self.sh.request(policy.as_mut(), id, value, now, Some(f.seq), out);
                 }
             }
         }
@@ -260,7 +333,7 @@ impl Coordinator {
     /// turned off are granted too but not acknowledged: the agent is told `ENABLE` when they
     /// come back on. A registration with nothing on is refused with `DENY(disabled)`.
     fn register(&mut self, id: VmId, f: Frame, now: u64, out: &mut Vec<Action>) {
-        let vm = self.vms.get_mut(&id).expect("caller checked");
+        let vm = self.sh.vms.get_mut(&id).expect("caller checked");
         if !vm.frames.take(now) {
             *vm.counters.denied.entry(DenyReason::RateLimited.name()).or_default() += 1;
             out.push(Action::Send { vm: id, frame: Frame::deny(f.seq, DenyReason::RateLimited) });
@@ -269,9 +342,8 @@ impl Coordinator {
         // A (re-)registering agent starts from scratch: nothing is boosted on its side.
         self.end_agent_boosts(id, now, out);
         let granted = f.value & self.grantable();
-        let vm = &self.vms[&id];
-        let on = self.on_bits(vm) & granted;
-        let vm = self.vms.get_mut(&id).expect("caller checked");
+        let on = self.sh.on_bits(&self.sh.vms[&id]) & granted;
+        let vm = self.sh.vms.get_mut(&id).expect("caller checked");
         vm.registered = None; // a refused registration replaces the previous one too
         let reply = if granted == 0 {
             vm.told_disabled = 0;
@@ -294,8 +366,8 @@ impl Coordinator {
         out.push(Action::Send { vm: id, frame });
     }
 
-    /// A host-originated request (event boosting: no frame, no agent needed): the value granted
-    /// or why not, with the same switches, rate limit and budgets as a guest's request.
+    /// A host-originated request (no frame, no agent needed): the value granted or why not,
+    /// with the same switches, rate limit and budgets as a guest's request.
     pub fn host_request(
         &mut self,
         id: VmId,
@@ -304,177 +376,61 @@ impl Coordinator {
         now: u64,
         out: &mut Vec<Action>,
     ) -> Result<u64, DenyReason> {
-        if !self.vms.get(&id).is_some_and(|vm| vm.slots.contains_key(&r)) {
-            return Err(DenyReason::Unsupported);
-        }
-        self.request(id, r, value, now, None, out)
-    }
-
-    /// A host-originated change of level while boosted (event boosting's pay-back at
-    /// `Guarded`): the VM's threads go to `level`. Nothing happens unless the VM is boosted on
-    /// `r` and `level` is not `Normal` (ending a boost is a request for 0).
-    pub fn host_level(&mut self, id: VmId, r: Resource, level: Level, out: &mut Vec<Action>) {
-        let Some(vm) = self.vms.get_mut(&id) else { return };
-        let priority = vm.settings.priority;
-        let Some(slot) = vm.slots.get_mut(&r) else { return };
-        if !slot.level.is_changed() || level == Level::Normal || slot.level == level {
-            return;
-        }
-        slot.level = level;
-        out.push(Action::Apply { vm: id, resource: r, level, value: slot.granted, priority });
-    }
-
-    /// Adds `n` to one of a resource's own counters of a VM (shown by `cosched status` and the
-    /// metrics beside the shared ones).
-    pub fn count(&mut self, id: VmId, r: Resource, name: &'static str, n: u64) {
-        if let Some(slot) = self.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(&r)) {
-            *slot.counters.events.entry(name).or_default() += n;
-        }
-    }
-
-    /// The path every request for a resource takes; `seq` is the guest frame's, if any (then
-    /// the reply is sent).
-    fn request(
-        &mut self,
-        id: VmId,
-        r: Resource,
-        value: u64,
-        now: u64,
-        seq: Option<u32>,
-        out: &mut Vec<Action>,
-    ) -> Result<u64, DenyReason> {
-        let result = self.decide(id, r, value, now, out);
-        let vm = self.vms.get_mut(&id).expect("caller checked");
-        let slot = vm.slots.get_mut(&r).expect("caller checked");
-        if let Err(reason) = result {
-            *slot.counters.denied.entry(reason.name()).or_default() += 1;
-        }
-        if let Some(seq) = seq {
-            let frame = match result {
-                Ok(v) => Frame::ack(seq, v),
-                Err(reason) => Frame::deny_for(seq, r, reason),
-            };
-            out.push(Action::Send { vm: id, frame });
-        }
+        let policy = self.resources.get_mut(&r).ok_or(DenyReason::Unsupported)?;
+        let result = self.sh.request(policy.as_mut(), id, value, now, None, out);
+        self.finish(Touched::One(id), now, out);
         result
     }
 
-    fn decide(
+    /// Something the host saw happen to VM `id`, for resource `r`'s policy (event boosting's
+    /// device events and blocked vCPUs; a throttle carried out). `sensors`: what the host
+    /// measures now.
+    pub fn host_event(
         &mut self,
-        id: VmId,
         r: Resource,
-        value: u64,
+        id: VmId,
+        ev: HostEvent,
         now: u64,
+        sensors: &mut dyn Sensors,
         out: &mut Vec<Action>,
-    ) -> Result<u64, DenyReason> {
-        let vm = &self.vms[&id];
-        let on = self.on_for(vm, r);
-        let limits = self.limits[&r];
-        let vm = self.vms.get_mut(&id).expect("caller checked");
-        let facts = VmFacts { vcpus: vm.vcpus };
-        let priority = vm.settings.priority;
-        let slot = vm.slots.get_mut(&r).expect("caller checked");
-        slot.counters.requests += 1;
-        // A request that lowers a privilege is never refused.
-        if !slot.requests.take(now) && value != 0 {
-            return Err(DenyReason::RateLimited);
+    ) -> EventOutcome {
+        if self.sh.vm(id).is_none() {
+            return EventOutcome::Off;
         }
-        if value == 0 {
-            slot.wants = 0;
-            self.end_boost(id, r, now, out);
-            return Ok(0);
-        }
-        if !on {
-            return Err(DenyReason::Disabled);
-        }
-        if slot.in_cooldown(now) || limits.share_limit_ns().is_some_and(|limit| slot.boosted.used(now) >= limit) {
-            return Err(DenyReason::Budget);
-        }
-        if slot.level.is_changed() && slot.granted == value {
-            slot.wants = value;
-            return Ok(value);
-        }
-        let policy = self.resources.get_mut(&r).expect("slot exists");
-        let granted = policy.admit(id, facts, value, now)?;
-        slot.wants = value;
-        if slot.level.is_changed() {
-            // A new value while boosted (a memory-bandwidth share that changes).
-            slot.granted = granted;
-            out.push(Action::Apply { vm: id, resource: r, level: slot.level, value: granted, priority });
-            return Ok(granted);
-        }
-        slot.boosted.start(now);
-        slot.counters.boosts += 1;
-        slot.granted = granted;
-        slot.level = policy.started(id, facts, now, &mut slot.counters);
-        out.push(Action::Apply { vm: id, resource: r, level: slot.level, value: granted, priority });
-        self.reschedule(id, r, now);
-        Ok(granted)
+        let Some(p) = self.resources.get_mut(&r) else { return EventOutcome::Off };
+        let outcome = p.host_event(&mut self.sh, id, ev, now, sensors, out);
+        self.finish(Touched::One(id), now, out);
+        outcome
+    }
+
+    /// Adds `n` to one of a resource's own counters of a VM.
+    pub fn count(&mut self, id: VmId, r: Resource, name: &'static str, n: u64) {
+        self.sh.count(id, r, name, n);
     }
 
     /// Ends the boosts the VM's agent asked for (its registration is over).
     fn end_agent_boosts(&mut self, id: VmId, now: u64, out: &mut Vec<Action>) {
-        self.rt_forget(id, false);
-        let guest: Vec<Resource> = self.resources.keys().filter(|r| r.request_kind().is_some()).copied().collect();
-        for r in guest {
-            if let Some(s) = self.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(&r)) {
+        for (r, p) in self.resources.iter_mut() {
+            p.agent_gone(&mut self.sh, id);
+            if r.request_kind().is_none() {
+                continue;
+            }
+            if let Some(s) = self.sh.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(r)) {
                 s.wants = 0;
             }
-            self.end_boost(id, r, now, out);
-        }
-    }
-
-    fn end_boost(&mut self, id: VmId, r: Resource, now: u64, out: &mut Vec<Action>) {
-        let Some(vm) = self.vms.get_mut(&id) else { return };
-        let priority = vm.settings.priority;
-        let Some(slot) = vm.slots.get_mut(&r) else { return };
-        if !slot.level.is_changed() {
-            return;
-        }
-        slot.counters.boosted_ns += slot.boosted.stop(now);
-        slot.counters.deboosts += 1;
-        slot.level = Level::Normal;
-        slot.granted = 0;
-        if let Some(d) = slot.deadline.take() {
-            self.deadlines.remove(&(d, id, r));
-        }
-        if let Some(p) = self.resources.get_mut(&r) {
-            p.stopped(id, now);
-        }
-        out.push(Action::Apply { vm: id, resource: r, level: Level::Normal, value: 0, priority });
-    }
-
-    /// Recomputes when a boosted slot next needs a tick: a budget running out, or the
-    /// resource's own deadline.
-    fn reschedule(&mut self, id: VmId, r: Resource, now: u64) {
-        let limits = self.limits[&r];
-        let Some(slot) = self.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(&r)) else { return };
-        if let Some(d) = slot.deadline.take() {
-            self.deadlines.remove(&(d, id, r));
-        }
-        let Some(since) = slot.boosted.on_since() else { return };
-        let mut next: Option<u64> = None;
-        let mut consider = |t: u64| next = Some(next.map_or(t, |n| n.min(t)));
-        if limits.max_continuous_ns > 0 {
-            consider(since + limits.max_continuous_ns);
-        }
-        if let Some(limit) = limits.share_limit_ns() {
-            // Old boosts leave the window as time passes, so this is the earliest it can run out.
-            consider(now + limit.saturating_sub(slot.boosted.used(now)));
-        }
-        if let Some(d) = self.resources.get_mut(&r).and_then(|p| p.next_deadline(id, slot.level, now)) {
-            consider(d);
-        }
-        if let Some(d) = next {
-            slot.deadline = Some(d);
-            self.deadlines.insert((d, id, r));
+            self.sh.end_boost(p.as_mut(), id, now, out);
         }
     }
 
     /// A malformed frame (`seq` if its header was readable) or `garbage_bytes` skipped while
     /// resynchronising. Replies `DENY(malformed)`; past `malformed_rate` the VM is deregistered.
     pub fn malformed(&mut self, id: VmId, seq: Option<u32>, garbage_bytes: u64, now: u64, out: &mut Vec<Action>) {
-        let Some(vm) = self.vms.get_mut(&id) else { return };
+        self.on_malformed(id, seq, garbage_bytes, now, out);
+        self.finish(Touched::One(id), now, out);
+    }
+
+    fn on_malformed(&mut self, id: VmId, seq: Option<u32>, garbage_bytes: u64, now: u64, out: &mut Vec<Action>) {
+        let Some(vm) = self.sh.vms.get_mut(&id) else { return };
         vm.counters.malformed += 1;
         vm.counters.garbage_bytes += garbage_bytes;
         *vm.counters.denied.entry(DenyReason::Malformed.name()).or_default() += 1;
@@ -488,71 +444,51 @@ impl Coordinator {
 
     /// Earliest time at which [`Coordinator::tick`] has something to do.
     pub fn next_deadline(&self) -> Option<u64> {
-        let slots = self.deadlines.first().map(|d| d.0);
-        match (slots, self.rt.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.sh.first_due().map(|(when, _)| when)
     }
 
-    /// Enforces budgets and the resources' own rules for every slot whose deadline has come.
+    /// Everything whose deadline has come, with sensors that see nothing (tests of the shared
+    /// rules; the daemon uses [`Coordinator::tick_sensed`]).
     pub fn tick(&mut self, now: u64, out: &mut Vec<Action>) {
-        self.rt_tick(now, out);
-        while let Some(&(when, id, r)) = self.deadlines.first() {
-            if when > now {
-                break;
-            }
-            self.deadlines.pop_first();
-            if let Some(slot) = self.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(&r)) {
-                slot.deadline = None;
-            }
-            self.tick_slot(id, r, now, out);
-        }
+        self.tick_sensed(now, &mut NoSensors, out);
     }
 
-    fn tick_slot(&mut self, id: VmId, r: Resource, now: u64, out: &mut Vec<Action>) {
-        let limits = self.limits[&r];
-        let Some(vm) = self.vms.get_mut(&id) else { return };
-        let priority = vm.settings.priority;
-        let agent = vm.registered.is_some_and(|g| g & r.cap() != 0);
-        let Some(slot) = vm.slots.get_mut(&r) else { return };
-        if !slot.level.is_changed() {
-            return;
-        }
-        let over_continuous = limits.max_continuous_ns > 0 && slot.boosted_for_ns(now) >= limits.max_continuous_ns;
-        let over_share = limits.share_limit_ns().is_some_and(|limit| slot.boosted.used(now) >= limit);
-        if over_continuous || over_share {
-            slot.wants = 0;
-            slot.cooldown_until_ns = now + limits.cooldown_ns;
-            slot.counters.budget_exhausted += 1;
-            *slot.counters.denied.entry(DenyReason::Budget.name()).or_default() += 1;
-            self.end_boost(id, r, now, out);
-            if agent && r.request_kind().is_some() {
-                out.push(Action::Send { vm: id, frame: Frame::deny_for(0, r, DenyReason::Budget) });
+    /// Everything whose deadline has come, in the order of their deadlines: budgets and the
+    /// resources' own rules, predictions, event boosting, memory-bandwidth checks (`sensors`:
+    /// what the host measures now), static guards.
+    pub fn tick_sensed(&mut self, now: u64, sensors: &mut dyn Sensors, out: &mut Vec<Action>) {
+        let from = out.len();
+        while let Some(due) = self.sh.pop_due(now) {
+            match due {
+                Due::Slot(id, r) => {
+                    if let Some(p) = self.resources.get_mut(&r) {
+                        self.sh.tick_slot(p.as_mut(), id, now, out);
+                    }
+                }
+                Due::Policy(r, vm) => {
+                    if let Some(p) = self.resources.get_mut(&r) {
+                        p.due(&mut self.sh, vm, now, sensors, out);
+                    }
+                }
+                Due::StaticGuard(vm) => self.tick_static_guard(vm, now, out),
             }
-            return;
         }
-        let policy = self.resources.get_mut(&r).expect("slot exists");
-        if let Some(level) = policy.tick(id, slot.level, now, &mut slot.counters) {
-            slot.level = level;
-            let value = slot.granted;
-            out.push(Action::Apply { vm: id, resource: r, level, value, priority });
-        }
-        self.reschedule(id, r, now);
+        self.finish(Touched::Actions(from), now, out);
     }
 
     /// Operator: `resource` (every supported one if `None`) on or off for the whole host.
     pub fn set_enabled(&mut self, resource: Option<Resource>, enabled: bool, now: u64, out: &mut Vec<Action>) {
         let bits = resource.map_or(!0, Resource::cap);
         if enabled {
-            self.host_disabled &= !bits;
+            self.sh.host_disabled &= !bits;
         } else {
-            self.host_disabled |= bits;
+            self.sh.host_disabled |= bits;
         }
-        let ids: Vec<VmId> = self.vms.keys().copied().collect();
+        let ids: Vec<VmId> = self.sh.vms.keys().copied().collect();
         for id in ids {
             self.apply_enabled(id, now, out);
         }
+        self.finish(Touched::All, now, out);
     }
 
     /// Operator: `resource` (every one if `None`) on or off for one VM. False if there is no
@@ -565,7 +501,7 @@ impl Coordinator {
         now: u64,
         out: &mut Vec<Action>,
     ) -> bool {
-        let Some(vm) = self.vms.get_mut(&id) else { return false };
+        let Some(vm) = self.sh.vms.get_mut(&id) else { return false };
         let bits = resource.map_or(!0, Resource::cap);
         if enabled {
             vm.settings.disabled &= !bits;
@@ -573,21 +509,23 @@ impl Coordinator {
             vm.settings.disabled |= bits;
         }
         self.apply_enabled(id, now, out);
+        self.finish(Touched::One(id), now, out);
         true
     }
 
     /// Deboosts what is off, and tells the agent what changed for it.
     fn apply_enabled(&mut self, id: VmId, now: u64, out: &mut Vec<Action>) {
-        let vm = &self.vms[&id];
-        let on = self.on_bits(vm);
-        let off: Vec<Resource> = self.resources.keys().filter(|r| on & r.cap() == 0).copied().collect();
-        for r in off {
-            if let Some(s) = self.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(&r)) {
+        let on = self.sh.on_bits(&self.sh.vms[&id]);
+        for (r, p) in self.resources.iter_mut() {
+            if on & r.cap() != 0 {
+                continue;
+            }
+            if let Some(s) = self.sh.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(r)) {
                 s.wants = 0;
             }
-            self.end_boost(id, r, now, out);
+            self.sh.end_boost(p.as_mut(), id, now, out);
         }
-        let vm = self.vms.get_mut(&id).expect("caller checked");
+        let vm = self.sh.vms.get_mut(&id).expect("caller checked");
         let back_on = vm.told_disabled & on;
         if back_on != 0 {
             vm.told_disabled &= !back_on;
@@ -603,20 +541,110 @@ impl Coordinator {
     /// Operator: a VM's real-time priority among coordinated guests (1..=98).
     pub fn set_vm_priority(&mut self, id: VmId, priority: u8, out: &mut Vec<Action>) -> Result<(), String> {
         check_priority("priority", priority)?;
-        let vm = self.vms.get_mut(&id).ok_or("no such VM")?;
+        let vm = self.sh.vms.get_mut(&id).ok_or("no such VM")?;
         vm.settings.priority = priority;
-        self.regrant_value(id); // an RT grant is never below the VM's priority
-        let vm = self.vms.get_mut(&id).expect("found");
-        for (r, s) in &vm.slots {
-            if s.level.is_changed() {
-                out.push(Action::Apply { vm: id, resource: *r, level: s.level, value: s.granted, priority });
-            }
+        for p in self.resources.values_mut() {
+            // An RT grant is never below the VM's priority: re-granted first, then every level
+            // in force is applied again at the new priority.
+            p.regrant(&mut self.sh, id);
+            self.sh.reapply(p.as_ref(), id, out);
         }
         Ok(())
+    }
+
+    /// `[rt]` for the CPU (the default is [`RtConfig::default`]).
+    pub fn set_rt(&mut self, cfg: RtConfig) {
+        let window = self.sh.limits(Resource::Cpu).map_or(self.sh.policy.budget_window_ms * NS_PER_MS, |l| l.window_ns);
+        if let Some((cpu, _)) = self.policy_of_mut::<CpuPolicy>() {
+            cpu.set_rt(cfg, window);
+        }
+    }
+
+    /// Config: the RT ceiling of the VM named `name` (`None`: the default).
+    pub fn set_ceiling(&mut self, name: &str, ceiling: Option<u8>) {
+        if let Some((cpu, _)) = self.policy_of_mut::<CpuPolicy>() {
+            cpu.set_ceiling(name, ceiling);
+        }
+    }
+
+    /// Operator: VM `id`'s RT ceiling; a boost in force under the old one is re-granted.
+    pub fn set_vm_ceiling(&mut self, id: VmId, ceiling: u8, out: &mut Vec<Action>) -> Result<(), String> {
+        let (cpu, sh) = self.policy_of_mut::<CpuPolicy>().ok_or("no CPU coordination here")?;
+        cpu.set_vm_ceiling(sh, id, ceiling, out)
+    }
+
+    /// What `cosched status` shows of VM `id`'s RT co-scheduling and predictions.
+    pub fn rt_status(&self, id: VmId, now: u64) -> Option<RtStatus> {
+        self.policy_of::<CpuPolicy>()?.rt_status(&self.sh, id, now)
+    }
+
+    /// Predicted boosts started since the last call: (VM, target, planned start); the daemon
+    /// measures when its actuators were done and reports it with
+    /// [`Coordinator::predict_applied`].
+    pub fn predicted_starts(&mut self) -> Vec<(VmId, u64, u64)> {
+        self.policy_of_mut::<CpuPolicy>().map(|(cpu, _)| cpu.predicted_starts()).unwrap_or_default()
+    }
+
+    pub fn has_predicted_starts(&self) -> bool {
+        self.policy_of::<CpuPolicy>().is_some_and(CpuPolicy::has_predicted_starts)
+    }
+
+    /// See [`CpuPolicy::predict_applied`].
+    pub fn predict_applied(&mut self, id: VmId, target: u64, start: u64, applied: u64) {
+        if let Some((cpu, _)) = self.policy_of_mut::<CpuPolicy>() {
+            cpu.predict_applied(id, target, start, applied);
+        }
+    }
+
+    /// Operator or config: VM `id`'s guaranteed memory-bandwidth share (permille).
+    pub fn set_membw_share(&mut self, id: VmId, share: u64) -> Result<(), String> {
+        let (m, _) = self.policy_of_mut::<MembwPolicy>().ok_or("memory bandwidth is not regulated here")?;
+        if m.regulator().vm(id).is_some() {
+            m.set_share(id, share)
+        } else {
+            m.add_vm(id, share)
+        }
+    }
+
+    /// Operator: the memory-bandwidth regulator's settings.
+    pub fn set_membw_config(&mut self, cfg: RegulatorConfig) -> Result<(), String> {
+        let (m, _) = self.policy_of_mut::<MembwPolicy>().ok_or("memory bandwidth is not regulated here")?;
+        m.set_config(cfg)
+    }
+
+    /// VM `id`'s static FIFO tuning is on with `rule` as its guard (`None`: no guard, or no
+    /// tuning). A guard already on keeps its state (a new shield keeps its window). Returns
+    /// whether its vCPUs are guarded now.
+    pub fn set_static_guard(&mut self, id: VmId, rule: Option<GuardRule>, now: u64) -> bool {
+        let Some(rule) = rule else {
+            self.statics.remove(&id);
+            self.sh.schedule(Due::StaticGuard(id), None);
+            return false;
+        };
+        let g = self.statics.entry(id).or_insert_with(|| StaticGuard::new(rule, now));
+        let (guarded, next) = (g.guarded(), g.next_deadline(now));
+        self.sh.schedule(Due::StaticGuard(id), Some(next));
+        guarded
+    }
+
+    /// What `cosched status` shows of VM `id`'s static guard.
+    pub fn static_guard_status(&self, id: VmId, now: u64) -> Option<StaticGuardStatus> {
+        self.statics.get(&id).map(|g| g.clone().status(now))
+    }
+
+    fn tick_static_guard(&mut self, id: VmId, now: u64, out: &mut Vec<Action>) {
+        let Some(g) = self.statics.get_mut(&id) else { return };
+        if let Some(guarded) = g.tick(now) {
+            out.push(Action::StaticGuard { vm: id, guarded });
+        }
+        let next = g.next_deadline(now);
+        self.sh.schedule(Due::StaticGuard(id), Some(next));
     }
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_decisions;
 #[cfg(test)]
 mod tests_resources;

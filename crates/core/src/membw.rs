@@ -19,8 +19,12 @@
 //!   met), the throttled VMs run again until the period ends, sharing what the memory system
 //!   has beyond `G`.
 //!
-//! No I/O: the host daemon reads counters (PMU, resctrl or a replayed trace) and stops vCPUs;
-//! the experiment `membw` drives the same code with a model of the memory system ([`sim`]).
+//! No I/O: [`MembwPolicy`], the `membw` resource's policy in the coordinator, owns the
+//! regulator: it admits the guests' requests, runs the checks at its deadlines in the
+//! coordinator's one set (the bytes each VM moved come from the [`Sensors`]: the daemon reads
+//! PMU, resctrl or a replayed trace) and asks for the throttles ([`Action::Apply`] at
+//! [`Level::Throttled`]); the experiment `membw` drives the regulator with a model of the memory
+//! system ([`sim`]).
 
 pub mod sim;
 
@@ -29,8 +33,9 @@ use std::collections::BTreeMap;
 use cosched_proto::{DenyReason, Resource};
 use serde::{Deserialize, Serialize};
 
-use crate::resource::ResourcePolicy;
-use crate::{VmFacts, VmId, NS_PER_S};
+use crate::resource::{EventOutcome, Grant, HostEvent, Level, ResourcePolicy, Sensors};
+use crate::shared::{Due, Shared};
+use crate::{Action, VmFacts, VmId, NS_PER_S};
 
 /// The regulator's settings (the operator's `[membw]` and `cosched membw`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -392,21 +397,81 @@ impl Regulator {
     }
 }
 
-/// The memory-bandwidth resource in the coordinator: admission of the guests' `MEMBW` requests
-/// against the shares in force. The daemon's regulator is shared with it (one lock, taken only
-/// on a request and once per check).
+/// The memory-bandwidth resource in the coordinator: the regulator, the admission of the
+/// guests' `MEMBW` requests against the shares in force, and the checks.
 #[derive(Debug)]
 pub struct MembwPolicy {
-    regulator: std::sync::Arc<std::sync::Mutex<Regulator>>,
+    regulator: Regulator,
+    checks_per_period: u32,
+    /// Time between two checks: the period over `checks_per_period`.
+    check_ns: u64,
+    /// When the next check is due (its entry in the coordinator's set).
+    next_check_ns: u64,
+    /// Checks run.
+    pub checks: u64,
 }
 
 impl MembwPolicy {
-    pub fn new(regulator: std::sync::Arc<std::sync::Mutex<Regulator>>) -> MembwPolicy {
-        MembwPolicy { regulator }
+    pub fn new(cfg: RegulatorConfig, checks_per_period: u32) -> MembwPolicy {
+        let checks_per_period = checks_per_period.max(1);
+        let check_ns = (cfg.period_ns / checks_per_period as u64).max(1);
+        MembwPolicy {
+            regulator: Regulator::new(cfg, 0),
+            checks_per_period,
+            check_ns,
+            next_check_ns: check_ns,
+            checks: 0,
+        }
     }
 
-    fn reg(&self) -> std::sync::MutexGuard<'_, Regulator> {
-        self.regulator.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn regulator(&self) -> &Regulator {
+        &self.regulator
+    }
+
+    /// A VM is regulated from now on with the operator's share (permille; see [`Regulator::add`]).
+    pub fn add_vm(&mut self, id: VmId, share: u64) -> Result<(), String> {
+        self.regulator.add(id, share)
+    }
+
+    /// Operator: VM `id`'s share (see [`Regulator::set_share`]).
+    pub fn set_share(&mut self, id: VmId, share: u64) -> Result<(), String> {
+        self.regulator.set_share(id, share)
+    }
+
+    /// Operator: new settings, and checks spaced for the new period.
+    pub fn set_config(&mut self, cfg: RegulatorConfig) -> Result<(), String> {
+        self.regulator.set_config(cfg)?;
+        self.check_ns = (cfg.period_ns / self.checks_per_period as u64).max(1);
+        Ok(())
+    }
+
+    /// A stop is in force once the lever says so (a freezer group reads `FROZEN`): never waited for.
+    fn confirm(&mut self, id: VmId, now: u64, sensors: &mut dyn Sensors) {
+        if sensors.in_force(id, Resource::Membw) == Some(true) {
+            self.regulator.confirm_stop(id, now);
+        }
+    }
+
+    /// A check: the stops still waiting for their lever, then every VM's bytes to the
+    /// regulator, and its decisions to the throttle.
+    fn check(&mut self, sh: &mut Shared, now: u64, sensors: &mut dyn Sensors, out: &mut Vec<Action>) {
+        let stopping: Vec<VmId> = self.regulator.stopping().collect();
+        for id in stopping {
+            self.confirm(id, now, sensors);
+        }
+        let ids: Vec<VmId> = self.regulator.vms().map(|(id, _)| id).collect();
+        let usage: Vec<(VmId, u64)> = ids.into_iter().map(|id| (id, sensors.membw_bytes(id, now))).collect();
+        let mut decisions = Vec::new();
+        self.regulator.step(now, &usage, &mut decisions);
+        self.checks += 1;
+        for (id, stop) in decisions {
+            let share = self.regulator.vm(id).map_or(0, VmBw::effective);
+            let level = if stop { Level::Throttled } else { Level::Normal };
+            out.push(Action::Apply { vm: id, resource: Resource::Membw, level, grant: Grant::Share(share) });
+        }
+        // A daemon held up does not run the checks it missed.
+        self.next_check_ns = (self.next_check_ns + self.check_ns).max(now + 1);
+        sh.schedule(Due::Policy(Resource::Membw, None), Some(self.next_check_ns));
     }
 }
 
@@ -416,15 +481,53 @@ impl ResourcePolicy for MembwPolicy {
     }
 
     fn admit(&mut self, vm: VmId, _facts: VmFacts, value: u64, _now: u64) -> Result<u64, DenyReason> {
-        self.reg().admit(vm, value)
+        self.regulator.admit(vm, value)
     }
 
     fn stopped(&mut self, vm: VmId, _now: u64) {
-        self.reg().clear_request(vm);
+        self.regulator.clear_request(vm);
+    }
+
+    fn grant(&self, granted: u64, _vm_priority: u8) -> Grant {
+        Grant::Share(granted)
+    }
+
+    /// A guest's share changes the regulation; only a throttle acts on its threads.
+    fn acts_on_grant(&self) -> bool {
+        false
+    }
+
+    fn due(&mut self, sh: &mut Shared, _vm: Option<VmId>, now: u64, sensors: &mut dyn Sensors, out: &mut Vec<Action>) {
+        self.check(sh, now, sensors, out);
+    }
+
+    /// A throttle just carried out: confirmed at once if the lever says it is in force.
+    fn host_event(
+        &mut self,
+        _sh: &mut Shared,
+        vm: VmId,
+        ev: HostEvent,
+        now: u64,
+        sensors: &mut dyn Sensors,
+        _out: &mut Vec<Action>,
+    ) -> EventOutcome {
+        if ev == HostEvent::Applied {
+            self.confirm(vm, now, sensors);
+        }
+        EventOutcome::Noted
+    }
+
+    /// The checks run from the start, with or without VMs (the periods are counted).
+    fn init(&mut self, sh: &mut Shared) {
+        sh.schedule(Due::Policy(Resource::Membw, None), Some(self.next_check_ns));
+    }
+
+    fn vm_gone(&mut self, _sh: &mut Shared, vm: VmId) {
+        self.regulator.remove(vm);
     }
 
     fn figures(&self) -> Vec<(&'static str, u64)> {
-        let r = self.reg();
+        let r = &self.regulator;
         vec![
             ("guaranteed_mbps", r.cfg.guaranteed_mbps),
             ("period_ms", r.cfg.period_ns / 1_000_000),

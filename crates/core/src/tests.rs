@@ -78,7 +78,7 @@ impl Sim {
 }
 
 fn set_cpu(level: Level, priority: u8) -> Action {
-    Action::Apply { vm: VM, resource: CPU, level, value: level.is_changed() as u64, priority }
+    Action::Apply { vm: VM, resource: CPU, level, grant: Grant::Plain { priority } }
 }
 
 fn sends(actions: &[Action]) -> Vec<Frame> {

@@ -61,8 +61,6 @@ pub struct Slot {
     pub(crate) boosted: OnTime,
     pub(crate) cooldown_until_ns: u64,
     pub(crate) requests: Bucket,
-    /// The deadline this slot has in the coordinator's deadline set.
-    pub(crate) deadline: Option<u64>,
 }
 
 impl Slot {
@@ -75,7 +73,6 @@ impl Slot {
             boosted: OnTime::new(limits.window_ns),
             cooldown_until_ns: 0,
             requests: Bucket::new(limits.frame_rate, limits.frame_burst, now),
-            deadline: None,
         }
     }
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::{CpuPolicy, Policy};
+use crate::{Coordinator, CpuPolicy, Policy};
 use cosched_proto::{caps, Frame};
 
 const MS: u64 = NS_PER_MS;
@@ -19,22 +19,22 @@ struct FakeHost {
     not_waiting: bool,
 }
 
-impl FeasHost for FakeHost {
-    fn cpu_ns(&mut self, vm: VmId) -> u64 {
+impl Sensors for FakeHost {
+    fn vcpu_run_ns(&mut self, vm: VmId) -> u64 {
         self.cpu.get(&vm).copied().unwrap_or(0)
     }
-    fn asleep_ns(&mut self, vm: VmId) -> u64 {
+    fn vcpu_asleep_ns(&mut self, vm: VmId) -> u64 {
         self.asleep.get(&vm).copied().unwrap_or(0)
     }
-    fn waiting(&mut self, _vm: VmId) -> bool {
+    fn vcpu_waiting(&mut self, _vm: VmId) -> bool {
         !self.not_waiting
     }
 }
 
-fn coordinator(vms: &[VmId]) -> Coordinator {
+fn coordinator(vms: &[VmId], cfg: FeasConfig) -> Coordinator {
     let policy = Policy { rt_guard_max_share_permille: 0, ..Policy::default() };
     let cpu = CpuPolicy::new(&policy, 8);
-    let mut c = Coordinator::new(policy, vec![Box::new(cpu), Box::new(EventPolicy)]);
+    let mut c = Coordinator::new(policy, vec![Box::new(cpu), Box::new(EventPolicy::new(cfg))]);
     for &vm in vms {
         let s = c.default_settings();
         c.vm_found(vm, &format!("vm{}", vm.0), s, 0);
@@ -56,7 +56,6 @@ fn counter(c: &Coordinator, vm: VmId, name: &str) -> u64 {
 }
 
 struct Rig {
-    feas: Feas,
     coord: Coordinator,
     host: FakeHost,
     out: Vec<Action>,
@@ -64,16 +63,19 @@ struct Rig {
 
 impl Rig {
     fn new(cfg: FeasConfig) -> Rig {
-        Rig { feas: Feas::new(cfg), coord: coordinator(&[VM]), host: FakeHost::default(), out: Vec::new() }
+        Rig { coord: coordinator(&[VM], cfg), host: FakeHost::default(), out: Vec::new() }
     }
     fn event(&mut self, now: u64) -> Outcome {
-        self.feas.event(VM, now, &mut self.coord, &mut self.host, &mut self.out)
+        self.coord.host_event(EVENT, VM, HostEvent::Device, now, &mut self.host, &mut self.out)
     }
     fn blocked(&mut self, now: u64) {
-        self.feas.blocked(VM, now, &mut self.coord, &mut self.host, &mut self.out);
+        self.coord.host_event(EVENT, VM, HostEvent::VcpuBlocked, now, &mut self.host, &mut self.out);
     }
     fn tick(&mut self, now: u64) {
-        self.feas.tick(now, &mut self.coord, &mut self.host, &mut self.out);
+        self.coord.tick_sensed(now, &mut self.host, &mut self.out);
+    }
+    fn feas(&self) -> &EventPolicy {
+        self.coord.policy_of::<EventPolicy>().expect("the event policy")
     }
     fn run(&mut self, ns: u64) {
         *self.host.cpu.entry(VM).or_default() += ns;
@@ -111,7 +113,7 @@ fn at_most_n_limit_boosts_per_cycle_and_the_rest_postponed_to_the_next() {
     }
     assert!(r.take().is_empty());
     assert_eq!(counter(&r.coord, VM, "postponed"), 1);
-    assert_eq!(r.feas.next_deadline(), Some(10 * MS), "the next cycle starts at 10 ms");
+    assert_eq!(r.coord.next_deadline(), Some(10 * MS), "the next cycle starts at 10 ms");
     r.tick(10 * MS - 1);
     assert!(r.take().is_empty());
     r.tick(10 * MS);
@@ -141,13 +143,13 @@ fn a_boost_ends_with_its_slice() {
     let mut r = Rig::new(no_charge());
     r.event(0);
     r.take();
-    assert_eq!(r.feas.next_deadline(), Some(MS), "slice_us = 1000");
+    assert_eq!(r.coord.next_deadline(), Some(MS), "slice_us = 1000");
     r.tick(MS - 1);
     assert!(r.take().is_empty());
     r.tick(MS);
     assert_eq!(r.take(), vec![Level::Normal]);
     assert_eq!(counter(&r.coord, VM, "slices"), 1);
-    assert_eq!(r.feas.next_deadline(), None);
+    assert_eq!(r.coord.next_deadline(), None);
 }
 
 #[test]
@@ -160,7 +162,7 @@ fn a_postponed_boost_waits_for_a_waiting_vcpu() {
     r.host.not_waiting = true;
     r.tick(10 * MS);
     assert!(r.take().is_empty(), "no vCPU waits at the cycle's start: nothing to boost");
-    assert_eq!(r.feas.next_deadline(), None);
+    assert_eq!(r.coord.next_deadline(), None);
     assert_eq!(r.event(11 * MS), Outcome::NotWaiting);
 }
 
@@ -179,7 +181,7 @@ fn boosted_cpu_time_is_paid_back_at_guarded_at_the_vms_measured_share() {
     r.run(900 * US);
     r.tick(o + MS);
     assert_eq!(r.take(), vec![Level::Guarded], "the boost's CPU time is owed");
-    assert_eq!(r.feas.balance_ns(VM), 900_000);
+    assert_eq!(r.feas().balance_ns(VM), 900_000);
     assert_eq!(counter(&r.coord, VM, "boosted_cpu_ns"), 1_400_000, "with the first boost's");
     // In debt: events wait, even in a new cycle.
     assert_eq!(r.event(o + 10 * MS + 1), Outcome::Postponed);
@@ -187,20 +189,20 @@ fn boosted_cpu_time_is_paid_back_at_guarded_at_the_vms_measured_share() {
     r.run(100 * US);
     r.tick(o + 11 * MS);
     assert_eq!(r.take(), vec![Level::Normal, Level::Boosted], "paid; the postponed event boosts");
-    assert_eq!(r.feas.balance_ns(VM), 900_000 - 10_000_000);
+    assert_eq!(r.feas().balance_ns(VM), 900_000 - 10_000_000);
     // The credit covers this boost (3 ms: the slice is 1 ms, say the timer came late).
     r.run(3 * MS);
     r.tick(o + 12 * MS);
     assert_eq!(r.take(), vec![Level::Normal]);
-    assert_eq!(r.feas.balance_ns(VM), -6_100_000);
-    assert_eq!(r.feas.share_ppm(VM), None);
+    assert_eq!(r.feas().balance_ns(VM), -6_100_000);
+    assert_eq!(r.feas().share_ppm(VM), None);
     // A cycle at the normal level is a share sample: 2.5 ms run, plus the 100 µs run while
     // held (the fair class takes that back at the normal level), in 10 ms.
-    assert_eq!(r.feas.next_deadline(), Some(o + 22 * MS));
+    assert_eq!(r.coord.next_deadline(), Some(o + 22 * MS));
     r.run(2_500 * US);
     r.tick(o + 22 * MS);
-    assert_eq!(r.feas.share_ppm(VM), Some(260_000));
-    assert_eq!(r.feas.next_deadline(), None);
+    assert_eq!(r.feas().share_ppm(VM), Some(260_000));
+    assert_eq!(r.coord.next_deadline(), None);
     // Two more boosts of 4 ms and 5 ms use up the credit: 2.9 ms owed.
     for (t, ran) in [(30, 4), (40, 5)] {
         assert_eq!(r.event(o + t * MS), Outcome::Boosted);
@@ -208,14 +210,14 @@ fn boosted_cpu_time_is_paid_back_at_guarded_at_the_vms_measured_share() {
         r.tick(o + t * MS + MS);
     }
     assert_eq!(r.take(), vec![Level::Boosted, Level::Normal, Level::Boosted, Level::Guarded]);
-    assert_eq!(r.feas.balance_ns(VM), 2_900_000);
+    assert_eq!(r.feas().balance_ns(VM), 2_900_000);
     // Held 10 ms at nice 19: it missed 10 ms x 26% = 2.6 ms.
     r.tick(o + 51 * MS);
     assert!(r.take().is_empty(), "300 µs still owed");
-    assert_eq!(r.feas.balance_ns(VM), 300_000);
+    assert_eq!(r.feas().balance_ns(VM), 300_000);
     r.tick(o + 61 * MS);
     assert_eq!(r.take(), vec![Level::Normal]);
-    assert_eq!(r.feas.balance_ns(VM), -2_300_000);
+    assert_eq!(r.feas().balance_ns(VM), -2_300_000);
 }
 
 #[test]
@@ -230,7 +232,7 @@ fn a_vm_that_sleeps_is_not_charged() {
         *r.host.asleep.entry(VM).or_default() += 20 * MS;
     }
     assert_eq!(counter(&r.coord, VM, "uncharged"), 3);
-    assert_eq!(r.feas.balance_ns(VM), 0);
+    assert_eq!(r.feas().balance_ns(VM), 0);
 }
 
 #[test]
@@ -274,10 +276,11 @@ fn the_operator_turning_events_off_puts_the_vm_back_and_forgives_its_debt() {
     assert_eq!(r.event(20 * MS), Outcome::Off);
     r.coord.set_vm_enabled(VM, Some(EVENT), true, 21 * MS, &mut r.out);
     assert_eq!(r.event(30 * MS), Outcome::Boosted, "no debt left from before");
-    // And `off` (the agent registered) ends a boost in force.
+    // And an agent that registers (event boosting no longer applies) ends a boost in force.
     r.take();
-    r.feas.off(VM, 30 * MS + 1, &mut r.coord, &mut r.out);
+    r.coord.frame(VM, Frame::register(9, caps::CPU), 30 * MS + 1, &mut r.out);
     assert_eq!(r.take(), vec![Level::Normal]);
+    assert!(r.out.is_empty() || !r.feas().watching(VM));
 }
 
 const NICE_0: u64 = 1024;
@@ -302,8 +305,7 @@ fn weight_of(level: Level) -> u64 {
 fn simulate(cfg: FeasConfig, rate: u64, seconds: u64) -> (Vec<f64>, u64) {
     const STEP: u64 = 50 * US;
     let ids: Vec<VmId> = (0..4).map(VmId).collect();
-    let mut coord = coordinator(&ids);
-    let mut feas = Feas::new(cfg);
+    let mut coord = coordinator(&ids, cfg);
     let mut host = FakeHost::default();
     let mut vruntime = [0u64; 4];
     let mut weight = [NICE_0; 4];
@@ -320,10 +322,10 @@ fn simulate(cfg: FeasConfig, rate: u64, seconds: u64) -> (Vec<f64>, u64) {
             let u = ((seed >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
             next_event += (-u.ln() * 1e9 / rate as f64) as u64;
             host.not_waiting = running == Some(0);
-            feas.event(ids[0], now, &mut coord, &mut host, &mut out);
+            coord.host_event(EVENT, ids[0], HostEvent::Device, now, &mut host, &mut out);
         }
-        if feas.next_deadline().is_some_and(|d| d <= now) {
-            feas.tick(now, &mut coord, &mut host, &mut out);
+        if coord.next_deadline().is_some_and(|d| d <= now) {
+            coord.tick_sensed(now, &mut host, &mut out);
         }
         out.clear();
         let level = |i: usize| coord.vm(ids[i]).unwrap().level(EVENT);

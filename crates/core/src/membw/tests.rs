@@ -167,15 +167,15 @@ fn admission_never_commits_more_than_the_guaranteed_bandwidth() {
 
 #[test]
 fn the_coordinator_replies_with_the_grant_and_a_share_of_zero_gives_it_back() {
-    let regulator = std::sync::Arc::new(std::sync::Mutex::new(Regulator::new(cfg(true, true), 0)));
     let p = Policy::default();
     let cpu = CpuPolicy::new(&p, 8);
-    let mut c = Coordinator::new(p, vec![Box::new(cpu), Box::new(MembwPolicy::new(regulator.clone()))]);
+    let mut c = Coordinator::new(p, vec![Box::new(cpu), Box::new(MembwPolicy::new(cfg(true, true), 4))]);
     let s = c.default_settings();
     for (id, share) in [(A, 0), (B, 700)] {
         c.vm_found(id, "vm", s, 0);
-        regulator.lock().unwrap().add(id, share).unwrap();
+        c.set_membw_share(id, share).unwrap();
     }
+    let regulator = |c: &Coordinator| c.policy_of::<MembwPolicy>().unwrap().regulator().clone();
     let mut out = Vec::new();
     c.frame(A, Frame::register(1, caps::CPU | caps::MEMBW), 0, &mut out);
     let sent = |out: &[Action]| -> Vec<Frame> {
@@ -185,16 +185,16 @@ fn the_coordinator_replies_with_the_grant_and_a_share_of_zero_gives_it_back() {
     out.clear();
     c.frame(A, Frame::new(Kind::Membw, 2, 500), 0, &mut out);
     assert_eq!(sent(&out), vec![Frame::ack(2, 300)], "lowered to the 300‰ B leaves");
-    assert_eq!(regulator.lock().unwrap().vm(A).unwrap().effective(), 300);
+    assert_eq!(regulator(&c).vm(A).unwrap().effective(), 300);
     out.clear();
     // Hours later the grant stands: membw has no time budgets unless the operator sets them.
     c.tick(3_600_000 * MS, &mut out);
     assert!(out.is_empty(), "{out:?}");
-    regulator.lock().unwrap().set_share(B, 1000).unwrap_err();
+    c.set_membw_share(B, 1000).unwrap_err();
     c.frame(A, Frame::new(Kind::Membw, 3, 0), 3_600_000 * MS, &mut out);
     assert_eq!(sent(&out), vec![Frame::ack(3, 0)]);
-    assert_eq!(regulator.lock().unwrap().vm(A).unwrap().requested, None);
-    regulator.lock().unwrap().set_share(B, 1000).unwrap();
+    assert_eq!(regulator(&c).vm(A).unwrap().requested, None);
+    c.set_membw_share(B, 1000).unwrap();
     out.clear();
     c.frame(A, Frame::new(Kind::Membw, 4, 10), 3_600_000 * MS, &mut out);
     assert_eq!(sent(&out), vec![Frame::deny_for(4, Resource::Membw, DenyReason::Budget)]);

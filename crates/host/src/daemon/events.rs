@@ -1,11 +1,11 @@
-//! Event boosting (FEAS, seed 001) in the daemon: the host BPF's messages ([`FeasWatch`]), the
-//! policy ([`Feas`], in the pure core, which drives the coordinator's `event` resource), and
+//! Event boosting (FEAS, seed 001) in the daemon: the host BPF's messages ([`FeasWatch`]) and
 //! what the BPF side must know of each VM (which of its threads are vCPUs, main-loop and I/O
-//! threads or workers; whether event boosting applies to it now).
+//! threads or workers; whether the coordinator says to watch it). The policy is the
+//! coordinator's `event` resource (`cosched_core::feas`).
 
 use std::collections::BTreeMap;
 
-use cosched_core::{Action, Coordinator, Feas, FeasConfig, FeasHost, VmId};
+use cosched_core::{FeasConfig, VmId};
 use cosched_hostbpf::feas::{monotonic_ns, FeasCounters, FeasMsg, FeasParams, FeasWatch, Role};
 use cosched_procfs::ThreadRole;
 use mio::unix::SourceFd;
@@ -16,6 +16,9 @@ use super::vms::{VmEntry, Vms};
 /// What the BPF side was told of one VM.
 #[derive(Debug, Default)]
 struct Told {
+    /// What the coordinator said.
+    wanted: bool,
+    /// What the BPF side was told.
     on: bool,
     vcpus: Vec<i32>,
     /// tid -> role, as written in its thread map.
@@ -26,7 +29,6 @@ struct Told {
 
 pub struct EventBoost {
     watch: FeasWatch,
-    pub feas: Feas,
     /// `CLOCK_MONOTONIC` ns of the daemon's time zero.
     epoch_ns: u64,
     told: BTreeMap<VmId, Told>,
@@ -67,7 +69,7 @@ impl EventBoost {
                 " (no KVM injection tracepoints here)"
             }
         );
-        Ok(EventBoost { watch, feas: Feas::new(cfg.clone()), epoch_ns: zero, told: BTreeMap::new(), msgs: Vec::new() })
+        Ok(EventBoost { watch, epoch_ns: zero, told: BTreeMap::new(), msgs: Vec::new() })
     }
 
     /// The daemon's time of a BPF timestamp.
@@ -100,12 +102,17 @@ impl EventBoost {
         self.msgs = msgs;
     }
 
-    /// Tells the BPF side what changed of `vm`: its threads' roles and whether event boosting
-    /// applies to it. Returns whether it applies.
-    pub fn sync(&mut self, vm: &VmEntry, coord: &Coordinator) -> bool {
-        let on = self.feas.eligible(coord, vm.id);
+    /// The coordinator says whether to watch `vm` for events ([`cosched_core::Action::WatchEvents`]).
+    pub fn watch_vm(&mut self, vm: &VmEntry, on: bool) {
+        self.told.entry(vm.id).or_default().wanted = on;
+        self.sync(vm);
+    }
+
+    /// Tells the BPF side what changed of `vm`: its threads' roles, and whether to watch it.
+    pub fn sync(&mut self, vm: &VmEntry) {
         let pid = vm.pid();
         let told = self.told.entry(vm.id).or_default();
+        let on = told.wanted;
         // Called after every read from the VM's channel: the thread maps are rewritten only
         // when the thread list moved.
         let generation = vm.threads.threads.generation();
@@ -143,7 +150,6 @@ impl EventBoost {
                 Err(e) => warn!("{}: {e}", vm.name()),
             }
         }
-        on
     }
 
     /// Forgets a VM that is gone.
@@ -154,48 +160,34 @@ impl EventBoost {
             }
         }
         self.watch.remove_vm(pid);
-        self.feas.vm_gone(id);
     }
 
-    /// Splits `self` into the policy and a probe of the VMs.
-    pub fn parts<'a>(&'a mut self, vms: &'a Vms) -> (&'a mut Feas, Probe<'a>) {
-        (&mut self.feas, Probe { watch: &self.watch, vms })
-    }
-
-    /// Ends what event boosting holds on `vm` (it no longer applies).
-    pub fn off(&mut self, vm: VmId, now: u64, coord: &mut Coordinator, out: &mut Vec<Action>) {
-        self.feas.off(vm, now, coord, out);
+    /// What the BPF side sees of the scheduler: a VM's vCPUs' run time, sleep and waiting.
+    pub fn watch(&self) -> &FeasWatch {
+        &self.watch
     }
 }
 
-/// The VMs' vCPU threads as the policy sees them: run time and waiting from the BPF side's
-/// view of the scheduler.
-pub struct Probe<'a> {
-    watch: &'a FeasWatch,
-    vms: &'a Vms,
+/// The vCPU threads of `vm`, as the thread list has them.
+fn vcpus(vms: &Vms, vm: VmId) -> impl Iterator<Item = i32> + '_ {
+    vms.get(vm.0 as usize)
+        .into_iter()
+        .flat_map(|e| e.threads.threads.iter().filter(|t| t.role == ThreadRole::Vcpu).map(|t| t.task.id))
 }
 
-impl Probe<'_> {
-    fn vcpus(&self, vm: VmId) -> impl Iterator<Item = i32> + '_ {
-        let entry = self.vms.get(vm.0 as usize);
-        entry
-            .into_iter()
-            .flat_map(|e| e.threads.threads.iter().filter(|t| t.role == ThreadRole::Vcpu).map(|t| t.task.id))
-    }
+/// A VM's vCPUs' run time (ns), from the BPF side's view of the scheduler.
+pub fn vcpu_run_ns(watch: &FeasWatch, vms: &Vms, vm: VmId) -> u64 {
+    let now = monotonic_ns();
+    vcpus(vms, vm).map(|tid| watch.run_ns(tid, now)).sum()
 }
 
-impl FeasHost for Probe<'_> {
-    fn cpu_ns(&mut self, vm: VmId) -> u64 {
-        let now = monotonic_ns();
-        self.vcpus(vm).map(|tid| self.watch.run_ns(tid, now)).sum()
-    }
+/// A VM's vCPUs' time asleep (ns).
+pub fn vcpu_asleep_ns(watch: &FeasWatch, vms: &Vms, vm: VmId) -> u64 {
+    let now = monotonic_ns();
+    vcpus(vms, vm).map(|tid| watch.sleep_ns(tid, now)).sum()
+}
 
-    fn asleep_ns(&mut self, vm: VmId) -> u64 {
-        let now = monotonic_ns();
-        self.vcpus(vm).map(|tid| self.watch.sleep_ns(tid, now)).sum()
-    }
-
-    fn waiting(&mut self, vm: VmId) -> bool {
-        self.vcpus(vm).any(|tid| self.watch.waiting(tid))
-    }
+/// Whether one of a VM's vCPUs is runnable but not running.
+pub fn vcpu_waiting(watch: &FeasWatch, vms: &Vms, vm: VmId) -> bool {
+    vcpus(vms, vm).any(|tid| watch.waiting(tid))
 }

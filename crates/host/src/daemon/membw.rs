@@ -1,14 +1,12 @@
-//! Memory-bandwidth regulation in the daemon's loop: the counter source probed at start, the
-//! checks (read every VM's counters, step the regulator, stop or let run the VMs it names), the
-//! operator's commands and the status.
+//! Memory-bandwidth regulation in the daemon: the counter source probed at start (what the
+//! coordinator's checks read through the sensors), the throttle's lever, the operator's
+//! commands and the status. The regulator is the coordinator's (`cosched_core::membw`).
 
-use std::sync::{Arc, Mutex, MutexGuard};
-
-use cosched_core::{Level, Regulator, VmId};
+use cosched_core::{MembwPolicy, VmId};
 use cosched_procfs::TaskId;
-use cosched_proto::Resource;
 use serde_json::{json, Value};
 
+use super::vms::Vms;
 use super::Daemon;
 use crate::actuator::class::is_vcpu;
 use crate::actuator::ThrottleLever;
@@ -23,14 +21,8 @@ pub struct Membw {
     pub notes: Vec<String>,
     /// What holds back a VM over its budget.
     pub lever: ThrottleLever,
-    /// Shared with the coordinator's `MembwPolicy` (admission of the guests' requests).
-    pub regulator: Arc<Mutex<Regulator>>,
-    pub next_check_ns: u64,
-    check_ns: u64,
-    checks_per_period: u32,
-    /// Checks run, and the time they took (reading counters, stepping, stopping).
-    pub checks: u64,
-    pub check_ns_total: u64,
+    /// Time spent reading counters for the coordinator's checks.
+    pub read_ns_total: u64,
 }
 
 impl Membw {
@@ -74,18 +66,7 @@ impl Membw {
                     cfg.membw.best_effort,
                     lever.describe()
                 );
-                Ok(Membw {
-                    name: p.name,
-                    source: p.source,
-                    notes: p.notes,
-                    lever,
-                    regulator: Arc::new(Mutex::new(Regulator::new(cfg.membw.regulator(), 0))),
-                    next_check_ns: cfg.membw.check_ns(),
-                    check_ns: cfg.membw.check_ns(),
-                    checks_per_period: cfg.membw.checks_per_period,
-                    checks: 0,
-                    check_ns_total: 0,
-                })
+                Ok(Membw { name: p.name, source: p.source, notes: p.notes, lever, read_ns_total: 0 })
             }
             Err(why) => {
                 if cfg.membw.backend != BackendChoice::Off {
@@ -96,59 +77,31 @@ impl Membw {
         }
     }
 
-    pub fn reg(&self) -> MutexGuard<'_, Regulator> {
-        self.regulator.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn add(&self, id: VmId, share: u64) -> Result<(), String> {
-        self.reg().add(id, share)
+    /// Bytes VM `id`'s vCPUs moved since the last read (its counters, through the backend).
+    pub fn bytes(&mut self, vms: &Vms, id: VmId, now: u64) -> u64 {
+        let Some(vm) = vms.get(id.0 as usize) else { return 0 };
+        let started = std::time::Instant::now();
+        let t = &vm.threads.threads;
+        let known = t.vcpus_known();
+        let vcpus: Vec<TaskId> = t.iter().filter(|i| is_vcpu(i.role, known)).map(|i| i.task).collect();
+        let n = self.source.read(id, vm.name(), &vcpus, now);
+        self.read_ns_total += started.elapsed().as_nanos() as u64;
+        n
     }
 
     pub fn forget(&mut self, id: VmId) {
-        self.reg().remove(id);
         self.source.forget(id);
     }
 }
 
 impl Daemon {
-    /// A check, if one is due: every VM's counters to the regulator, and its decisions to the
-    /// throttle.
-    pub(super) fn tick_membw(&mut self, now: u64) {
-        let Ok(m) = self.membw.as_mut() else { return };
-        if now < m.next_check_ns {
-            return;
-        }
-        let started = std::time::Instant::now();
-        // A daemon held up does not run the checks it missed.
-        m.next_check_ns = (m.next_check_ns + m.check_ns).max(now + 1);
-        let mut usage = Vec::with_capacity(self.vms.iter().count());
-        for (_, vm) in self.vms.iter() {
-            let t = &vm.threads.threads;
-            let known = t.vcpus_known();
-            let vcpus: Vec<TaskId> = t.iter().filter(|i| is_vcpu(i.role, known)).map(|i| i.task).collect();
-            usage.push((vm.id, m.source.read(vm.id, vm.name(), &vcpus, now)));
-        }
-        let mut decisions = Vec::new();
-        m.reg().step(now, &usage, &mut decisions);
-        m.checks += 1;
-        m.check_ns_total += started.elapsed().as_nanos() as u64;
-        for (id, stop) in decisions {
-            let level = if stop { Level::Throttled } else { Level::Normal };
-            self.apply(id.0 as usize, Resource::Membw, level, 0, None);
-        }
-        // A stop counts once the freezer says it is in force (FROZEN, frozen 1): never waited for.
-        let Ok(m) = self.membw.as_mut() else { return };
-        let (vms, host) = (&self.vms, &mut self.host);
-        crate::membw::confirm_stops(&mut m.reg(), now, |id| {
-            vms.get(id.0 as usize).and_then(|vm| vm.threads.in_force(host, Resource::Membw))
-        });
-    }
-
     /// Operator: VM `key`'s guaranteed share (permille), kept by its name.
     pub(super) fn set_membw_share(&mut self, key: &str, share: u64) -> Result<(), Error> {
-        let m = self.membw.as_ref().map_err(|why| Error::Refused(format!("membw: {why}")))?;
+        if let Err(why) = &self.membw {
+            return Err(Error::Refused(format!("membw: {why}")));
+        }
         let id = self.vms.find(key)?;
-        m.reg().set_share(id, share).map_err(Error::Refused)?;
+        self.coord.set_membw_share(id, share).map_err(Error::Refused)?;
         let name = self.vms.get(id.0 as usize).map(|v| v.name().to_string()).unwrap_or_default();
         info!("operator: {name}: membw share {share}‰");
         self.membw_shares.insert(name, share);
@@ -162,15 +115,17 @@ impl Daemon {
         reclaim: Option<bool>,
         best_effort: Option<bool>,
     ) -> Result<(), Error> {
-        let m = self.membw.as_mut().map_err(|why| Error::Refused(format!("membw: {why}")))?;
-        let mut c = *m.reg().config();
+        if let Err(why) = &self.membw {
+            return Err(Error::Refused(format!("membw: {why}")));
+        }
+        let reg = self.coord.policy_of::<MembwPolicy>().map(|m| *m.regulator().config());
+        let mut c = reg.ok_or_else(|| Error::Refused("membw: not regulated".into()))?;
         if let Some(p) = period_ms {
             c.period_ns = p * cosched_core::NS_PER_MS;
         }
         c.reclaim = reclaim.unwrap_or(c.reclaim);
         c.best_effort = best_effort.unwrap_or(c.best_effort);
-        m.reg().set_config(c).map_err(Error::Refused)?;
-        m.check_ns = (c.period_ns / m.checks_per_period as u64).max(1);
+        self.coord.set_membw_config(c).map_err(Error::Refused)?;
         info!(
             "operator: membw period {} ms, reclaim {}, best effort {}",
             c.period_ns / cosched_core::NS_PER_MS,
@@ -182,11 +137,11 @@ impl Daemon {
 }
 
 /// `[membw]` and what it runs on here (or why not), host-wide.
-pub fn status(cfg: &HostConfig, membw: &Result<Membw, String>) -> Value {
+pub fn status(cfg: &HostConfig, membw: &Result<Membw, String>, policy: Option<&MembwPolicy>) -> Value {
     let mut out = json!(cfg.membw);
-    match membw {
-        Ok(m) => {
-            let r = m.reg();
+    match (membw, policy) {
+        (Ok(m), Some(p)) => {
+            let r = p.regulator();
             let c = r.config();
             out["backend"] = json!(m.name);
             out["simulated"] = json!(m.name == "simulated");
@@ -205,18 +160,19 @@ pub fn status(cfg: &HostConfig, membw: &Result<Membw, String>) -> Value {
             out["pool_bytes"] = json!(r.pool());
             out["in_best_effort"] = json!(r.in_best_effort());
             out["counters"] = json!(r.stats);
-            out["checks"] = json!(m.checks);
-            out["check_us_mean"] = json!(m.check_ns_total as f64 / m.checks.max(1) as f64 / 1000.0);
+            out["checks"] = json!(p.checks);
+            // The checks' time is mostly reading the counters (the regulation is arithmetic).
+            out["check_us_mean"] = json!(m.read_ns_total as f64 / p.checks.max(1) as f64 / 1000.0);
         }
-        Err(why) => out["unsupported"] = json!(why),
+        (Err(why), _) => out["unsupported"] = json!(why),
+        (Ok(_), None) => out["unsupported"] = json!("the coordinator has no memory-bandwidth policy"),
     }
     out
 }
 
 /// One VM's regulation, for its status entry.
-pub fn vm_status(membw: &Result<Membw, String>, id: VmId) -> Value {
-    let Ok(m) = membw else { return Value::Null };
-    let r = m.reg();
+pub fn vm_status(policy: Option<&MembwPolicy>, id: VmId) -> Value {
+    let Some(r) = policy.map(MembwPolicy::regulator) else { return Value::Null };
     let Some(v) = r.vm(id) else { return Value::Null };
     let c = r.config();
     let period_s = c.period_ns as f64 / 1e9;

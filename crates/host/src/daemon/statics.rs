@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use cosched_core::guard::{GuardRule, StaticGuard};
+use cosched_core::{GuardRule, VmId};
 
 use crate::actuator::{ShieldPlan, StaticPlan};
 use crate::config::StaticConfig;
@@ -69,15 +69,12 @@ impl Daemon {
             self.shield.apply(&all);
         }
         let (mut plan, now) = (plan, self.now());
+        // The guard is the coordinator's; its state carries over a change of the rest (a new
+        // shield keeps its window).
+        let rule = GuardRule::from_policy(&self.cfg.policy).filter(|_| cfg.fifo && cfg.guard);
+        let guarded = self.coord.set_static_guard(VmId(token as u64), rule, now);
+        plan.guarded = guarded.then_some(self.cfg.boost.guard_nice);
         let vm = self.vms.get_mut(token).expect("checked");
-        // The guard's state carries over a change of the rest (a new shield keeps its window).
-        match GuardRule::from_policy(&self.cfg.policy).filter(|_| cfg.fifo && cfg.guard) {
-            Some(rule) => {
-                let g = vm.static_guard.get_or_insert_with(|| StaticGuard::new(rule, now));
-                plan.guarded = g.guarded().then_some(self.cfg.boost.guard_nice);
-            }
-            None => vm.static_guard = None,
-        }
         let out = vm.threads.set_static(&mut self.host, &plan);
         vm.note(&out, now);
         info!("{name}: static tuning {}", plan.describe());
@@ -177,23 +174,16 @@ impl Daemon {
 }
 
 impl Daemon {
-    /// When a static guard next has something to do.
-    pub(super) fn next_static_guard(&mut self) -> Option<u64> {
-        let now = self.now();
-        self.vms.iter_mut().filter_map(|(_, vm)| vm.static_guard.as_mut().map(|g| g.next_deadline(now))).min()
-    }
-
-    /// Moves the static FIFO vCPUs whose guard says so to the guard's class, or back to FIFO.
-    pub(super) fn tick_static_guards(&mut self, now: u64) {
-        let nice = self.cfg.boost.guard_nice;
-        for (_, vm) in self.vms.iter_mut() {
-            let Some(guarded) = vm.static_guard.as_mut().and_then(|g| g.tick(now)) else { continue };
-            let mut plan = vm.threads.static_plan().clone();
-            plan.guarded = guarded.then_some(nice);
-            debug!("{}: static guard: vCPUs {}", vm.name(), if guarded { "guarded" } else { "back at FIFO" });
-            let out = vm.threads.set_static(&mut self.host, &plan);
-            vm.note(&out, now);
-        }
+    /// The coordinator's static guard of VM `token`: its vCPUs to the guard's class, or back
+    /// at FIFO.
+    pub(super) fn static_guard(&mut self, token: usize, guarded: bool) {
+        let (nice, now) = (self.cfg.boost.guard_nice, self.now());
+        let Some(vm) = self.vms.get_mut(token) else { return };
+        let mut plan = vm.threads.static_plan().clone();
+        plan.guarded = guarded.then_some(nice);
+        debug!("{}: static guard: vCPUs {}", vm.name(), if guarded { "guarded" } else { "back at FIFO" });
+        let out = vm.threads.set_static(&mut self.host, &plan);
+        vm.note(&out, now);
     }
 }
 

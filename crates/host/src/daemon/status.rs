@@ -79,13 +79,13 @@ pub fn snapshot(v: &View) -> Value {
                 "latency_histogram": e.latency.histogram(),
                 "threads": e.threads.threads(),
                 "disks": e.disks,
-                "event_balance_ns": v.events.as_ref().ok().map(|ev| ev.feas.balance_ns(e.id)),
-                "membw": super::membw::vm_status(v.membw, e.id),
+                "event_balance_ns": v.events.as_ref().ok().and(coord.policy_of::<cosched_core::EventPolicy>()).map(|ev| ev.balance_ns(e.id)),
+                "membw": super::membw::vm_status(coord.policy_of::<cosched_core::MembwPolicy>(), e.id),
                 "static": {
                     "tuning": e.threads.static_plan().describe(),
                     "plan": e.threads.static_plan(),
                     "notes": e.threads.static_notes(),
-                    "guard": e.static_guard.clone().map(|mut g| g.status(now)),
+                    "guard": coord.static_guard_status(e.id, now),
                 },
             })
         })
@@ -120,7 +120,7 @@ pub fn snapshot(v: &View) -> Value {
         "boost": v.cfg.boost,
         "io": io_status(v),
         "event": event_status(v),
-        "membw": super::membw::status(v.cfg, v.membw),
+        "membw": super::membw::status(v.cfg, v.membw, coord.policy_of::<cosched_core::MembwPolicy>()),
         "shield": v.shield.report(),
         "privileges": v.caps.map(|c| json!({
             "uid": c.uid,

@@ -23,8 +23,6 @@ pub struct VmEntry {
     /// The devices under its disk images and their schedulers (found when I/O coordination
     /// is supported here).
     pub disks: Vec<crate::blockdev::Disk>,
-    /// The real-time guard of its static FIFO tuning, while it has one with `guard`.
-    pub static_guard: Option<cosched_core::guard::StaticGuard>,
     last_warn_ns: Option<u64>,
 }
 
@@ -81,10 +79,6 @@ impl Vms {
         self.map.iter().map(|(t, v)| (*t, v))
     }
 
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (usize, &mut VmEntry)> {
-        self.map.iter_mut().map(|(t, v)| (*t, v))
-    }
-
     pub fn tokens(&self) -> Vec<usize> {
         self.map.keys().copied().collect()
     }
@@ -113,7 +107,6 @@ impl Vms {
             latency: Latency::default(),
             actuation_errors: 0,
             disks: Vec::new(),
-            static_guard: None,
             last_warn_ns: None,
         };
         self.map.insert(token, entry);

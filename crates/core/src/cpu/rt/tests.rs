@@ -3,7 +3,7 @@
 use cosched_proto::{caps, cpu::Need, DenyReason, Frame, Kind, Resource};
 
 use super::*;
-use crate::{Level, Policy, NS_PER_MS};
+use crate::{Coordinator, Grant, Level, Policy, NS_PER_MS};
 
 const CPU: Resource = Resource::Cpu;
 const MS: u64 = NS_PER_MS;
@@ -102,7 +102,7 @@ fn applies(actions: &[Action]) -> Vec<(Level, u64)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Apply { level, value, .. } => Some((*level, *value)),
+            Action::Apply { level, grant: g, .. } => Some((*level, value_of(*level, *g))),
             _ => None,
         })
         .collect()
@@ -114,6 +114,16 @@ fn rt(map: PriorityMap, ceiling: u8) -> RtConfig {
 
 const fn grant(p: u8) -> u64 {
     1 | (p as u64) << 8
+}
+
+/// What an `Apply`'s typed grant is as the slot's granted value (the ACK's): `grant(p)` for an
+/// RT co-scheduling grant, 1 for a plain boost, 0 at normal.
+fn value_of(level: Level, g: Grant) -> u64 {
+    match g {
+        Grant::Rt { priority } => grant(priority),
+        Grant::Plain { .. } => level.is_changed() as u64,
+        Grant::Share(s) => s,
+    }
 }
 
 #[test]
@@ -218,7 +228,9 @@ fn a_prediction_boosts_at_t_plus_d_minus_lead_is_confirmed_and_ended_by_cpu_0() 
     let log = s.advance(30 * MS + 50_000);
     assert_eq!(log.len(), 1, "{log:?}");
     assert_eq!(log[0].0, 29_800_000);
-    assert!(matches!(log[0].1, Action::Apply { level: Level::Boosted, value, .. } if value == grant(49)));
+    assert!(
+        matches!(log[0].1, Action::Apply { level: Level::Boosted, grant: g, .. } if value_of(Level::Boosted, g) == grant(49))
+    );
     assert_eq!(s.c.predicted_starts(), [(VM, 29_800_000, 29_800_000)]);
     s.c.predict_applied(VM, 29_800_000, 29_800_000, 29_830_000);
     // The guest wakes 50 µs after the predicted time: its CPU 1 confirms; the slot is boosted.

@@ -30,13 +30,15 @@
 //! at most `predict_lead_max_us`. A `CPU 1` earlier than `t + d - predict_lead_max_us` is taken
 //! for an unrelated need, not a confirmation.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use cosched_proto::{cpu::Need, wake, DenyReason, Frame, Resource};
 use serde::{Deserialize, Serialize};
 
+use super::CpuPolicy;
+use crate::shared::{Due, Shared};
 use crate::window::OnTime;
-use crate::{check_priority, Action, Coordinator, VmId};
+use crate::{check_priority, Action, VmId};
 
 const US: u64 = 1_000;
 /// Recent samples kept per VM for the error and lateness percentiles (fixed memory per VM).
@@ -247,8 +249,6 @@ struct Prediction {
     end: u64,
     priority: u8,
     state: State,
-    /// Its entry in [`Rt::deadlines`].
-    deadline: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -275,14 +275,14 @@ struct RtVm {
     counters: PredictCounters,
 }
 
-/// The coordinator's RT state: the config, per-VM ceilings (by name, so they survive a
-/// reconnect), each VM's predictions and their deadlines.
+/// The CPU policy's RT state: the config, per-VM ceilings (by name, so they survive a
+/// reconnect), each VM's predictions (their deadlines are in the coordinator's one set, as
+/// [`Due::Policy`] of the CPU).
 #[derive(Debug)]
 pub struct Rt {
     cfg: RtConfig,
     ceilings: BTreeMap<String, u8>,
     vms: BTreeMap<VmId, RtVm>,
-    deadlines: BTreeSet<(u64, VmId)>,
     /// Predicted boosts started since the daemon last asked: (VM, target, acted at).
     started: Vec<(VmId, u64, u64)>,
     window_ns: u64,
@@ -290,14 +290,7 @@ pub struct Rt {
 
 impl Rt {
     pub fn new(cfg: RtConfig, window_ns: u64) -> Rt {
-        Rt {
-            cfg,
-            ceilings: BTreeMap::new(),
-            vms: BTreeMap::new(),
-            deadlines: BTreeSet::new(),
-            started: Vec::new(),
-            window_ns,
-        }
+        Rt { cfg, ceilings: BTreeMap::new(), vms: BTreeMap::new(), started: Vec::new(), window_ns }
     }
 
     pub fn config(&self) -> &RtConfig {
@@ -324,25 +317,17 @@ impl Rt {
         })
     }
 
-    pub(crate) fn next_deadline(&self) -> Option<u64> {
-        self.deadlines.first().map(|d| d.0)
-    }
-
-    fn set_deadline(&mut self, id: VmId, when: Option<u64>) {
-        let Some(v) = self.vms.get_mut(&id) else { return };
-        if let Some(p) = v.pred.as_mut() {
-            self.deadlines.remove(&(p.deadline, id));
-            if let Some(w) = when {
-                p.deadline = w;
-                self.deadlines.insert((w, id));
-            }
+    /// Sets (or clears) when VM `id`'s prediction next has something to do.
+    fn set_deadline(&mut self, sh: &mut Shared, id: VmId, when: Option<u64>) {
+        if self.vms.get(&id).is_some_and(|v| v.pred.is_some()) {
+            sh.schedule(Due::Policy(Resource::Cpu, Some(id)), when);
         }
     }
 
     /// Drops VM `id`'s prediction (its deadline too).
-    fn drop_prediction(&mut self, id: VmId) -> Option<Prediction> {
+    fn drop_prediction(&mut self, sh: &mut Shared, id: VmId) -> Option<Prediction> {
         let p = self.vms.get_mut(&id)?.pred.take()?;
-        self.deadlines.remove(&(p.deadline, id));
+        sh.schedule(Due::Policy(Resource::Cpu, Some(id)), None);
         Some(p)
     }
 
@@ -380,12 +365,12 @@ pub struct RtStatus {
     pub pending: Option<(f64, &'static str)>,
 }
 
-impl Coordinator {
-    /// Sets `[rt]` (the default is [`RtConfig::default`]).
-    pub fn set_rt(&mut self, cfg: RtConfig) {
-        let window =
-            self.limits.get(&Resource::Cpu).map_or(self.policy.budget_window_ms * crate::NS_PER_MS, |l| l.window_ns);
-        self.rt = Rt::new(cfg, window);
+impl CpuPolicy {
+    /// Sets `[rt]` (the default is [`RtConfig::default`]); `window_ns` is the CPU's budget window.
+    pub fn set_rt(&mut self, cfg: RtConfig, window_ns: u64) {
+        let ceilings = std::mem::take(&mut self.rt.ceilings);
+        self.rt = Rt::new(cfg, window_ns);
+        self.rt.ceilings = ceilings;
     }
 
     pub fn rt(&self) -> &Rt {
@@ -401,18 +386,26 @@ impl Coordinator {
     }
 
     /// Operator: VM `id`'s RT ceiling; a boost in force under the old one is re-granted.
-    pub fn set_vm_ceiling(&mut self, id: VmId, ceiling: u8, out: &mut Vec<Action>) -> Result<(), String> {
+    pub fn set_vm_ceiling(
+        &mut self,
+        sh: &mut Shared,
+        id: VmId,
+        ceiling: u8,
+        out: &mut Vec<Action>,
+    ) -> Result<(), String> {
         check_priority("ceiling", ceiling)?;
-        let name = self.vms.get(&id).ok_or("no such VM")?.name.clone();
+        let name = sh.vm(id).ok_or("no such VM")?.name.clone();
         self.rt.ceilings.insert(name, ceiling);
-        self.regrant(id, out);
+        if self.regrant_cpu(sh, id) {
+            sh.reapply(self, id, out);
+        }
         Ok(())
     }
 
     /// The CPU value to grant for the guest's `CPU` value `value`: plain `1`, or
     /// `1 | host_priority << 8` (see the module documentation).
-    pub(crate) fn cpu_grant(&self, id: VmId, value: u64) -> u64 {
-        let (Some(need), Some(vm)) = (Need::decode(value), self.vms.get(&id)) else { return value };
+    pub(crate) fn cpu_grant(&self, sh: &Shared, id: VmId, value: u64) -> u64 {
+        let (Some(need), Some(vm)) = (Need::decode(value), sh.vm(id)) else { return value };
         match self.rt.cfg.host_priority(need, self.rt.ceiling(&vm.name), vm.settings.priority) {
             Some(p) => 1 | (p as u64) << 8,
             None => 1,
@@ -421,10 +414,10 @@ impl Coordinator {
 
     /// After a change of VM priority or ceiling: a boost in force from the guest's priority gets
     /// what it maps to now. Returns whether the grant changed (the caller re-applies it).
-    pub(crate) fn regrant_value(&mut self, id: VmId) -> bool {
+    pub(crate) fn regrant_cpu(&mut self, sh: &mut Shared, id: VmId) -> bool {
         let need = self.rt.vms.get(&id).map_or(0, |v| v.need);
-        let grant = self.cpu_grant(id, need);
-        let Some(slot) = self.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(&Resource::Cpu)) else { return false };
+        let grant = self.cpu_grant(sh, id, need);
+        let Some(slot) = sh.vm_mut(id).and_then(|vm| vm.slots.get_mut(&Resource::Cpu)) else { return false };
         let changed = slot.level.is_changed() && need != 0 && slot.granted != grant;
         if changed {
             slot.granted = grant;
@@ -432,29 +425,17 @@ impl Coordinator {
         changed
     }
 
-    fn regrant(&mut self, id: VmId, out: &mut Vec<Action>) {
-        if self.regrant_value(id) {
-            let vm = &self.vms[&id];
-            let slot = &vm.slots[&Resource::Cpu];
-            let priority = vm.settings.priority;
-            out.push(Action::Apply {
-                vm: id,
-                resource: Resource::Cpu,
-                level: slot.level,
-                value: slot.granted,
-                priority,
-            });
-        }
-    }
-
-    fn cpu_boosted(&self, id: VmId) -> bool {
-        self.vms.get(&id).is_some_and(|vm| vm.level(Resource::Cpu).is_changed())
-    }
-
     /// A guest's `CPU` frame, before the shared path: takes in its need and what it says about
     /// the pending prediction. Returns the value to ask for, or `None` when it was handled here
     /// (a `CPU 0` that leaves a prediction holding the boost: acknowledged here).
-    pub(crate) fn rt_cpu_frame(&mut self, id: VmId, f: &Frame, now: u64, out: &mut Vec<Action>) -> Option<u64> {
+    pub(crate) fn rt_cpu_frame(
+        &mut self,
+        sh: &mut Shared,
+        id: VmId,
+        f: &Frame,
+        now: u64,
+        out: &mut Vec<Action>,
+    ) -> Option<u64> {
         let lead_max = self.rt.cfg.predict_lead_max_us * US;
         let hold_max = self.rt.cfg.predict_hold_max_us * US;
         let v = self.rt.vm(id);
@@ -472,7 +453,7 @@ impl Coordinator {
                 // The guest never confirmed and ends the boost itself.
                 v.counters.unconfirmed += 1;
                 v.unconfirmed.charge(at, now);
-                self.rt.drop_prediction(id);
+                self.rt.drop_prediction(sh, id);
             }
             Some((_, due)) if f.value != 0 && now + lead_max >= due => {
                 let early = matches!(state, Some((State::Planned, _)));
@@ -480,7 +461,7 @@ impl Coordinator {
                 v.counters.early += early as u64;
                 v.errors.push(now as i64 - due as i64);
                 v.missed_due = None;
-                self.rt.drop_prediction(id);
+                self.rt.drop_prediction(sh, id);
                 self.rt.adapt(id);
             }
             None if f.value != 0 => {
@@ -494,23 +475,18 @@ impl Coordinator {
             }
             _ => {}
         }
-        Some(self.cpu_grant(id, f.value))
+        Some(self.cpu_grant(sh, id, f.value))
     }
 
     /// `WAKE`: plans, replaces or withdraws VM `id`'s prediction; exactly one reply.
-    pub(crate) fn wake(&mut self, id: VmId, f: Frame, now: u64, out: &mut Vec<Action>) {
+    pub(crate) fn wake(&mut self, sh: &mut Shared, id: VmId, f: &Frame, now: u64, out: &mut Vec<Action>) {
         let (delay_us, priority) = wake::decode(f.value);
-        let result = self.plan(id, delay_us as u64 * US, priority, now, out);
+        let result = self.plan(sh, id, delay_us as u64 * US, priority, now, out);
         let r = Resource::Cpu;
-        let vm = self.vms.get_mut(&id).expect("caller checked");
         let frame = match result {
             Ok(after) => Frame::ack(f.seq, after / US),
             Err(reason) => {
-                if let Some(s) = vm.slots.get_mut(&r) {
-                    *s.counters.denied.entry(reason.name()).or_default() += 1;
-                } else {
-                    *vm.counters.denied.entry(reason.name()).or_default() += 1;
-                }
+                sh.count_denied(id, r, reason);
                 self.rt.vm(id).counters.denied += 1;
                 Frame::deny_for(f.seq, r, reason)
             }
@@ -519,9 +495,17 @@ impl Coordinator {
     }
 
     /// Returns the time from now to the planned start.
-    fn plan(&mut self, id: VmId, delay: u64, priority: u8, now: u64, out: &mut Vec<Action>) -> Result<u64, DenyReason> {
+    fn plan(
+        &mut self,
+        sh: &mut Shared,
+        id: VmId,
+        delay: u64,
+        priority: u8,
+        now: u64,
+        out: &mut Vec<Action>,
+    ) -> Result<u64, DenyReason> {
         let r = Resource::Cpu;
-        let vm = self.vms.get(&id).expect("caller checked");
+        let vm = sh.vm(id).ok_or(DenyReason::Unsupported)?;
         if !self.rt.cfg.predict || !vm.slots.contains_key(&r) {
             return Err(DenyReason::Unsupported);
         }
@@ -533,19 +517,18 @@ impl Coordinator {
         if delay == 0 {
             // Withdrawn.
             if self.rt.vms.get(&id).is_some_and(|v| v.pred.is_some()) {
-                self.end_prediction(id, now, true, out);
+                self.end_prediction(sh, id, now, true, out);
             }
             return Ok(0);
         }
-        if !self.on_for(vm, r) {
+        if !sh.on_for(vm, r) {
             return Err(DenyReason::Disabled);
         }
-        let limits = self.limits[&r];
-        let slot = &vm.slots[&r];
-        if slot.in_cooldown(now) {
+        let limits = sh.limits[&r];
+        if vm.slots[&r].in_cooldown(now) {
             return Err(DenyReason::Budget);
         }
-        let vm = self.vms.get_mut(&id).expect("caller checked");
+        let vm = sh.vm_mut(id).expect("checked");
         if !vm.slots.get_mut(&r).expect("checked").requests.take(now) {
             return Err(DenyReason::RateLimited);
         }
@@ -560,7 +543,7 @@ impl Coordinator {
             return Err(DenyReason::Budget);
         }
         if self.rt.vms.get(&id).is_some_and(|v| v.pred.is_some()) {
-            self.end_prediction(id, now, true, out);
+            self.end_prediction(sh, id, now, true, out);
         }
         let v = self.rt.vm(id);
         let due = now + delay;
@@ -571,45 +554,43 @@ impl Coordinator {
             _ => v.act.quantile(0.5).unwrap_or(0).clamp(0, (cfg.predict_lead_max_us * US) as i64) as u64,
         };
         let start = target.saturating_sub(act).max(now);
-        let p =
-            Prediction { due, target, start, end: due + v.hold_ns, priority, state: State::Planned, deadline: start };
-        v.pred = Some(p);
-        self.rt.deadlines.insert((start, id));
+        v.pred = Some(Prediction { due, target, start, end: due + v.hold_ns, priority, state: State::Planned });
+        self.rt.set_deadline(sh, id, Some(start));
         if start <= now {
-            self.start_prediction(id, now, out);
+            self.start_prediction(sh, id, now, out);
         }
         Ok(target - now)
     }
 
     /// A prediction's start: boost the CPU slot unless the guest holds it already.
-    fn start_prediction(&mut self, id: VmId, now: u64, out: &mut Vec<Action>) {
+    fn start_prediction(&mut self, sh: &mut Shared, id: VmId, now: u64, out: &mut Vec<Action>) {
         let Some(p) = self.rt.vms.get(&id).and_then(|v| v.pred.clone()) else { return };
-        if self.cpu_boosted(id) {
+        if sh.boosted(id, Resource::Cpu) {
             self.rt.vm(id).pred.as_mut().expect("some").state = State::Covered;
-            self.rt.set_deadline(id, Some(p.end));
+            self.rt.set_deadline(sh, id, Some(p.end));
             return;
         }
         let need = Need { priority: p.priority, irq: false }.encode();
-        let value = self.cpu_grant(id, need);
-        match self.request(id, Resource::Cpu, value, now, None, out) {
+        let value = self.cpu_grant(sh, id, need);
+        match sh.request(self, id, value, now, None, out) {
             Ok(_) => {
                 let v = self.rt.vm(id);
                 v.counters.applied += 1;
                 v.pred.as_mut().expect("some").state = State::Applied(now);
                 self.rt.started.push((id, p.target, p.start));
-                self.rt.set_deadline(id, Some(p.end));
+                self.rt.set_deadline(sh, id, Some(p.end));
             }
             Err(_) => {
                 self.rt.vm(id).counters.refused += 1;
-                self.rt.drop_prediction(id);
+                self.rt.drop_prediction(sh, id);
             }
         }
     }
 
     /// Ends VM `id`'s prediction: withdrawn or replaced (`cancelled`), or its hold over with no
     /// confirmation. A boost it holds ends, and its time is charged.
-    fn end_prediction(&mut self, id: VmId, now: u64, cancelled: bool, out: &mut Vec<Action>) {
-        let Some(p) = self.rt.drop_prediction(id) else { return };
+    fn end_prediction(&mut self, sh: &mut Shared, id: VmId, now: u64, cancelled: bool, out: &mut Vec<Action>) {
+        let Some(p) = self.rt.drop_prediction(sh, id) else { return };
         let v = self.rt.vm(id);
         match p.state {
             State::Applied(at) => {
@@ -620,8 +601,8 @@ impl Coordinator {
                     v.counters.unconfirmed += 1;
                     v.missed_due = Some(p.due);
                 }
-                if self.cpu_boosted(id) {
-                    let _ = self.request(id, Resource::Cpu, 0, now, None, out);
+                if sh.boosted(id, Resource::Cpu) {
+                    let _ = sh.request(self, id, 0, now, None, out);
                 }
             }
             State::Covered if !cancelled => v.counters.covered += 1,
@@ -629,25 +610,19 @@ impl Coordinator {
         }
     }
 
-    /// Starts and ends the predictions whose time has come.
-    pub(crate) fn rt_tick(&mut self, now: u64, out: &mut Vec<Action>) {
-        while let Some(&(when, id)) = self.rt.deadlines.first() {
-            if when > now {
-                break;
-            }
-            self.rt.deadlines.pop_first();
-            let Some(p) = self.rt.vms.get(&id).and_then(|v| v.pred.clone()) else { continue };
-            if p.state == State::Planned {
-                self.start_prediction(id, now, out);
-            } else {
-                self.end_prediction(id, now, false, out);
-            }
+    /// VM `id`'s prediction's time has come: it starts, or it ends.
+    pub(crate) fn prediction_due(&mut self, sh: &mut Shared, id: VmId, now: u64, out: &mut Vec<Action>) {
+        let Some(p) = self.rt.vms.get(&id).and_then(|v| v.pred.clone()) else { return };
+        if p.state == State::Planned {
+            self.start_prediction(sh, id, now, out);
+        } else {
+            self.end_prediction(sh, id, now, false, out);
         }
     }
 
     /// The agent is gone or starts over, or the VM is gone: its prediction ends (not counted).
-    pub(crate) fn rt_forget(&mut self, id: VmId, gone: bool) {
-        self.rt.drop_prediction(id);
+    pub(crate) fn rt_forget(&mut self, sh: &mut Shared, id: VmId, gone: bool) {
+        self.rt.drop_prediction(sh, id);
         if gone {
             self.rt.vms.remove(&id);
         } else if let Some(v) = self.rt.vms.get_mut(&id) {
@@ -657,7 +632,7 @@ impl Coordinator {
 
     /// Predicted boosts started since the last call: (VM, target, planned start).
     /// The daemon measures when its actuators were done and reports it with
-    /// [`Coordinator::predict_applied`].
+    /// [`CpuPolicy::predict_applied`].
     pub fn predicted_starts(&mut self) -> Vec<(VmId, u64, u64)> {
         std::mem::take(&mut self.rt.started)
     }
@@ -667,7 +642,7 @@ impl Coordinator {
     }
 
     /// A predicted boost with `target` and planned `start` (see
-    /// [`Coordinator::predicted_starts`]) was in force at `applied`. `applied - start` is what the
+    /// [`CpuPolicy::predicted_starts`]) was in force at `applied`. `applied - start` is what the
     /// host takes to act on a deadline (its timer's lateness and the actuators): later
     /// predictions start that much (its median over the last samples, once there are 8: robust to the
     /// odd hiccup) before their target.
@@ -679,8 +654,8 @@ impl Coordinator {
     }
 
     /// What `cosched status` shows of VM `id`'s RT co-scheduling and predictions.
-    pub fn rt_status(&self, id: VmId, now: u64) -> Option<RtStatus> {
-        let vm = self.vms.get(&id)?;
+    pub fn rt_status(&self, sh: &Shared, id: VmId, now: u64) -> Option<RtStatus> {
+        let vm = sh.vm(id)?;
         let granted = vm.slot(Resource::Cpu).map_or(0, |s| s.granted);
         let mut st = RtStatus {
             priority_map: self.rt.cfg.priority_map,

@@ -7,17 +7,22 @@
 //! - the real-time guard keeps a boosted VM's vCPU threads at a real-time class for at most
 //!   `rt_guard_max_share` of every `rt_guard_window`, and moves them to [`Level::Guarded`] for the
 //!   rest, so that the kernel's RT throttling (`sched_rt_runtime_us`), which would stall the VM
-//!   for ~50 ms, never fires.
+//!   for ~50 ms, never fires;
+//! - real-time co-scheduling with the guest's priority, and predictive boost ([`rt`]): hooks on
+//!   the CPU's frames (`CPU`, `WAKE`) before the shared path, with their own deadlines.
+
+pub mod rt;
 
 use std::collections::BTreeMap;
 
-use cosched_proto::{DenyReason, Resource};
+use cosched_proto::{DenyReason, Frame, Kind, Resource};
 
 use crate::guard::GuardRule;
-use crate::resource::{Level, ResourcePolicy, VmFacts};
+use crate::resource::{Grant, Level, ResourcePolicy, Sensors, VmFacts};
+use crate::shared::Shared;
 use crate::vm::Counters;
 use crate::window::OnTime;
-use crate::{Policy, VmId};
+use crate::{Action, Policy, VmId};
 
 #[derive(Debug)]
 pub struct CpuPolicy {
@@ -27,7 +32,9 @@ pub struct CpuPolicy {
     boosted: BTreeMap<VmId, u32>,
     boosted_vcpus: u32,
     /// Real-time time of each VM's vCPUs over the guard window.
-    rt: BTreeMap<VmId, OnTime>,
+    rt_time: BTreeMap<VmId, OnTime>,
+    /// RT co-scheduling and predictions.
+    rt: rt::Rt,
 }
 
 impl CpuPolicy {
@@ -42,7 +49,8 @@ impl CpuPolicy {
             capacity,
             boosted: BTreeMap::new(),
             boosted_vcpus: 0,
-            rt: BTreeMap::new(),
+            rt_time: BTreeMap::new(),
+            rt: rt::Rt::new(rt::RtConfig::default(), policy.limits(Resource::Cpu).window_ns),
         }
     }
 
@@ -55,14 +63,52 @@ impl CpuPolicy {
         self.boosted_vcpus
     }
 
-    fn rt(&mut self, vm: VmId, rule: GuardRule) -> &mut OnTime {
-        self.rt.entry(vm).or_insert_with(|| rule.on_time())
+    fn rt_time(&mut self, vm: VmId, rule: GuardRule) -> &mut OnTime {
+        self.rt_time.entry(vm).or_insert_with(|| rule.on_time())
     }
 }
 
 impl ResourcePolicy for CpuPolicy {
     fn resource(&self) -> Resource {
         Resource::Cpu
+    }
+
+    /// `1 | priority << 8` is an RT co-scheduling grant ([`rt`]); `1` a plain boost.
+    fn grant(&self, granted: u64, vm_priority: u8) -> Grant {
+        match rt::granted_priority(granted) {
+            Some(priority) => Grant::Rt { priority },
+            None => Grant::Plain { priority: vm_priority },
+        }
+    }
+
+    fn takes_over(&self) -> Option<Resource> {
+        Some(Resource::Event)
+    }
+
+    fn frame_kinds(&self) -> &'static [Kind] {
+        &[Kind::Wake]
+    }
+
+    fn frame(&mut self, sh: &mut Shared, vm: VmId, f: &Frame, now: u64, out: &mut Vec<Action>) -> Option<u64> {
+        if f.kind == Kind::Wake {
+            self.wake(sh, vm, f, now, out);
+            return None;
+        }
+        self.rt_cpu_frame(sh, vm, f, now, out)
+    }
+
+    fn due(&mut self, sh: &mut Shared, vm: Option<VmId>, now: u64, _: &mut dyn Sensors, out: &mut Vec<Action>) {
+        if let Some(vm) = vm {
+            self.prediction_due(sh, vm, now, out);
+        }
+    }
+
+    fn regrant(&mut self, sh: &mut Shared, vm: VmId) -> bool {
+        self.regrant_cpu(sh, vm)
+    }
+
+    fn agent_gone(&mut self, sh: &mut Shared, vm: VmId) {
+        self.rt_forget(sh, vm, false);
     }
 
     fn admit(&mut self, vm: VmId, facts: VmFacts, value: u64, _now: u64) -> Result<u64, DenyReason> {
@@ -78,7 +124,7 @@ impl ResourcePolicy for CpuPolicy {
         self.boosted.insert(vm, facts.vcpus);
         self.boosted_vcpus += facts.vcpus;
         let Some(rule) = self.guard else { return Level::Boosted };
-        match rule.may_start(self.rt(vm, rule), now) {
+        match rule.may_start(self.rt_time(vm, rule), now) {
             true => Level::Boosted,
             false => Level::Guarded,
         }
@@ -88,7 +134,7 @@ impl ResourcePolicy for CpuPolicy {
         if let Some(n) = self.boosted.remove(&vm) {
             self.boosted_vcpus -= n;
         }
-        if let Some(rt) = self.rt.get_mut(&vm) {
+        if let Some(rt) = self.rt_time.get_mut(&vm) {
             rt.stop(now);
         }
     }
@@ -100,7 +146,7 @@ impl ResourcePolicy for CpuPolicy {
             Level::Guarded => true,
             Level::Normal | Level::Throttled => return None,
         };
-        match rule.step(self.rt(vm, rule), guarded, now)? {
+        match rule.step(self.rt_time(vm, rule), guarded, now)? {
             true => {
                 *counters.events.entry("guard_demotions").or_default() += 1;
                 Some(Level::Guarded)
@@ -116,7 +162,7 @@ impl ResourcePolicy for CpuPolicy {
             Level::Guarded => true,
             Level::Normal | Level::Throttled => return None,
         };
-        Some(rule.deadline(self.rt(vm, rule), guarded, now))
+        Some(rule.deadline(self.rt_time(vm, rule), guarded, now))
     }
 
     fn vm_changed(&mut self, vm: VmId, facts: VmFacts) {
@@ -126,11 +172,12 @@ impl ResourcePolicy for CpuPolicy {
         }
     }
 
-    fn vm_gone(&mut self, vm: VmId) {
+    fn vm_gone(&mut self, sh: &mut Shared, vm: VmId) {
         if let Some(n) = self.boosted.remove(&vm) {
             self.boosted_vcpus -= n;
         }
-        self.rt.remove(&vm);
+        self.rt_time.remove(&vm);
+        self.rt_forget(sh, vm, true);
     }
 
     fn figures(&self) -> Vec<(&'static str, u64)> {

@@ -672,4 +672,6 @@ mod tests;
 #[cfg(test)]
 mod tests_io;
 #[cfg(test)]
+mod tests_record;
+#[cfg(test)]
 mod tests_static;

@@ -30,7 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Actuator, Host, Outcome, Prepared, Threads};
 use crate::cgroup::CgroupFs;
-use crate::store::{self, Entry, Setting, OWN_GROUP_PREFIX};
+use crate::cgroup::{weight_text, IO_GROUP_PREFIX};
+use crate::store::{self, Entry, Setting};
 
 /// The layer the I/O boost records its changes under (the resource's name).
 pub const IO_LAYER: &str = "io";
@@ -250,10 +251,10 @@ impl V1GroupKnob {
     fn io(weight: u32) -> V1GroupKnob {
         V1GroupKnob {
             hierarchy: BLKIO,
-            prefix: OWN_GROUP_PREFIX,
+            prefix: IO_GROUP_PREFIX,
             layer: IO_LAYER,
             file: V1_WEIGHT,
-            value: store::weight_text(BLKIO, weight),
+            value: weight_text(BLKIO, weight),
             members: |t, vcpus_known| issues_io(t.role, vcpus_known),
             flat: false,
             settles: false,
@@ -399,10 +400,13 @@ impl Knob for V2WeightKnob {
     }
     fn get(&self, env: &mut Host, tid: i32) -> io::Result<(String, u32)> {
         let group = own_v2_group(env, tid, "the weight lever in cgroup v2 weights a whole group")?;
-        Ok((group.clone(), store::read_weight(env.sched.cgroups(), "", &group, V2_WEIGHT)?))
+        let text = env.sched.cgroups().read("", &group, V2_WEIGHT)?;
+        let weight = crate::cgroup::parse_weight(&text)
+            .ok_or_else(|| io::Error::other(format!("{V2_WEIGHT} of {group}: no default weight in {text:?}")))?;
+        Ok((group, weight))
     }
     fn set(&self, env: &mut Host, _: i32, v: &(String, u32)) -> io::Result<()> {
-        env.sched.cgroups().write("", &v.0, V2_WEIGHT, &store::weight_text("", v.1))
+        env.sched.cgroups().write("", &v.0, V2_WEIGHT, &weight_text("", v.1))
     }
     fn target(&self, _: TaskId, original: &(String, u32)) -> Option<(String, u32)> {
         (original.1 < self.weight).then(|| (original.0.clone(), self.weight))

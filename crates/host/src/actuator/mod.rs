@@ -38,54 +38,9 @@ pub use cpu::{CpuActuator, EVENT_REPAY_NICE};
 pub use statics::{ShieldPlan, StaticActuator, StaticPlan};
 pub use throttle::{freezer, FreezerKind, ThrottleLever};
 
-use crate::sched::{self, SchedAttr};
-use crate::store::{Entry, RestoreReport, StateDir, ThreadOps, VmRecord, STATIC_LAYER};
-
-/// Access to the scheduler: the real syscalls, or a fake in tests.
-pub trait SchedOps {
-    fn get(&mut self, tid: i32) -> io::Result<SchedAttr>;
-    fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()>;
-}
-
-/// `sched_getattr` / `sched_setattr` on the running kernel, and its cgroups (`/sys/fs/cgroup`
-/// unless a test gives a fake tree).
-#[derive(Debug, Default, Clone)]
-pub struct RealSched {
-    pub cgroups: crate::cgroup::CgroupFs,
-}
-
-impl SchedOps for RealSched {
-    fn get(&mut self, tid: i32) -> io::Result<SchedAttr> {
-        sched::get(tid)
-    }
-    fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()> {
-        sched::set(tid, attr)
-    }
-}
-
-impl ThreadOps for RealSched {
-    fn get_ioprio(&mut self, tid: i32) -> io::Result<u16> {
-        sched::get_ioprio(tid)
-    }
-    fn set_ioprio(&mut self, tid: i32, ioprio: u16) -> io::Result<()> {
-        sched::set_ioprio(tid, ioprio)
-    }
-    fn get_affinity(&mut self, tid: i32) -> io::Result<Vec<usize>> {
-        sched::get_affinity(tid)
-    }
-    fn set_affinity(&mut self, tid: i32, cpus: &[usize]) -> io::Result<()> {
-        sched::set_affinity(tid, cpus)
-    }
-    fn get_cgroup(&mut self, tid: i32, hierarchy: &str) -> io::Result<String> {
-        self.cgroups.get(tid, hierarchy)
-    }
-    fn set_cgroup(&mut self, tid: i32, hierarchy: &str, group: &str) -> io::Result<()> {
-        self.cgroups.set(tid, hierarchy, group)
-    }
-    fn cgroups(&self) -> &crate::cgroup::CgroupFs {
-        &self.cgroups
-    }
-}
+pub use crate::sched::{RealSched, SchedOps};
+use crate::sched::{SchedAttr, ThreadOps};
+use crate::store::{Entry, RestoreReport, StateDir, VmRecord, STATIC_LAYER};
 
 /// What every actuator uses from the outside world.
 pub struct Host {

@@ -21,12 +21,10 @@ use cosched_procfs::{TaskId, ThreadRole};
 use serde::Serialize;
 
 use super::{class::is_vcpu, Host, Outcome, Prepared, Threads};
+pub use crate::cgroup::SHIELD_GROUP_PREFIX;
 use crate::sched::{SchedAttr, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK};
 use crate::shield::{format_cpus, Cpus};
 use crate::store::{Entry, Setting, STATIC_LAYER};
-
-/// Groups the daemon makes for shielded vCPUs (removed with the VM's record).
-pub const SHIELD_GROUP_PREFIX: &str = "cosched-shield-";
 
 /// What the operator asked for one VM, resolved against the host (CPUs checked).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

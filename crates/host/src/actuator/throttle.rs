@@ -31,14 +31,14 @@ use cosched_procfs::{TaskId, ThreadInfo};
 use super::block::{own_v2_group, parse_v2_group_setting, v2_group_setting, Knob, V1GroupKnob};
 use super::class::is_vcpu;
 use super::Host;
-use crate::cgroup::CgroupFs;
+use crate::cgroup::{CgroupFs, MEMBW_GROUP_PREFIX};
 use crate::membw::FreezerChoice;
 use crate::store::Setting;
 
 /// The layer the throttle records its changes under (the resource's name).
 pub const THROTTLE_LAYER: &str = "membw";
 /// The prefix of the frozen groups the v1 lever creates.
-pub const THROTTLE_GROUP_PREFIX: &str = "cosched-membw-";
+pub const THROTTLE_GROUP_PREFIX: &str = MEMBW_GROUP_PREFIX;
 /// The v1 controller.
 pub const FREEZER: &str = "freezer";
 const V2_FREEZE: &str = "cgroup.freeze";

@@ -1,6 +1,7 @@
 //! The cosched host daemon (`cosched host`) and the pieces it is made of.
 //!
 //! - [`sched`]: `sched_getattr` / `sched_setattr` and the other calls on a thread ([`ThreadOps`]);
+//! - [`settings`]: each kind of setting the daemon changes, read, set and recorded;
 //! - [`store`]: original settings on disk, and restoring them after a crash;
 //! - [`actuator`]: a VM's threads to a [`cosched_core::Level`] and back;
 //! - `daemon`: the event loop (channels, inotify, signals, control socket, metrics; with the
@@ -24,6 +25,7 @@ pub mod membw;
 pub mod metrics;
 pub mod peer;
 pub mod sched;
+pub mod settings;
 pub mod shield;
 pub mod store;
 

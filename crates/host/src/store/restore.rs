@@ -1,4 +1,5 @@
-//! The one restore logic: puts back what a record says.
+//! The one restore logic: puts back what a record says, through the kinds of setting the
+//! actuators applied ([`crate::settings`]).
 //!
 //! For each thread and setting, if the thread still has a value one of the layers applied, it
 //! gets the original value of the lowest layer (what it had before any of them); otherwise
@@ -15,24 +16,9 @@ use cosched_procfs::{ProcFs, TaskId};
 use serde::Serialize;
 
 use super::{layer_rank, Entry, Setting, StateDir, VmRecord};
-use crate::cgroup::{self, parse_weight, weight_text, CgroupFs, OWN_GROUP_PREFIXES};
-use crate::sched::{SchedAttr, ThreadOps};
-
-/// What to write to a group's file to set `value`: a BFQ weight file's default weight
-/// ([`weight_text`]), else the number (`cgroup.freeze`).
-fn group_value_text(hierarchy: &str, file: &str, value: u32) -> String {
-    if file.contains("bfq.weight") {
-        weight_text(hierarchy, value)
-    } else {
-        value.to_string()
-    }
-}
-
-/// Reads the default BFQ weight of a group.
-fn read_weight(cg: &CgroupFs, hierarchy: &str, group: &str, file: &str) -> io::Result<u32> {
-    let text = cg.read(hierarchy, group, file)?;
-    parse_weight(&text).ok_or_else(|| io::Error::other(format!("{file} of {group}: no default weight in {text:?}")))
-}
+use crate::cgroup::{self, CgroupFs, OWN_GROUP_PREFIXES};
+use crate::sched::ThreadOps;
+use crate::settings::{is_gone, AffinityKind, CgroupKind, GroupValueKind, IoprioKind, Kind, SchedKind};
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct RestoreReport {
@@ -73,87 +59,41 @@ enum Undo {
     Restored,
     Untouched,
     Gone,
+    Failed(String),
 }
 
-fn is_gone(e: &io::Error) -> bool {
-    e.raw_os_error() == Some(libc::ESRCH)
-}
-
-/// Puts back one setting of one thread from its layers' entries.
-fn undo_setting(tid: i32, entries: &[&Entry], ops: &mut dyn ThreadOps) -> Result<Undo, String> {
-    macro_rules! undo {
-        ($variant:ident, $get:expr, $set:expr, $same:expr, $show:expr) => {{
-            let layers: Vec<_> = entries
-                .iter()
-                .filter_map(|e| match &e.setting {
-                    Setting::$variant { original, applied, .. } => {
-                        Some((e.layer.as_str(), original, applied.as_slice()))
-                    }
-                    _ => None,
-                })
-                .collect();
-            let current = match $get {
-                Ok(c) => c,
-                Err(e) if is_gone(&e) => return Ok(Undo::Gone),
-                Err(e) => return Err(format!("reading {} of thread {tid}: {e}", entries[0].setting.kind())),
-            };
-            match undo_value(&layers, &current, $same) {
-                None => Ok(Undo::Untouched),
-                Some(original) => match $set(&original) {
-                    Ok(()) => Ok(Undo::Restored),
-                    Err(e) if is_gone(&e) => Ok(Undo::Gone),
-                    Err(e) => Err($show(&original, &e)),
-                },
-            }
-        }};
+/// Puts back one setting of one thread from its layers' entries, read and set as `kind`.
+fn undo<K: Kind>(kind: &K, tid: i32, entries: &[&Entry], ops: &mut dyn ThreadOps) -> Undo {
+    let recorded: Vec<_> =
+        entries.iter().filter_map(|e| Some((e.layer.as_str(), kind.parse_record(&e.setting)?))).collect();
+    let layers: Vec<_> =
+        recorded.iter().map(|(layer, (original, applied))| (*layer, original, applied.as_slice())).collect();
+    let current = match kind.get(ops, tid) {
+        Ok(c) => c,
+        Err(e) if is_gone(&e) => return Undo::Gone,
+        Err(e) => return Undo::Failed(format!("reading {} of thread {tid}: {e}", kind.label())),
+    };
+    match undo_value(&layers, &current, |a, b| kind.same(a, b)) {
+        None => Undo::Untouched,
+        Some(original) => match kind.set(ops, tid, &original) {
+            Ok(()) => Undo::Restored,
+            Err(e) if is_gone(&e) => Undo::Gone,
+            Err(e) => Undo::Failed(kind.explain(ops, tid, &original, &e)),
+        },
     }
+}
+
+/// The kind that reads a record's setting back.
+fn undo_setting(tid: i32, entries: &[&Entry], ops: &mut dyn ThreadOps) -> Undo {
+    // Grouped by `Setting::key`: every entry here is of the first one's kind (and hierarchy,
+    // group and file).
     match &entries[0].setting {
-        Setting::Sched { .. } => undo!(
-            Sched,
-            ops.get(tid),
-            |o: &SchedAttr| ops.set(tid, o),
-            |a: &SchedAttr, b: &SchedAttr| a.same_as(b),
-            |o: &SchedAttr, e: &io::Error| crate::sched::explain_set_error(tid, o, e)
-        ),
-        Setting::Ioprio { .. } => undo!(
-            Ioprio,
-            ops.get_ioprio(tid),
-            |o: &u16| ops.set_ioprio(tid, *o),
-            |a: &u16, b: &u16| a == b,
-            |o: &u16, e: &io::Error| format!("ioprio_set({tid}, {o:#x}): {e}")
-        ),
-        Setting::Affinity { .. } => undo!(
-            Affinity,
-            ops.get_affinity(tid),
-            |o: &Vec<usize>| ops.set_affinity(tid, o),
-            |a: &Vec<usize>, b: &Vec<usize>| a == b,
-            |o: &Vec<usize>, e: &io::Error| format!("sched_setaffinity({tid}, {o:?}): {e}")
-        ),
-        Setting::Cgroup { hierarchy, .. } => {
-            // Grouped by hierarchy (`Setting::key`): every entry here is of this one.
-            let hierarchy = hierarchy.clone();
-            let show = if hierarchy.is_empty() { "v2".to_string() } else { hierarchy.clone() };
-            undo!(
-                Cgroup,
-                ops.get_cgroup(tid, &hierarchy),
-                |o: &String| ops.set_cgroup(tid, &hierarchy, o),
-                |a: &String, b: &String| a == b,
-                |o: &String, e: &io::Error| format!("moving thread {tid} back to {show} cgroup {o}: {e}")
-            )
-        }
+        Setting::Sched { .. } => undo(&SchedKind, tid, entries, ops),
+        Setting::Ioprio { .. } => undo(&IoprioKind, tid, entries, ops),
+        Setting::Affinity { .. } => undo(&AffinityKind, tid, entries, ops),
+        Setting::Cgroup { hierarchy, .. } => undo(&CgroupKind::recorded(hierarchy), tid, entries, ops),
         Setting::GroupWeight { hierarchy, group, file, .. } => {
-            let cg = ops.cgroups().clone();
-            let (hierarchy, group, file) = (hierarchy.clone(), group.clone(), file.clone());
-            if !cg.dir(&hierarchy, &group).is_dir() {
-                return Ok(Undo::Gone); // the group went with its VM
-            }
-            undo!(
-                GroupWeight,
-                read_weight(&cg, &hierarchy, &group, &file),
-                |o: &u32| cg.write(&hierarchy, &group, &file, &group_value_text(&hierarchy, &file, *o)),
-                |a: &u32, b: &u32| a == b,
-                |o: &u32, e: &io::Error| format!("writing {o} to {file} of {group}: {e}")
-            )
+            undo(&GroupValueKind::recorded(hierarchy, group, file), tid, entries, ops)
         }
     }
 }
@@ -180,10 +120,10 @@ pub fn restore_record(rec: &VmRecord, procfs: &ProcFs, ops: &mut dyn ThreadOps) 
             continue;
         }
         match undo_setting(task.id, &entries, ops) {
-            Ok(Undo::Restored) => report.restored += 1,
-            Ok(Undo::Untouched) => report.untouched += 1,
-            Ok(Undo::Gone) => report.gone += 1,
-            Err(e) => report.errors.push(format!("{}: {e}", rec.vm)),
+            Undo::Restored => report.restored += 1,
+            Undo::Untouched => report.untouched += 1,
+            Undo::Gone => report.gone += 1,
+            Undo::Failed(e) => report.errors.push(format!("{}: {e}", rec.vm)),
         }
     }
     remove_own_groups(rec, ops.cgroups(), &mut report);
@@ -209,7 +149,7 @@ fn remove_own_groups(rec: &VmRecord, cg: &CgroupFs, report: &mut RestoreReport) 
             if let Ok(tid) = tid.parse::<i32>() {
                 match cg.set(tid, &hierarchy, parent) {
                     Ok(()) => report.restored += 1,
-                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) if is_gone(&e) => {}
                     Err(e) => report.errors.push(format!("{}: moving thread {tid} out of {group}: {e}", rec.vm)),
                 }
             }

@@ -17,14 +17,16 @@
 //! - going back to [`Level::Normal`] restores a thread only if it still has what we set; if
 //!   someone else changed it meanwhile, their change stays.
 
-pub mod block;
 pub mod class;
 pub mod cpu;
+pub mod io;
+pub mod ledger;
+pub mod lever;
+pub mod membw;
 pub mod statics;
-pub mod throttle;
 
 use std::collections::BTreeMap;
-use std::io;
+use std::io as stdio;
 use std::time::{Duration, Instant};
 
 use cosched_core::Level;
@@ -32,11 +34,14 @@ use cosched_procfs::{ProcFs, TaskId, ThreadInfo, ThreadRole};
 use cosched_proto::Resource;
 use serde::Serialize;
 
-pub use block::{weight_hierarchy, IoBoost, IoLever, KnobActuator, WeightHierarchy, IO_LAYER};
 pub use class::{actuator_priority, BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
 pub use cpu::{CpuActuator, EVENT_REPAY_NICE};
+pub use io::{weight_hierarchy, IoBoost, IoLever, WeightHierarchy, IO_LAYER};
+/// The daemon's name for the actuator of one lever (the I/O boost, the throttle).
+pub use lever::LeverActuator as KnobActuator;
+pub use lever::LeverActuator;
+pub use membw::{freezer, FreezerKind, ThrottleLever};
 pub use statics::{ShieldPlan, StaticActuator, StaticPlan};
-pub use throttle::{freezer, FreezerKind, ThrottleLever};
 
 pub use crate::sched::{RealSched, SchedOps};
 use crate::sched::{SchedAttr, ThreadOps};
@@ -342,10 +347,12 @@ impl VmThreads {
         process: TaskId,
         env: &mut Host,
         mut actuators: Vec<Box<dyn Actuator>>,
-    ) -> io::Result<VmThreads> {
-        let threads = Threads::new(process, &env.procfs).map_err(io::Error::other)?;
+    ) -> stdio::Result<VmThreads> {
+        let threads = Threads::new(process, &env.procfs).map_err(stdio::Error::other)?;
         let rec = env.store.load(process).map_err(|e| {
-            io::Error::other(format!("its state record cannot be used ({e}); not coordinating it until that is fixed"))
+            stdio::Error::other(format!(
+                "its state record cannot be used ({e}); not coordinating it until that is fixed"
+            ))
         })?;
         let entries = rec.map(|r| r.entries).unwrap_or_default();
         for a in actuators.iter_mut() {

@@ -8,6 +8,19 @@
 //! one restore logic of [`crate::store`], the same that runs after a crash. Adding a resource is
 //! adding an actuator: the daemon's loop hands it the coordinator's `Apply` actions unchanged.
 //!
+//! Built as tuned builds its plugins: a kind of setting is a get/set pair written once
+//! ([`crate::settings::Kind`]: scheduling attributes, I/O priority, affinity, cgroup membership,
+//! a group file's value), and one state machine keeps, per thread, the original, what we
+//! applied, what we want and every value we may set ([`ledger::Ledger`]: follow the thread list,
+//! verify, prepare, apply, record). The restore reads a record back through the same kinds.
+//! Files by resource:
+//! - `cpu.rs`: the CPU and event sched layers ([`CpuActuator`], classes from `class.rs`);
+//! - `io.rs`: the I/O boost's levers (`ioprio`, `weight` in v1 and v2);
+//! - `membw.rs`: the memory-bandwidth throttle's levers (v1/v2 freezer, resctrl MBA);
+//! - `statics.rs`: the operator's static FIFO and shield (three settings per thread);
+//! - `lever.rs`: the actuator of one setting per thread that `io.rs` and `membw.rs` configure;
+//! - `ledger.rs`: the per-thread slots every one of them keeps.
+//!
 //! Invariants:
 //! - what a thread had before our first change to it is on disk ([`StateDir`]) before the change;
 //! - only threads listed under `/proc/<qemu pid>/task/` are touched, and the list is re-read
@@ -556,7 +569,7 @@ impl VmThreads {
                 .and_then(|r| actuators.iter().find(|a| a.resource() == *r))
                 .and_then(|a| a.sched_original(tid))
         };
-        let p = self.statics.prepare(env, &self.threads, &plan, &base);
+        let p = self.statics.prepare(env, &self.threads, &plan, &base, out);
         let undoing = self.statics.active();
         if !self.persist(env, p.changed, p.sets || undoing, out) {
             return;

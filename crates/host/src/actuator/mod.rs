@@ -647,6 +647,8 @@ mod tests;
 #[cfg(test)]
 mod tests_io;
 #[cfg(test)]
+mod tests_ledger;
+#[cfg(test)]
 mod tests_record;
 #[cfg(test)]
 mod tests_static;

@@ -15,7 +15,7 @@ use cosched_procfs::fake;
 use super::tests::FakeSched;
 use super::*;
 use crate::cgroup::CgroupFs;
-use crate::sched::{SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK, SCHED_RR};
+use crate::sched::{SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK};
 use crate::shield::Cpus;
 use crate::store::{restore_all, Entry, VmRecord};
 
@@ -194,7 +194,6 @@ impl World {
             (self.group(600, "blkio"), self.group(602, "blkio")),
             ("/cosched-io-600".into(), "/tenant/cosched-io-600".into())
         );
-        let _ = SCHED_RR;
     }
 
     /// Everything as it was before the daemon, and nothing of the daemon's left.

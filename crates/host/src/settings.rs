@@ -79,9 +79,12 @@ impl Kind for SchedKind {
     /// scheduling holds at no runtime.
     fn explain(&self, ops: &dyn ThreadOps, tid: i32, v: &SchedAttr, e: &io::Error) -> String {
         let why = sched::explain_set_error(tid, v, e);
-        match ops.cgroups().rt_runtime_blocker(tid) {
-            Some(group) if e.raw_os_error() == Some(libc::EPERM) && v.is_realtime() => format!("{why}: {group}"),
-            _ => why,
+        let blocker = (e.raw_os_error() == Some(libc::EPERM) && v.is_realtime())
+            .then(|| ops.cgroups().rt_runtime_blocker(tid))
+            .flatten();
+        match blocker {
+            Some(group) => format!("{why}: {group}"),
+            None => why,
         }
     }
     fn record(&self, original: &SchedAttr, applied: &[SchedAttr]) -> Setting {

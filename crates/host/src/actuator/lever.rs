@@ -1,8 +1,8 @@
-//! An actuator of one setting per thread, set on the threads a [`Lever`] picks at any level but
+//! An actuator of one setting per thread, set on the threads a `Lever` picks at any level but
 //! `Normal` ([`LeverActuator`]): the I/O boost's levers (`io.rs`) and the memory-bandwidth
 //! throttle's (`membw.rs`). The two lever shapes they share are here: threads moved into a group
-//! of the daemon's ([`GroupLever`]), and a number in a file of the VM's own group
-//! ([`GroupValueLever`]).
+//! of the daemon's (`GroupLever`), and a number in a file of the VM's own group
+//! (`GroupValueLever`).
 
 use std::fmt::Debug;
 use std::io;

@@ -5,7 +5,8 @@
 //! the same records for the same changes.
 //!
 //! `COSCHED_WRITE_TESTDATA=1 cargo test --release -p cosched-host tests_record` writes them
-//! again (only when the format changes, with a new directory for the new version).
+//! (it wrote them once, before the ledger). Never again into `state-v2/`: a new format gets a
+//! new version, a directory of its own, and keeps this test for the old one.
 
 use std::fs;
 use std::path::{Path, PathBuf};

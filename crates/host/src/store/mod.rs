@@ -8,11 +8,12 @@
 //! rename), with a format version ([`STATE_VERSION`]; `testdata/state-v2/` holds records as the
 //! daemon of this version first wrote them, which every later daemon must restore).
 //!
-//! This module is the record alone: it knows no actuator and no system call. [`restore`] puts a
-//! record back through the same kinds of setting the actuators apply ([`crate::settings`]), and
-//! is the one restore logic: used when a VM exits, when the daemon stops, and after a crash (a
-//! restarted daemon, or `cosched restore`). A record that cannot be read, or has a version or a
-//! setting this daemon does not know, is reported and kept for a human: never skipped in silence.
+//! This module is the record alone: it knows no actuator and no system call. [`restore_record`]
+//! (in `restore.rs`) puts a record back through the same kinds of setting the actuators apply
+//! ([`crate::settings`]), and is the one restore logic: used when a VM exits, when the daemon
+//! stops, and after a crash (a restarted daemon, or `cosched restore`). A record that cannot be
+//! read, or has a version or a setting this daemon does not know, is reported and kept for a
+//! human: never skipped in silence.
 
 mod restore;
 

@@ -1545,7 +1545,7 @@ fn io_weight_lever_on_cgroup_v2() {
     let _io = SubtreeIo::enable();
     let weight = |group: &TestGroup| {
         let text = group.read(&group.name, "io.bfq.weight");
-        cosched_host::store::parse_weight(&text)
+        cosched_host::cgroup::parse_weight(&text)
             .unwrap_or_else(|| panic!("io.bfq.weight of {}: {text:?}: is BFQ loaded? (modprobe bfq)", group.name))
     };
     for how in ["daemon restart", "restore command"] {

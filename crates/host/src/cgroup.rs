@@ -21,6 +21,47 @@ use std::path::PathBuf;
 /// The name of resctrl as a hierarchy.
 pub const RESCTRL: &str = "resctrl";
 
+/// The groups the daemon makes (and removes once it has restored their VM), by the prefix of
+/// their name: the I/O weight lever's, ...
+pub const IO_GROUP_PREFIX: &str = "cosched-io-";
+/// ... the shield's vCPU groups, ...
+pub const SHIELD_GROUP_PREFIX: &str = "cosched-shield-";
+/// ... and the memory-bandwidth throttle's frozen (or resctrl) groups.
+pub const MEMBW_GROUP_PREFIX: &str = "cosched-membw-";
+/// Every kind of group the daemon makes.
+pub const OWN_GROUP_PREFIXES: [&str; 3] = [IO_GROUP_PREFIX, SHIELD_GROUP_PREFIX, MEMBW_GROUP_PREFIX];
+
+/// Whether `group`'s own name starts with `prefix`.
+pub fn is_named(group: &str, prefix: &str) -> bool {
+    group.rsplit('/').next().is_some_and(|leaf| leaf.starts_with(prefix))
+}
+
+/// The parent of `group` (`/` for a top-level group).
+pub fn parent(group: &str) -> &str {
+    match group.rsplit_once('/') {
+        Some(("", _)) | None => "/",
+        Some((p, _)) => p,
+    }
+}
+
+/// The default weight in a BFQ weight file: `N` (v1 `blkio.bfq.weight`) or the `default N`
+/// line (v2 `io.bfq.weight`, which may add per-device lines); also a plain number file's value
+/// (`cgroup.freeze`).
+pub fn parse_weight(text: &str) -> Option<u32> {
+    let first = text.lines().next()?.trim();
+    first.strip_prefix("default").unwrap_or(first).trim().parse().ok()
+}
+
+/// What to write to a BFQ weight file to set the default weight: `N` in v1, `default N` in v2
+/// (where a bare `N` would do too, but this is what it reads back).
+pub fn weight_text(hierarchy: &str, weight: u32) -> String {
+    if hierarchy.is_empty() {
+        format!("default {weight}")
+    } else {
+        weight.to_string()
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct CgroupFs {
     proc: PathBuf,

@@ -1,7 +1,8 @@
 //! The cosched host daemon (`cosched host`) and the pieces it is made of.
 //!
-//! - [`sched`]: `sched_getattr` / `sched_setattr`;
-//! - [`store`]: original attributes on disk, and restoring them after a crash;
+//! - [`sched`]: `sched_getattr` / `sched_setattr` and the other calls on a thread ([`ThreadOps`]);
+//! - [`settings`]: each kind of setting the daemon changes, read, set and recorded;
+//! - [`store`]: original settings on disk, and restoring them after a crash;
 //! - [`actuator`]: a VM's threads to a [`cosched_core::Level`] and back;
 //! - `daemon`: the event loop (channels, inotify, signals, control socket, metrics; with the
 //!   default feature `bpf`);
@@ -24,8 +25,8 @@ pub mod membw;
 pub mod metrics;
 pub mod peer;
 pub mod sched;
+pub mod settings;
 pub mod shield;
 pub mod store;
 
-pub use actuator::SchedOps;
-pub use store::ThreadOps;
+pub use sched::{SchedOps, ThreadOps};

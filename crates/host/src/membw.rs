@@ -1,6 +1,6 @@
 //! Memory-bandwidth coordination on the host (DREAMS seed 004 §2): where the counters come
 //! from, probed at start, and the regulation's checks. The policy is the core's
-//! [`cosched_core::Regulator`]; the throttle is [`crate::actuator::KnobActuator::throttle`].
+//! [`cosched_core::Regulator`]; the throttle is [`crate::actuator::LeverActuator::throttle`].
 //!
 //! Backends, in the order `auto` tries them:
 //! - **pmu**: per-thread hardware counters of the vCPU threads (`perf_event_open`, the
@@ -10,7 +10,7 @@
 //!     threads move into a resctrl group of its own whose `MB` line is the floor
 //!     (`min_bandwidth` percent, or under `mba_MBps` that percent of `guaranteed_mbps` in MB/s),
 //!     so they keep computing but their memory traffic is slowed;
-//!   - else the cgroup freezer, which stops them ([`crate::actuator::throttle`]).
+//!   - else the cgroup freezer, which stops them ([`crate::actuator::membw`]).
 //!
 //!   `[membw] throttle` chooses (`auto`: MBA where found).
 //! - **simulated** (only when the config names it): each VM moves the MB/s a trace gives per

@@ -1,9 +1,13 @@
-//! `sched_getattr(2)` / `sched_setattr(2)`: the only calls that change a thread's CPU scheduling.
+//! `sched_getattr(2)` / `sched_setattr(2)`: the only calls that change a thread's CPU scheduling;
+//! `ioprio_get/set(2)`, `sched_get/setaffinity(2)`; and [`ThreadOps`], every access to a thread's
+//! settings in one trait, so that tests run the actuators and the restore on a fake.
 
 use std::fmt;
 use std::io;
 
 use serde::{Deserialize, Serialize};
+
+use crate::cgroup::CgroupFs;
 
 pub const SCHED_OTHER: u32 = 0;
 pub const SCHED_FIFO: u32 = 1;
@@ -201,4 +205,63 @@ pub fn set_affinity(tid: i32, cpus: &[usize]) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Access to the scheduler: the real syscalls, or a fake in tests.
+pub trait SchedOps {
+    fn get(&mut self, tid: i32) -> io::Result<SchedAttr>;
+    fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()>;
+}
+
+/// Access to a thread's settings: the real system calls, or a fake in tests.
+pub trait ThreadOps: SchedOps {
+    fn get_ioprio(&mut self, tid: i32) -> io::Result<u16>;
+    fn set_ioprio(&mut self, tid: i32, ioprio: u16) -> io::Result<()>;
+    fn get_affinity(&mut self, tid: i32) -> io::Result<Vec<usize>>;
+    fn set_affinity(&mut self, tid: i32, cpus: &[usize]) -> io::Result<()>;
+    fn get_cgroup(&mut self, tid: i32, hierarchy: &str) -> io::Result<String>;
+    fn set_cgroup(&mut self, tid: i32, hierarchy: &str, group: &str) -> io::Result<()>;
+    /// The cgroup tree these operations work on (groups are created, weighted and removed
+    /// through it).
+    fn cgroups(&self) -> &CgroupFs;
+}
+
+/// The system calls on the running kernel, and its cgroups (`/sys/fs/cgroup` unless a test
+/// gives a fake tree).
+#[derive(Debug, Default, Clone)]
+pub struct RealSched {
+    pub cgroups: CgroupFs,
+}
+
+impl SchedOps for RealSched {
+    fn get(&mut self, tid: i32) -> io::Result<SchedAttr> {
+        get(tid)
+    }
+    fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()> {
+        set(tid, attr)
+    }
+}
+
+impl ThreadOps for RealSched {
+    fn get_ioprio(&mut self, tid: i32) -> io::Result<u16> {
+        get_ioprio(tid)
+    }
+    fn set_ioprio(&mut self, tid: i32, ioprio: u16) -> io::Result<()> {
+        set_ioprio(tid, ioprio)
+    }
+    fn get_affinity(&mut self, tid: i32) -> io::Result<Vec<usize>> {
+        get_affinity(tid)
+    }
+    fn set_affinity(&mut self, tid: i32, cpus: &[usize]) -> io::Result<()> {
+        set_affinity(tid, cpus)
+    }
+    fn get_cgroup(&mut self, tid: i32, hierarchy: &str) -> io::Result<String> {
+        self.cgroups.get(tid, hierarchy)
+    }
+    fn set_cgroup(&mut self, tid: i32, hierarchy: &str, group: &str) -> io::Result<()> {
+        self.cgroups.set(tid, hierarchy, group)
+    }
+    fn cgroups(&self) -> &CgroupFs {
+        &self.cgroups
+    }
 }

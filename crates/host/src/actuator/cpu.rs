@@ -8,16 +8,15 @@
 //! What a thread has is read when the actuator first sees it and again at most every
 //! [`Host::verify`]; in between, a transition is one `sched_setattr` per thread that changes.
 
-use std::collections::BTreeMap;
-use std::time::Instant;
-
 use cosched_core::Level;
-use cosched_procfs::{TaskId, ThreadRole};
+use cosched_procfs::ThreadRole;
 use cosched_proto::Resource;
 
+use super::ledger::{Ledger, Newcomer};
 use super::{Actuator, BoostClass, Host, Outcome, Prepared, Threads};
-use crate::sched::{self, SchedAttr, SCHED_FLAG_RESET_ON_FORK, SCHED_RR};
-use crate::store::{Entry, Setting};
+use crate::sched::{SchedAttr, SCHED_FLAG_RESET_ON_FORK, SCHED_RR};
+use crate::settings::SchedKind;
+use crate::store::Entry;
 
 /// The nice level a VM pays an event boost back at (weight 15 against nice 0's 1024: see
 /// `cosched_core::feas`).
@@ -46,33 +45,13 @@ impl Targets {
     }
 }
 
-#[derive(Debug, Clone)]
-struct Tracked {
-    task: TaskId,
-    /// From the thread list, as of the last generation followed.
-    role: ThreadRole,
-    original: SchedAttr,
-    /// What we set and the thread still has, as far as we know.
-    applied: Option<SchedAttr>,
-    /// What the level being applied wants it to have (`None`: its original).
-    want: Option<SchedAttr>,
-    /// Every value we may set on it (persisted before any is set): what tells a restore that
-    /// the thread's present value is ours.
-    may_apply: Vec<SchedAttr>,
-}
-
 #[derive(Debug)]
 pub struct CpuActuator {
     resource: Resource,
     targets: Targets,
-    threads: BTreeMap<i32, Tracked>,
-    /// The [`Threads::generation`] last followed, and what it said of the vCPUs' names.
-    generation: Option<u64>,
-    vcpus_known: bool,
+    ledger: Ledger<SchedKind>,
     level: Level,
     priority: u8,
-    /// When every thread's attributes were last read.
-    verified_at: Option<Instant>,
 }
 
 impl CpuActuator {
@@ -91,74 +70,15 @@ impl CpuActuator {
         CpuActuator {
             resource,
             targets,
-            threads: BTreeMap::new(),
-            generation: None,
-            vcpus_known: false,
+            ledger: Ledger::new(SchedKind, resource.name()),
             level: Level::Normal,
             priority: 1,
-            verified_at: None,
         }
     }
 
-    /// Follows the thread list when it moved: tracks threads it gained (their present
-    /// attributes are their originals), drops those it lost, takes in roles. A transition
-    /// between two moves reads nothing from the list.
-    fn follow(&mut self, env: &mut Host, threads: &Threads) -> bool {
-        if self.generation == Some(threads.generation()) {
-            return false;
-        }
-        self.generation = Some(threads.generation());
-        self.vcpus_known = threads.vcpus_known();
-        let before = self.threads.len();
-        self.threads.retain(|tid, t| threads.get(*tid).is_some_and(|i| i.task == t.task));
-        let mut changed = self.threads.len() != before;
-        for info in threads.iter() {
-            if let Some(t) = self.threads.get_mut(&info.task.id) {
-                t.role = info.role; // QEMU names its threads a moment after creating them
-                continue;
-            }
-            let Ok(original) = env.sched.get(info.task.id) else { continue }; // exited meanwhile
-            let t = Tracked {
-                task: info.task,
-                role: info.role,
-                original,
-                applied: None,
-                want: None,
-                may_apply: Vec::new(),
-            };
-            self.threads.insert(info.task.id, t);
-            changed = true;
-        }
-        changed
-    }
-
-    /// Reads every thread's attributes and takes in what someone else changed: a thread at its
-    /// own attributes gets its present ones as original (the operator may have made it
-    /// real-time, which a boost must not lower); a thread that no longer has what we set keeps
-    /// the other's change, and we let go of it. Returns whether an original moved.
-    fn verify(&mut self, env: &mut Host, threads: &Threads, out: &mut Outcome) -> bool {
-        let mut changed = false;
-        for (tid, t) in self.threads.iter_mut() {
-            if threads.sched_held_by(*tid).is_some_and(|r| r != self.resource) {
-                continue; // the other sched layer's value, not someone else's
-            }
-            let Ok(cur) = env.sched.get(*tid) else { continue }; // gone: the change will say so
-            match t.applied {
-                None if !cur.same_as(&t.original) => {
-                    t.original = cur;
-                    changed = true;
-                }
-                Some(applied) if !cur.same_as(&applied) => {
-                    out.foreign += 1;
-                    t.original = cur;
-                    t.applied = None;
-                    changed = true;
-                }
-                _ => {}
-            }
-        }
-        self.verified_at = Some(Instant::now());
-        changed
+    /// Every thread of the VM, its present attributes its original.
+    fn follow(&mut self, env: &mut Host, threads: &Threads, out: &mut Outcome) -> bool {
+        self.ledger.follow(env.sched.as_mut(), threads, |_| true, Newcomer::Present, out)
     }
 }
 
@@ -176,19 +96,8 @@ impl Actuator for CpuActuator {
     }
 
     fn resume(&mut self, env: &mut Host, threads: &Threads, entries: &[Entry]) {
-        self.follow(env, threads);
-        for e in entries {
-            let Setting::Sched { original, applied } = &e.setting else { continue };
-            let Some(t) = self.threads.get_mut(&e.task.id).filter(|t| t.task == e.task) else { continue };
-            let current = t.original;
-            // The restore's own decision: a value the record says we applied is still ours.
-            let layers = [(self.resource.name(), original, applied.as_slice())];
-            if crate::store::undo_value(&layers, &current, SchedAttr::same_as).is_some() {
-                t.applied = Some(current); // still ours: the next deboost puts it back
-            }
-            t.original = *original;
-            t.may_apply = applied.clone();
-        }
+        self.follow(env, threads, &mut Outcome::default());
+        self.ledger.resume(entries);
     }
 
     fn prepare(
@@ -199,84 +108,41 @@ impl Actuator for CpuActuator {
         priority: u8,
         out: &mut Outcome,
     ) -> Prepared {
-        let mut p = Prepared { changed: self.follow(env, threads), sets: false };
+        let mut changed = self.follow(env, threads, out);
         self.level = level;
         self.priority = priority;
-        if self.verified_at.is_none_or(|t| t.elapsed() >= env.verify) {
-            p.changed |= self.verify(env, threads, out);
+        if self.ledger.verify_due(env.verify) {
+            // A thread the other sched layer holds has that layer's value, not someone else's.
+            let me = self.resource;
+            let mine = |tid: i32, _: &_| threads.sched_held_by(tid).is_none_or(|r| r == me);
+            changed |= self.ledger.verify(env.sched.as_mut(), mine, out);
         }
-        for t in self.threads.values_mut() {
-            t.want = if t.original.is_realtime() {
+        let (targets, vcpus_known) = (&self.targets, threads.vcpus_known());
+        let p = self.ledger.prepare(|s| {
+            if s.original.is_realtime() {
                 None // never lower a thread that is already real-time
             } else {
-                self.targets.target(level, t.role, self.vcpus_known, priority)
-            };
-            if let Some(attr) = t.want {
-                p.sets = true;
-                // Every value about to be set is recorded as one we may apply, before it is set.
-                if !t.may_apply.contains(&attr) {
-                    t.may_apply.push(attr);
-                    p.changed = true;
-                }
+                targets.target(level, s.role, vcpus_known, priority)
             }
-        }
-        p
+        });
+        Prepared { changed: changed || p.changed, sets: p.sets }
     }
 
     fn apply(&mut self, env: &mut Host, out: &mut Outcome, gone: &mut Vec<i32>) {
-        // One sched_setattr per thread that changes, and nothing else: what a thread has was
-        // checked by the last verification.
-        let first_gone = gone.len();
-        for (tid, t) in self.threads.iter_mut() {
-            if t.want == t.applied {
-                continue;
-            }
-            let attr = t.want.unwrap_or(t.original);
-            let started = Instant::now();
-            let result = env.sched.set(*tid, &attr);
-            env.syscall_ns += started.elapsed().as_nanos() as u64;
-            match result {
-                Ok(()) => {
-                    out.changed += 1;
-                    t.applied = t.want;
-                }
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => gone.push(*tid),
-                Err(e) => {
-                    let mut why = sched::explain_set_error(*tid, &attr, &e);
-                    if e.raw_os_error() == Some(libc::EPERM) && attr.is_realtime() {
-                        if let Some(group) = env.sched.cgroups().rt_runtime_blocker(*tid) {
-                            why = format!("{why}: {group}");
-                        }
-                    }
-                    out.errors.push(why)
-                }
-            }
-        }
-        for tid in &gone[first_gone..] {
-            self.threads.remove(tid);
-        }
+        self.ledger.apply(env, out, gone)
     }
 
     fn entries(&self, out: &mut Vec<Entry>) {
-        out.extend(self.threads.values().filter(|t| !t.may_apply.is_empty()).map(|t| Entry {
-            task: t.task,
-            layer: self.resource.name().into(),
-            setting: Setting::Sched { original: t.original, applied: t.may_apply.clone() },
-        }));
+        self.ledger.entries(out)
     }
 
     fn restored(&mut self) {
         self.level = Level::Normal;
-        for t in self.threads.values_mut() {
-            t.applied = None;
-            t.want = None;
-            t.may_apply.clear();
-        }
+        self.ledger.restored()
     }
 
     fn show(&self, tid: i32) -> Option<(&'static str, String, bool)> {
-        let t = self.threads.get(&tid)?;
-        Some(("sched", t.applied.unwrap_or(t.original).to_string(), t.applied.is_some()))
+        self.ledger.show(tid)
     }
 
     fn sched_layer(&self) -> bool {
@@ -284,17 +150,14 @@ impl Actuator for CpuActuator {
     }
 
     fn holds_sched(&self, tid: i32) -> bool {
-        self.threads.get(&tid).is_some_and(|t| t.applied.is_some())
+        self.ledger.applied(tid).is_some()
     }
 
     fn sched_original(&self, tid: i32) -> Option<SchedAttr> {
-        self.threads.get(&tid).filter(|t| t.applied.is_some()).map(|t| t.original)
+        self.ledger.slot(tid).filter(|s| s.applied.is_some()).map(|s| s.original)
     }
 
     fn rebase_sched(&mut self, tid: i32, now: SchedAttr) {
-        if let Some(t) = self.threads.get_mut(&tid) {
-            t.original = now;
-            t.applied = None;
-        }
+        self.ledger.rebase(tid, now)
     }
 }

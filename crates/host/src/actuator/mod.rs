@@ -8,6 +8,19 @@
 //! one restore logic of [`crate::store`], the same that runs after a crash. Adding a resource is
 //! adding an actuator: the daemon's loop hands it the coordinator's `Apply` actions unchanged.
 //!
+//! Built as tuned builds its plugins: a kind of setting is a get/set pair written once
+//! ([`crate::settings::Kind`]: scheduling attributes, I/O priority, affinity, cgroup membership,
+//! a group file's value), and one state machine keeps, per thread, the original, what we
+//! applied, what we want and every value we may set ([`ledger::Ledger`]: follow the thread list,
+//! verify, prepare, apply, record). The restore reads a record back through the same kinds.
+//! Files by resource:
+//! - `cpu.rs`: the CPU and event sched layers ([`CpuActuator`], classes from `class.rs`);
+//! - `io.rs`: the I/O boost's levers (`ioprio`, `weight` in v1 and v2);
+//! - `membw.rs`: the memory-bandwidth throttle's levers (v1/v2 freezer, resctrl MBA);
+//! - `statics.rs`: the operator's static FIFO and shield (three settings per thread);
+//! - `lever.rs`: the actuator of one setting per thread that `io.rs` and `membw.rs` configure;
+//! - `ledger.rs`: the per-thread slots every one of them keeps.
+//!
 //! Invariants:
 //! - what a thread had before our first change to it is on disk ([`StateDir`]) before the change;
 //! - only threads listed under `/proc/<qemu pid>/task/` are touched, and the list is re-read
@@ -17,14 +30,16 @@
 //! - going back to [`Level::Normal`] restores a thread only if it still has what we set; if
 //!   someone else changed it meanwhile, their change stays.
 
-pub mod block;
 pub mod class;
 pub mod cpu;
+pub mod io;
+pub mod ledger;
+pub mod lever;
+pub mod membw;
 pub mod statics;
-pub mod throttle;
 
 use std::collections::BTreeMap;
-use std::io;
+use std::io as stdio;
 use std::time::{Duration, Instant};
 
 use cosched_core::Level;
@@ -32,60 +47,18 @@ use cosched_procfs::{ProcFs, TaskId, ThreadInfo, ThreadRole};
 use cosched_proto::Resource;
 use serde::Serialize;
 
-pub use block::{weight_hierarchy, IoBoost, IoLever, KnobActuator, WeightHierarchy, IO_LAYER};
 pub use class::{actuator_priority, BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
 pub use cpu::{CpuActuator, EVENT_REPAY_NICE};
+pub use io::{weight_hierarchy, IoBoost, IoLever, WeightHierarchy, IO_LAYER};
+/// The daemon's name for the actuator of one lever (the I/O boost, the throttle).
+pub use lever::LeverActuator as KnobActuator;
+pub use lever::LeverActuator;
+pub use membw::{freezer, FreezerKind, ThrottleLever};
 pub use statics::{ShieldPlan, StaticActuator, StaticPlan};
-pub use throttle::{freezer, FreezerKind, ThrottleLever};
 
-use crate::sched::{self, SchedAttr};
-use crate::store::{Entry, RestoreReport, StateDir, ThreadOps, VmRecord, STATIC_LAYER};
-
-/// Access to the scheduler: the real syscalls, or a fake in tests.
-pub trait SchedOps {
-    fn get(&mut self, tid: i32) -> io::Result<SchedAttr>;
-    fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()>;
-}
-
-/// `sched_getattr` / `sched_setattr` on the running kernel, and its cgroups (`/sys/fs/cgroup`
-/// unless a test gives a fake tree).
-#[derive(Debug, Default, Clone)]
-pub struct RealSched {
-    pub cgroups: crate::cgroup::CgroupFs,
-}
-
-impl SchedOps for RealSched {
-    fn get(&mut self, tid: i32) -> io::Result<SchedAttr> {
-        sched::get(tid)
-    }
-    fn set(&mut self, tid: i32, attr: &SchedAttr) -> io::Result<()> {
-        sched::set(tid, attr)
-    }
-}
-
-impl ThreadOps for RealSched {
-    fn get_ioprio(&mut self, tid: i32) -> io::Result<u16> {
-        sched::get_ioprio(tid)
-    }
-    fn set_ioprio(&mut self, tid: i32, ioprio: u16) -> io::Result<()> {
-        sched::set_ioprio(tid, ioprio)
-    }
-    fn get_affinity(&mut self, tid: i32) -> io::Result<Vec<usize>> {
-        sched::get_affinity(tid)
-    }
-    fn set_affinity(&mut self, tid: i32, cpus: &[usize]) -> io::Result<()> {
-        sched::set_affinity(tid, cpus)
-    }
-    fn get_cgroup(&mut self, tid: i32, hierarchy: &str) -> io::Result<String> {
-        self.cgroups.get(tid, hierarchy)
-    }
-    fn set_cgroup(&mut self, tid: i32, hierarchy: &str, group: &str) -> io::Result<()> {
-        self.cgroups.set(tid, hierarchy, group)
-    }
-    fn cgroups(&self) -> &crate::cgroup::CgroupFs {
-        &self.cgroups
-    }
-}
+pub use crate::sched::{RealSched, SchedOps};
+use crate::sched::{SchedAttr, ThreadOps};
+use crate::store::{Entry, RestoreReport, StateDir, VmRecord, STATIC_LAYER};
 
 /// What every actuator uses from the outside world.
 pub struct Host {
@@ -387,10 +360,12 @@ impl VmThreads {
         process: TaskId,
         env: &mut Host,
         mut actuators: Vec<Box<dyn Actuator>>,
-    ) -> io::Result<VmThreads> {
-        let threads = Threads::new(process, &env.procfs).map_err(io::Error::other)?;
+    ) -> stdio::Result<VmThreads> {
+        let threads = Threads::new(process, &env.procfs).map_err(stdio::Error::other)?;
         let rec = env.store.load(process).map_err(|e| {
-            io::Error::other(format!("its state record cannot be used ({e}); not coordinating it until that is fixed"))
+            stdio::Error::other(format!(
+                "its state record cannot be used ({e}); not coordinating it until that is fixed"
+            ))
         })?;
         let entries = rec.map(|r| r.entries).unwrap_or_default();
         for a in actuators.iter_mut() {
@@ -594,7 +569,7 @@ impl VmThreads {
                 .and_then(|r| actuators.iter().find(|a| a.resource() == *r))
                 .and_then(|a| a.sched_original(tid))
         };
-        let p = self.statics.prepare(env, &self.threads, &plan, &base);
+        let p = self.statics.prepare(env, &self.threads, &plan, &base, out);
         let undoing = self.statics.active();
         if !self.persist(env, p.changed, p.sets || undoing, out) {
             return;
@@ -671,5 +646,9 @@ impl VmThreads {
 mod tests;
 #[cfg(test)]
 mod tests_io;
+#[cfg(test)]
+mod tests_ledger;
+#[cfg(test)]
+mod tests_record;
 #[cfg(test)]
 mod tests_static;

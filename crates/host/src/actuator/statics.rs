@@ -14,19 +14,23 @@
 //! A thread that already runs at a real-time class the daemon did not set is left alone. A
 //! thread that a dynamic boost (the CPU or event layer) holds keeps that layer's original as
 //! the static layer's original, and the boost's layer lets go of it: static lies under boosts.
+//!
+//! Three settings per thread, each a [`Ledger`] recorded under the `static` layer: the class,
+//! the affinity and the cpuset group. A value the plan no longer wants and someone else changed
+//! after us stays theirs; otherwise the layer holds its values without reading them again.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
-use cosched_procfs::{TaskId, ThreadRole};
 use serde::Serialize;
 
+use super::ledger::{Applied, Ledger, Newcomer, Slot};
 use super::{class::is_vcpu, Host, Outcome, Prepared, Threads};
+pub use crate::cgroup::SHIELD_GROUP_PREFIX;
 use crate::sched::{SchedAttr, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK};
+use crate::settings::{AffinityKind, CgroupKind, Kind, OwnGroups, SchedKind};
 use crate::shield::{format_cpus, Cpus};
-use crate::store::{Entry, Setting, STATIC_LAYER};
-
-/// Groups the daemon makes for shielded vCPUs (removed with the VM's record).
-pub const SHIELD_GROUP_PREFIX: &str = "cosched-shield-";
+use crate::store::{Entry, STATIC_LAYER};
+use cosched_procfs::ThreadRole;
 
 /// What the operator asked for one VM, resolved against the host (CPUs checked).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -71,66 +75,59 @@ impl StaticPlan {
     }
 }
 
-/// One setting of one thread: its original, what we set and it still has, what the plan wants,
-/// and every value we may set (persisted before any is set).
-#[derive(Debug, Clone)]
-struct Slot<T> {
-    original: T,
-    applied: Option<T>,
-    want: Option<T>,
-    may: Vec<T>,
+/// A slot the plan no longer wants and we still hold.
+fn undoing<V>(_: i32, s: &Slot<V>) -> bool {
+    s.want.is_none() && s.applied.is_some()
 }
 
-impl<T: Clone + PartialEq> Slot<T> {
-    fn new(original: T) -> Slot<T> {
-        Slot { original, applied: None, want: None, may: Vec::new() }
-    }
-
-    /// Sets what the plan wants; returns whether a new value joined the ones we may set.
-    fn plan(&mut self, want: Option<T>) -> bool {
-        self.want = want.clone();
-        match want {
-            Some(v) if !self.may.contains(&v) => {
-                self.may.push(v);
-                true
-            }
-            _ => false,
+/// Books one setting's outcome in a thread's static tuning. False: the thread's next settings
+/// are not set (it is gone, or the kernel refused this one).
+fn booked<V>(r: &Applied<V>, tid: i32, changed: &mut bool, gone: &mut Vec<i32>, out: &mut Outcome) -> bool {
+    match r {
+        Applied::Unchanged => true,
+        Applied::Set(_) => {
+            *changed = true;
+            true
+        }
+        Applied::Gone => {
+            gone.push(tid);
+            false
+        }
+        Applied::Failed(why) => {
+            out.errors.push(format!("static tuning: {why}"));
+            false
         }
     }
-
-    fn pending(&self) -> Option<T> {
-        (self.want != self.applied).then(|| self.want.clone().unwrap_or_else(|| self.original.clone()))
-    }
-}
-
-#[derive(Debug, Clone)]
-struct Tracked {
-    task: TaskId,
-    role: ThreadRole,
-    sched: Slot<SchedAttr>,
-    affinity: Slot<Vec<usize>>,
-    /// Membership in the cpuset hierarchy (`None`: none is mounted, or not read yet).
-    cpuset: Option<Slot<String>>,
 }
 
 /// The static layer of one VM.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StaticActuator {
     plan: StaticPlan,
-    threads: BTreeMap<i32, Tracked>,
-    generation: Option<u64>,
-    vcpus_known: bool,
+    sched: Ledger<SchedKind>,
+    affinity: Ledger<AffinityKind>,
+    /// Membership in the cpuset hierarchy (`None`: none is mounted, or none seen yet).
+    cpuset: Option<Ledger<CgroupKind>>,
     /// The cpuset hierarchy (`cpuset` v1, `""` v2) and the vCPUs' group, once made.
     group: Option<(String, String)>,
     /// What the kernel refused of the shield (exclusivity, partition), for status.
     pub notes: Vec<String>,
     /// Groups of a shield that was removed or changed: they go once their threads left.
     stale_groups: Vec<(String, String)>,
-    /// For each cpuset group of ours whose threads have all gone (the VM exited while
-    /// shielded), a gone thread's entry that names it: kept in the record so that the restore
-    /// (at the VM's end, the daemon's stop, after a crash) still removes the group, which
-    /// would otherwise hold its CPUs exclusively for good. One per group.
-    retired: Vec<Entry>,
+}
+
+impl Default for StaticActuator {
+    fn default() -> Self {
+        StaticActuator {
+            plan: StaticPlan::default(),
+            sched: Ledger::new(SchedKind, STATIC_LAYER),
+            affinity: Ledger::new(AffinityKind, STATIC_LAYER),
+            cpuset: None,
+            group: None,
+            notes: Vec::new(),
+            stale_groups: Vec::new(),
+        }
+    }
 }
 
 impl StaticActuator {
@@ -144,75 +141,33 @@ impl StaticActuator {
 
     /// Whether anything of ours is on a thread.
     pub fn active(&self) -> bool {
-        self.threads.values().any(|t| {
-            t.sched.applied.is_some()
-                || t.affinity.applied.is_some()
-                || t.cpuset.as_ref().is_some_and(|c| c.applied.is_some())
-        })
+        self.sched.active() || self.affinity.active() || self.cpuset.as_ref().is_some_and(|c| c.active())
     }
 
-    fn follow(&mut self, env: &mut Host, threads: &Threads, base: &dyn Fn(i32) -> Option<SchedAttr>) -> bool {
-        if self.generation == Some(threads.generation()) {
-            return false;
-        }
-        self.generation = Some(threads.generation());
-        self.vcpus_known = threads.vcpus_known();
-        let before = self.threads.len();
-        let hierarchy = crate::shield::cpuset_hierarchy(env.sched.cgroups());
-        let left: Vec<i32> = self
-            .threads
-            .iter()
-            .filter(|(tid, t)| threads.get(**tid).is_none_or(|i| i.task != t.task))
-            .map(|(t, _)| *t)
-            .collect();
-        for tid in left {
-            self.drop_thread(tid, hierarchy);
-        }
-        let mut changed = self.threads.len() != before;
-        for info in threads.iter() {
-            let tid = info.task.id;
-            if let Some(t) = self.threads.get_mut(&tid) {
-                t.role = info.role;
-                continue;
+    /// Follows the thread list. `base`: for a thread one of our boost layers holds, what it had
+    /// before the boost. A cpuset group of ours that a gone thread was in stays named in the
+    /// record (the VM exited while shielded: the restore still removes the group, which would
+    /// otherwise hold its CPUs exclusively for good).
+    fn follow(
+        &mut self,
+        env: &mut Host,
+        threads: &Threads,
+        base: &dyn Fn(i32) -> Option<SchedAttr>,
+        out: &mut Outcome,
+    ) -> bool {
+        let ops = env.sched.as_mut();
+        let mut changed = self.sched.follow(ops, threads, |_| true, Newcomer::Base(base), out);
+        changed |= self.affinity.follow(ops, threads, |_| true, Newcomer::Present, out);
+        if self.cpuset.is_none() {
+            if let Some(h) = crate::shield::cpuset_hierarchy(ops.cgroups()) {
+                let own = OwnGroups { prefix: SHIELD_GROUP_PREFIX, made_with: None }; // made by shield_group
+                self.cpuset = Some(Ledger::new(CgroupKind::new(h, Some(own)), STATIC_LAYER));
             }
-            // What the thread has without our boosts (a boost layer that holds it knows).
-            let Ok(sched) = base(tid).map_or_else(|| env.sched.get(tid), Ok) else { continue };
-            let Ok(affinity) = env.sched.get_affinity(tid) else { continue };
-            let cpuset = hierarchy.and_then(|h| env.sched.get_cgroup(tid, h).ok()).map(Slot::new);
-            self.threads.insert(
-                tid,
-                Tracked {
-                    task: info.task,
-                    role: info.role,
-                    sched: Slot::new(sched),
-                    affinity: Slot::new(affinity),
-                    cpuset,
-                },
-            );
-            changed = true;
+        }
+        if let Some(c) = self.cpuset.as_mut() {
+            changed |= c.follow(ops, threads, |_| true, Newcomer::Present, out);
         }
         changed
-    }
-
-    /// Stops tracking thread `tid` (gone): a cpuset group of ours it may have been moved into
-    /// stays named in the record ([`StaticActuator::retired`]).
-    fn drop_thread(&mut self, tid: i32, hierarchy: Option<&str>) {
-        let Some(t) = self.threads.remove(&tid) else { return };
-        let (Some(c), Some(h)) = (&t.cpuset, self.group.as_ref().map(|g| g.0.as_str()).or(hierarchy)) else { return };
-        for g in c.may.iter().filter(|g| g.rsplit('/').next().is_some_and(|l| l.starts_with(SHIELD_GROUP_PREFIX))) {
-            let named = |e: &Entry| matches!(&e.setting, Setting::Cgroup { applied, .. } if applied.contains(g));
-            if !self.retired.iter().any(named) {
-                self.retired.push(Entry {
-                    task: t.task,
-                    layer: STATIC_LAYER.to_string(),
-                    setting: Setting::Cgroup {
-                        hierarchy: h.to_string(),
-                        original: c.original.clone(),
-                        applied: vec![g.clone()],
-                    },
-                });
-            }
-        }
     }
 
     /// The vCPUs' cpuset group for `shield`, made on first use: `None` without a cpuset
@@ -275,8 +230,9 @@ impl StaticActuator {
         threads: &Threads,
         plan: &StaticPlan,
         base: &dyn Fn(i32) -> Option<SchedAttr>,
+        out: &mut Outcome,
     ) -> Prepared {
-        let mut p = Prepared { changed: self.follow(env, threads, base), sets: false };
+        let mut changed = self.follow(env, threads, base, out);
         if plan.shield != self.plan.shield {
             // A new shield gets a group for its CPUs; the old one goes once its threads left.
             self.stale_groups.extend(self.group.take());
@@ -287,102 +243,70 @@ impl StaticActuator {
             Some(s) => self.shield_group(env, threads, s).map(|g| g.1),
             None => None,
         };
-        let vcpus_known = self.vcpus_known;
-        for t in self.threads.values_mut() {
-            let vcpu = is_vcpu(t.role, vcpus_known);
-            let sched = match plan.fifo {
-                _ if t.sched.original.is_realtime() => None, // someone else's real-time class stays
-                Some(_) if vcpu && plan.guarded.is_some() => {
-                    Some(SchedAttr::other(plan.guarded.unwrap_or(0), SCHED_FLAG_RESET_ON_FORK))
-                }
-                Some((v, o)) => {
-                    Some(SchedAttr::rt(SCHED_FIFO, if vcpu { v } else { o } as u32, SCHED_FLAG_RESET_ON_FORK))
-                }
-                None => None,
-            };
-            let affinity = plan
-                .shield
-                .as_ref()
-                .map(|s| if vcpu { &s.vcpus } else { &s.housekeeping }.iter().copied().collect::<Vec<usize>>());
-            p.changed |= t.sched.plan(sched);
-            p.changed |= t.affinity.plan(affinity);
-            if let Some(c) = t.cpuset.as_mut() {
-                p.changed |= c.plan(group.clone().filter(|_| vcpu));
+        let vcpus_known = threads.vcpus_known();
+        let vcpu = |s: ThreadRole| is_vcpu(s, vcpus_known);
+        let sched = self.sched.prepare(|s| match plan.fifo {
+            _ if s.original.is_realtime() => None, // someone else's real-time class stays
+            Some(_) if vcpu(s.role) && plan.guarded.is_some() => {
+                Some(SchedAttr::other(plan.guarded.unwrap_or(0), SCHED_FLAG_RESET_ON_FORK))
             }
-            p.sets |= t.sched.want.is_some()
-                || t.affinity.want.is_some()
-                || t.cpuset.as_ref().is_some_and(|c| c.want.is_some());
+            Some((v, o)) => {
+                Some(SchedAttr::rt(SCHED_FIFO, if vcpu(s.role) { v } else { o } as u32, SCHED_FLAG_RESET_ON_FORK))
+            }
+            None => None,
+        });
+        let affinity = self.affinity.prepare(|s| {
+            plan.shield
+                .as_ref()
+                .map(|sh| if vcpu(s.role) { &sh.vcpus } else { &sh.housekeeping }.iter().copied().collect())
+        });
+        let cpuset = match self.cpuset.as_mut() {
+            Some(c) => c.prepare(|s| group.clone().filter(|_| vcpu(s.role))),
+            None => Prepared::default(),
+        };
+        // Undoing: a class or affinity someone else set after ours stays theirs.
+        changed |= self.sched.verify(env.sched.as_mut(), undoing, out);
+        changed |= self.affinity.verify(env.sched.as_mut(), undoing, out);
+        Prepared {
+            changed: changed || sched.changed || affinity.changed || cpuset.changed,
+            sets: sched.sets || affinity.sets || cpuset.sets,
         }
-        p
     }
 
     /// Makes the changes [`StaticActuator::prepare`] decided: cpuset group first (the kernel
-    /// resets a moved thread's affinity to its new group's CPUs), then affinity, then the class.
-    /// Returns the threads whose scheduling class it changed, with what they have now.
+    /// resets a moved thread's affinity to its new group's CPUs), then affinity, then the class;
+    /// a thread's first failure stops its others. Returns the threads whose scheduling class it
+    /// changed, with what they have now.
     pub fn apply(&mut self, env: &mut Host, out: &mut Outcome, gone: &mut Vec<i32>) -> Vec<(i32, SchedAttr)> {
-        let h = self
-            .group
-            .as_ref()
-            .map(|g| g.0.clone())
-            .or_else(|| crate::shield::cpuset_hierarchy(env.sched.cgroups()).map(str::to_string));
+        let mut tids: BTreeSet<i32> = self.sched.slots().map(|(t, _)| t).collect();
+        tids.extend(self.affinity.slots().map(|(t, _)| t));
+        tids.extend(self.cpuset.iter().flat_map(|c| c.slots().map(|(t, _)| t)));
         let mut sched_changed = Vec::new();
-        for (tid, t) in self.threads.iter_mut() {
-            let tid = *tid;
-            let mut result = Ok(());
-            // Undoing: a value someone else set after ours stays theirs.
-            if t.sched.want.is_none()
-                && t.sched.applied.is_some_and(|a| env.sched.get(tid).is_ok_and(|c| !c.same_as(&a)))
-            {
-                t.sched.applied = None;
-                t.sched.original = env.sched.get(tid).unwrap_or(t.sched.original);
-                out.foreign += 1;
-            }
-            if t.affinity.want.is_none()
-                && t.affinity.applied.as_ref().is_some_and(|a| env.sched.get_affinity(tid).is_ok_and(|c| c != *a))
-            {
-                t.affinity.applied = None;
-                out.foreign += 1;
-            }
-            if let (Some(c), Some(h)) = (t.cpuset.as_mut(), h.as_deref()) {
-                if let Some(g) = c.pending() {
-                    result = env.sched.set_cgroup(tid, h, &g).map(|()| c.applied = c.want.clone());
-                }
-            }
-            if result.is_ok() {
-                if let Some(a) = t.affinity.pending() {
-                    result = env.sched.set_affinity(tid, &a).map(|()| t.affinity.applied = t.affinity.want.clone());
-                }
-            }
-            if result.is_ok() {
-                if let Some(s) = t.sched.pending() {
-                    result = env.sched.set(tid, &s).map(|()| {
-                        t.sched.applied = t.sched.want;
-                        sched_changed.push((tid, s));
-                    });
-                }
-            }
-            match result {
-                Ok(()) => out.changed += 1,
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => gone.push(tid),
-                Err(e) => {
-                    let blocker = (e.raw_os_error() == Some(libc::EPERM))
-                        .then(|| env.sched.cgroups().rt_runtime_blocker(tid))
-                        .flatten();
-                    out.errors.push(match blocker {
-                        Some(why) => format!("static tuning of thread {tid}: {e}: {why}"),
-                        None => format!("static tuning of thread {tid}: {e}"),
-                    })
-                }
+        let ops = env.sched.as_mut();
+        for tid in tids {
+            let mut changed = false;
+            let ok = self.cpuset.as_mut().is_none_or(|c| booked(&c.apply_one(ops, tid), tid, &mut changed, gone, out))
+                && booked(&self.affinity.apply_one(ops, tid), tid, &mut changed, gone, out)
+                && {
+                    let r = self.sched.apply_one(ops, tid);
+                    if let Applied::Set(now) = &r {
+                        sched_changed.push((tid, *now));
+                    }
+                    booked(&r, tid, &mut changed, gone, out)
+                };
+            if ok && changed {
+                out.changed += 1;
             }
         }
-        for tid in gone.iter() {
-            self.drop_thread(*tid, h.as_deref());
+        self.sched.forget(gone);
+        self.affinity.forget(gone);
+        if let Some(c) = self.cpuset.as_mut() {
+            c.forget(gone);
         }
         let cg = env.sched.cgroups().clone();
+        let cpuset = &self.cpuset;
         self.stale_groups.retain(|(h, g)| {
-            let still_used =
-                self.threads.values().any(|t| t.cpuset.as_ref().is_some_and(|c| c.applied.as_ref() == Some(g)));
-            if still_used {
+            if cpuset.as_ref().is_some_and(|c| c.applied_values().contains(&g)) {
                 return true;
             }
             if let Err(e) = cg.remove_group(h, g) {
@@ -395,41 +319,11 @@ impl StaticActuator {
 
     /// The `static` layer of the VM's record.
     pub fn entries(&self, out: &mut Vec<Entry>) {
-        let h = self.group.as_ref().map(|g| g.0.clone());
-        for t in self.threads.values() {
-            let layer = || STATIC_LAYER.to_string();
-            if !t.sched.may.is_empty() {
-                out.push(Entry {
-                    task: t.task,
-                    layer: layer(),
-                    setting: Setting::Sched { original: t.sched.original, applied: t.sched.may.clone() },
-                });
-            }
-            if !t.affinity.may.is_empty() {
-                out.push(Entry {
-                    task: t.task,
-                    layer: layer(),
-                    setting: Setting::Affinity {
-                        original: t.affinity.original.clone(),
-                        applied: t.affinity.may.clone(),
-                    },
-                });
-            }
-            if let (Some(c), Some(h)) = (&t.cpuset, &h) {
-                if !c.may.is_empty() {
-                    out.push(Entry {
-                        task: t.task,
-                        layer: layer(),
-                        setting: Setting::Cgroup {
-                            hierarchy: h.clone(),
-                            original: c.original.clone(),
-                            applied: c.may.clone(),
-                        },
-                    });
-                }
-            }
+        self.sched.entries(out);
+        self.affinity.entries(out);
+        if let Some(c) = &self.cpuset {
+            c.entries(out);
         }
-        out.extend(self.retired.iter().cloned());
     }
 
     /// Everything was put back.
@@ -437,23 +331,24 @@ impl StaticActuator {
         self.plan = StaticPlan::default();
         self.group = None;
         self.stale_groups.clear();
-        self.retired.clear();
         self.notes.clear();
-        self.threads.clear();
-        self.generation = None;
+        self.sched.clear();
+        self.affinity.clear();
+        if let Some(c) = self.cpuset.as_mut() {
+            c.clear();
+        }
     }
 
     /// `static` in a thread's status line.
     pub fn show(&self, tid: i32) -> Option<String> {
-        let t = self.threads.get(&tid)?;
         let mut parts = Vec::new();
-        if let Some(s) = t.sched.applied {
+        if let Some(s) = self.sched.applied(tid) {
             parts.push(s.to_string());
         }
-        if let Some(a) = &t.affinity.applied {
-            parts.push(format!("cpus {}", format_cpus(&a.iter().copied().collect())));
+        if let Some(a) = self.affinity.applied(tid) {
+            parts.push(format!("cpus {}", self.affinity.kind().show(a)));
         }
-        if let Some(g) = t.cpuset.as_ref().and_then(|c| c.applied.clone()) {
+        if let Some(g) = self.cpuset.as_ref().and_then(|c| c.applied(tid)) {
             parts.push(format!("cpuset {g}"));
         }
         (!parts.is_empty()).then(|| parts.join(", "))
@@ -461,6 +356,6 @@ impl StaticActuator {
 
     /// The class the static layer set on `tid`, if it holds it.
     pub fn holds_sched(&self, tid: i32) -> Option<SchedAttr> {
-        self.threads.get(&tid).and_then(|t| t.sched.applied)
+        self.sched.applied(tid).copied()
     }
 }

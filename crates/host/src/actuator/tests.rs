@@ -6,6 +6,8 @@ use std::rc::Rc;
 
 use cosched_procfs::fake;
 
+use std::io;
+
 use super::*;
 use crate::sched::{SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK, SCHED_OTHER, SCHED_RR};
 use crate::store::{restore_all, Entry, Setting, VmRecord};

@@ -21,28 +21,24 @@
 //!
 //! Every value is recorded before it is set and undone through the one restore logic
 //! ([`crate::store`]), after `kill -9` too: the threads are moved back (which thaws them) and
-//! the frozen group removed. The actuator is [`super::KnobActuator::throttle`], the I/O boost's
-//! per-thread machinery with these knobs.
+//! the frozen group removed. The actuator is [`LeverActuator::throttle`], a
+//! [`LeverActuator`] with one of these levers.
 
-use std::io;
+use cosched_procfs::ThreadInfo;
+use cosched_proto::Resource;
 
-use cosched_procfs::{TaskId, ThreadInfo};
-
-use super::block::{own_v2_group, parse_v2_group_setting, v2_group_setting, Knob, V1GroupKnob};
 use super::class::is_vcpu;
-use super::Host;
-use crate::cgroup::CgroupFs;
+use super::lever::{GroupLever, GroupValueLever, LeverActuator};
+use crate::cgroup::{CgroupFs, MEMBW_GROUP_PREFIX};
 use crate::membw::FreezerChoice;
-use crate::store::Setting;
 
 /// The layer the throttle records its changes under (the resource's name).
 pub const THROTTLE_LAYER: &str = "membw";
 /// The prefix of the frozen groups the v1 lever creates.
-pub const THROTTLE_GROUP_PREFIX: &str = "cosched-membw-";
+pub const THROTTLE_GROUP_PREFIX: &str = MEMBW_GROUP_PREFIX;
 /// The v1 controller.
 pub const FREEZER: &str = "freezer";
 const V2_FREEZE: &str = "cgroup.freeze";
-const V2_EVENTS: &str = "cgroup.events";
 
 /// Which freezer the throttle uses here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,74 +99,55 @@ pub fn freezer(cg: &CgroupFs, choice: FreezerChoice) -> Result<FreezerKind, Stri
     }
 }
 
-/// cgroup v1: vCPU threads into `<their group>/cosched-membw-<pid>`, made `FROZEN`.
-pub(super) fn v1_knob() -> V1GroupKnob {
-    V1GroupKnob {
-        hierarchy: FREEZER,
-        prefix: THROTTLE_GROUP_PREFIX,
-        layer: THROTTLE_LAYER,
-        file: "freezer.state",
-        value: "FROZEN".into(),
-        members: |t, vcpus_known| is_vcpu(t.role, vcpus_known),
-        flat: false,
-        // FREEZING until every thread moved in is frozen.
-        settles: true,
-    }
+fn vcpus(t: &ThreadInfo, vcpus_known: bool) -> bool {
+    is_vcpu(t.role, vcpus_known)
 }
 
-/// resctrl: vCPU threads of the default group into `/cosched-membw-<pid>`, whose `schemata`
-/// is the floor.
-pub(super) fn mba_knob(schemata: &str) -> V1GroupKnob {
-    V1GroupKnob {
-        hierarchy: crate::cgroup::RESCTRL,
-        prefix: THROTTLE_GROUP_PREFIX,
-        layer: THROTTLE_LAYER,
-        file: "schemata",
-        value: schemata.to_string(),
-        members: |t, vcpus_known| is_vcpu(t.role, vcpus_known),
-        flat: true,
-        // A thread in the group is slowed at once.
-        settles: false,
-    }
-}
-
-/// cgroup v2: `cgroup.freeze` of the VM's own group, kept on its main thread.
-#[derive(Debug)]
-pub(super) struct V2FreezeKnob;
-
-impl Knob for V2FreezeKnob {
-    /// (group, cgroup.freeze)
-    type V = (String, u32);
-    fn layer(&self) -> &'static str {
-        THROTTLE_LAYER
-    }
-    fn applies_to(&self, process: TaskId, t: &ThreadInfo, _: bool) -> bool {
-        t.task == process
-    }
-    fn get(&self, env: &mut Host, tid: i32) -> io::Result<(String, u32)> {
-        let group = own_v2_group(env, tid, "the throttle in cgroup v2 freezes a whole group")?;
-        let v = env.sched.cgroups().read("", &group, V2_FREEZE)?;
-        let frozen = v.parse().map_err(|_| io::Error::other(format!("{V2_FREEZE} of {group}: {v:?}")))?;
-        Ok((group, frozen))
-    }
-    fn set(&self, env: &mut Host, _: i32, v: &(String, u32)) -> io::Result<()> {
-        env.sched.cgroups().write("", &v.0, V2_FREEZE, &v.1.to_string())
-    }
-    fn target(&self, _: TaskId, original: &(String, u32)) -> Option<(String, u32)> {
-        (original.1 == 0).then(|| (original.0.clone(), 1))
-    }
-    fn setting(&self, original: &(String, u32), applied: &[(String, u32)]) -> Setting {
-        v2_group_setting(V2_FREEZE, original, applied)
-    }
-    fn parse_setting(&self, s: &Setting) -> Option<((String, u32), Vec<(String, u32)>)> {
-        parse_v2_group_setting(V2_FREEZE, s)
-    }
-    fn show(&self, v: &(String, u32)) -> (&'static str, String) {
-        ("freeze", format!("{} {}", v.0, v.1))
-    }
-    /// `cgroup.events` says `frozen 1` once every thread of the group is frozen.
-    fn in_force(&self, env: &mut Host, v: &(String, u32)) -> io::Result<bool> {
-        let events = env.sched.cgroups().read("", &v.0, V2_EVENTS)?;
-        Ok(events.lines().any(|l| l.split_whitespace().eq(["frozen", &v.1.to_string()])))
+impl LeverActuator {
+    /// The memory-bandwidth throttle on the lever found (see [`freezer`] and
+    /// [`crate::membw::Mba`]): the vCPUs stopped or slowed at `Level::Throttled`.
+    pub fn throttle(lever: &ThrottleLever) -> LeverActuator {
+        match lever {
+            // cgroup v1: vCPU threads into `<their group>/cosched-membw-<pid>`, made `FROZEN`;
+            // FREEZING until every thread moved in is frozen.
+            ThrottleLever::Freezer(FreezerKind::V1) => LeverActuator::new(
+                Resource::Membw,
+                GroupLever {
+                    hierarchy: FREEZER,
+                    prefix: THROTTLE_GROUP_PREFIX,
+                    file: "freezer.state",
+                    value: "FROZEN".into(),
+                    members: vcpus,
+                    flat: false,
+                    settles: true,
+                },
+            ),
+            // cgroup v2: `cgroup.freeze` of the VM's own group, in force once `cgroup.events`
+            // says `frozen 1`.
+            ThrottleLever::Freezer(FreezerKind::V2) => LeverActuator::new(
+                Resource::Membw,
+                GroupValueLever {
+                    file: V2_FREEZE,
+                    label: "freeze",
+                    why: "the throttle in cgroup v2 freezes a whole group",
+                    raised: 1,
+                    frozen_event: true,
+                },
+            ),
+            // resctrl: vCPU threads of the default group into `/cosched-membw-<pid>`, whose
+            // `schemata` is the floor; a thread in the group is slowed at once.
+            ThrottleLever::Mba { schemata, .. } => LeverActuator::new(
+                Resource::Membw,
+                GroupLever {
+                    hierarchy: crate::cgroup::RESCTRL,
+                    prefix: THROTTLE_GROUP_PREFIX,
+                    file: "schemata",
+                    value: schemata.clone(),
+                    members: vcpus,
+                    flat: true,
+                    settles: false,
+                },
+            ),
+        }
     }
 }

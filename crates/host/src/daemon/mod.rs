@@ -753,7 +753,7 @@ impl Daemon {
         let answer = match ask {
             Ask::Control(Ok(req)) => Answer::Control(self.handle(req)),
             Ask::Control(Err(e)) => Answer::Control(Reply::err(e)),
-            Ask::Metrics => Answer::Metrics(crate::metrics::render(&self.status())),
+            Ask::Metrics => Answer::Metrics(self.metrics()),
         };
         self.clients.answer(token, answer, &self.poll);
     }
@@ -779,7 +779,7 @@ impl Daemon {
         let mut actions = Vec::new();
         let done = match req {
             Request::Status => return Reply::ok(Some(self.status())),
-            Request::Metrics => return Reply::ok(Some(json!({ "text": crate::metrics::render(&self.status()) }))),
+            Request::Metrics => return Reply::ok(Some(json!({ "text": self.metrics() }))),
             Request::Enable { vm, resource } => self.switch(vm, resource, true, &mut actions),
             Request::Disable { vm, resource } => self.switch(vm, resource, false, &mut actions),
             Request::Priority { vm, priority } => self.set_priority(&vm, priority, &mut actions),
@@ -853,6 +853,13 @@ impl Daemon {
             Some(r) if self.coord.resources().any(|s| s == r) => Ok(r),
             Some(resource) => Err(Error::Unsupported { resource, supported }),
             None => Err(Error::UnknownResource { name: name.to_string(), supported }),
+        }
+    }
+
+    fn metrics(&self) -> String {
+        match serde_json::from_value(self.status()) {
+            Ok(s) => crate::metrics::render(&s),
+            Err(e) => format!("# status unreadable: {e}\n"),
         }
     }
 

@@ -138,6 +138,28 @@ pub struct ResourceFigures {
     pub other: BTreeMap<String, u64>,
 }
 
+impl ResourceFigures {
+    /// Sets the figure named `name` (as the coordinator names it): a field here, else `other`.
+    pub fn set(&mut self, name: &str, n: u64) {
+        let field = match name {
+            "boost_capacity_vcpus" => &mut self.boost_capacity_vcpus,
+            "boosted_vcpus" => &mut self.boosted_vcpus,
+            "guaranteed_mbps" => &mut self.guaranteed_mbps,
+            "period_ms" => &mut self.period_ms,
+            "committed_permille" => &mut self.committed_permille,
+            "reclaim" => &mut self.reclaim,
+            "best_effort" => &mut self.best_effort,
+            "periods" => &mut self.periods,
+            "best_effort_periods" => &mut self.best_effort_periods,
+            _ => {
+                self.other.insert(name.to_string(), n);
+                return;
+            }
+        };
+        *field = Some(n);
+    }
+}
+
 /// The daemon's privileges, when it runs with less than root's.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]

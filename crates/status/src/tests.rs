@@ -74,6 +74,49 @@ fn named_figures_and_counters_are_typed() {
     assert_eq!(vm1.threads[1].settings["freezer"], "/");
 }
 
+/// Every typed figure and own counter is set by its JSON name (the names the coordinator
+/// gives them), none lands in the catch-all.
+#[test]
+fn each_field_is_set_by_its_name() {
+    let all = |v: Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
+    let names = all(serde_json::to_value(ResourceFigures {
+        boost_capacity_vcpus: Some(1),
+        boosted_vcpus: Some(1),
+        guaranteed_mbps: Some(1),
+        period_ms: Some(1),
+        committed_permille: Some(1),
+        reclaim: Some(1),
+        best_effort: Some(1),
+        periods: Some(1),
+        best_effort_periods: Some(1),
+        other: BTreeMap::new(),
+    })
+    .unwrap());
+    let mut f = ResourceFigures::default();
+    names.iter().for_each(|n| f.set(n, 7));
+    assert!(f.other.is_empty() && serde_json::to_value(&f).unwrap().as_object().unwrap().len() == names.len());
+    let some = EventCounters {
+        events: Some(1),
+        ignored: Some(1),
+        not_waiting: Some(1),
+        postponed: Some(1),
+        blocked: Some(1),
+        boosted_cpu_ns: Some(1),
+        uncharged: Some(1),
+        slices: Some(1),
+        postponed_boosts: Some(1),
+        repaid_ns: Some(1),
+    };
+    let mut names = all(serde_json::to_value(some).unwrap());
+    names.extend(all(serde_json::to_value(CpuCounters { guard_demotions: Some(1) }).unwrap()));
+    let mut c = SlotCounters::default();
+    names.iter().for_each(|n| c.set_own(n, 7));
+    assert!(c.other.is_empty(), "{:?}", c.other);
+    assert_eq!((c.cpu.guard_demotions, c.event.repaid_ns), (Some(7), Some(7)));
+    c.set_own("new_one", 3);
+    assert_eq!(c.other["new_one"], 3);
+}
+
 /// A CLI reads a daemon's status with keys missing (older) or unknown (newer).
 #[test]
 fn missing_keys_read_as_defaults() {

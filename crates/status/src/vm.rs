@@ -157,6 +157,32 @@ pub struct SlotCounters {
     pub other: BTreeMap<String, u64>,
 }
 
+impl SlotCounters {
+    /// Sets the resource's own counter named `name` (as the coordinator counts it): a field
+    /// of [`CpuCounters`] or [`EventCounters`], else `other`.
+    pub fn set_own(&mut self, name: &str, n: u64) {
+        let (c, e) = (&mut self.cpu, &mut self.event);
+        let field = match name {
+            "guard_demotions" => &mut c.guard_demotions,
+            "events" => &mut e.events,
+            "ignored" => &mut e.ignored,
+            "not_waiting" => &mut e.not_waiting,
+            "postponed" => &mut e.postponed,
+            "blocked" => &mut e.blocked,
+            "boosted_cpu_ns" => &mut e.boosted_cpu_ns,
+            "uncharged" => &mut e.uncharged,
+            "slices" => &mut e.slices,
+            "postponed_boosts" => &mut e.postponed_boosts,
+            "repaid_ns" => &mut e.repaid_ns,
+            _ => {
+                self.other.insert(name.to_string(), n);
+                return;
+            }
+        };
+        *field = Some(n);
+    }
+}
+
 /// The CPU's own counters (the metric is there for every resource, 0 where it never counts).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, Metrics)]
 #[serde(default)]

@@ -34,7 +34,7 @@ use cosched_procfs::{ProcFs, TaskId};
 use cosched_proto::{Event, Resource};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
-use serde_json::{json, Value};
+use serde_json::json;
 
 pub use os::lock_state_dir;
 
@@ -778,7 +778,12 @@ impl Daemon {
     fn handle(&mut self, req: Request) -> Reply {
         let mut actions = Vec::new();
         let done = match req {
-            Request::Status => return Reply::ok(Some(self.status())),
+            Request::Status => {
+                return match serde_json::to_value(self.status(status::Detail::Full)) {
+                    Ok(v) => Reply::ok(Some(v)),
+                    Err(e) => Reply::err(format!("status: {e}")),
+                };
+            }
             Request::Metrics => return Reply::ok(Some(json!({ "text": self.metrics() }))),
             Request::Enable { vm, resource } => self.switch(vm, resource, true, &mut actions),
             Request::Disable { vm, resource } => self.switch(vm, resource, false, &mut actions),
@@ -856,15 +861,13 @@ impl Daemon {
         }
     }
 
+    /// The Prometheus text, from a status without the threads' views.
     fn metrics(&self) -> String {
-        match serde_json::from_value(self.status()) {
-            Ok(s) => crate::metrics::render(&s),
-            Err(e) => format!("# status unreadable: {e}\n"),
-        }
+        crate::metrics::render(&self.status(status::Detail::Metrics))
     }
 
-    fn status(&self) -> Value {
-        status::snapshot(&status::View {
+    fn status(&self, detail: status::Detail) -> cosched_status::Status {
+        let view = status::View {
             now: self.now(),
             cfg: &self.cfg,
             coord: &self.coord,
@@ -879,7 +882,8 @@ impl Daemon {
             membw: &self.membw,
             shield: &self.shield,
             caps: &self.caps,
-        })
+        };
+        status::snapshot(&view, detail)
     }
 
     /// Tells the event detection what changed of VM `token` (its threads, whether event

@@ -2771,4 +2771,7 @@ fn status_json_keeps_the_keys_of_the_captured_sample() {
     let lost: Vec<_> = captured.difference(&live).collect();
     let added: Vec<_> = live.difference(&captured).collect();
     assert!(lost.is_empty() && added.is_empty(), "lost {lost:#?}\nadded {added:#?}\n{st:#}");
+    // What the CLI reads it into writes it back whole (a key the types miss would be lost).
+    let typed: cosched_status::Status = serde_json::from_value(st.clone()).unwrap();
+    assert_eq!(serde_json::to_value(typed).unwrap(), st);
 }

@@ -83,6 +83,13 @@ impl Reply {
     }
 }
 
+/// The reply to [`Request::Metrics`]: the Prometheus text (the reply to [`Request::Status`] is a
+/// `cosched_status::Status`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsReply {
+    pub text: String,
+}
+
 /// Sends `req` to the daemon at `socket` and returns its data, or its error as an error.
 /// The request in a control client's input so far: `None` until a whole line is in; the line
 /// parsed, or why it is not a request. What the daemon does with every control connection (and

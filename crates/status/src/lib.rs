@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 pub use config::{BoostConfig, DetectionCounters, EventStatus, IoStatus, MembwStatus};
 use metric::{Metrics, Sample};
 pub use vm::{
-    CpuCounters, Disk, EventCounters, PredictCounters, RtStatus, SamplesSummary, ShieldPlan, SlotCounters, StaticPlan,
-    ThreadStatus, VmBwStats, VmCounters, VmMembw, VmResource, VmStatic, VmStatus,
+    CpuCounters, Disk, EventCounters, PredictCounters, PriorityMap, RtStatus, SamplesSummary, ShieldPlan, SlotCounters,
+    StaticPlan, ThreadStatus, VmBwStats, VmCounters, VmMembw, VmResource, VmStatic, VmStatus,
 };
 
 /// What `schema_version` says: see the crate documentation.

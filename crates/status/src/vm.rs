@@ -259,7 +259,7 @@ pub struct EventCounters {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Metrics)]
 #[serde(default)]
 pub struct RtStatus {
-    pub priority_map: cosched_core::PriorityMap,
+    pub priority_map: PriorityMap,
     pub ceiling: u8,
     /// The guest's priority in its last `CPU 1` (0: none given).
     pub guest_priority: u8,
@@ -314,7 +314,7 @@ pub struct RtStatus {
 impl Default for RtStatus {
     fn default() -> Self {
         RtStatus {
-            priority_map: cosched_core::RtConfig::default().priority_map,
+            priority_map: PriorityMap::Same,
             ceiling: 0,
             guest_priority: 0,
             host_priority: None,
@@ -325,6 +325,26 @@ impl Default for RtStatus {
             predict_apply_late_us: SamplesSummary::default(),
             unconfirmed_ms: 0.0,
             pending: None,
+        }
+    }
+}
+
+/// How a guest's RT priority becomes the host's (`[rt] priority_map`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PriorityMap {
+    Vm,
+    #[default]
+    Same,
+    Linear,
+}
+
+impl PriorityMap {
+    pub fn name(self) -> &'static str {
+        match self {
+            PriorityMap::Vm => "vm",
+            PriorityMap::Same => "same",
+            PriorityMap::Linear => "linear",
         }
     }
 }

@@ -34,7 +34,6 @@ use cosched_procfs::{ProcFs, TaskId};
 use cosched_proto::{Event, Resource};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
-use serde_json::json;
 
 pub use os::lock_state_dir;
 
@@ -784,7 +783,12 @@ impl Daemon {
                     Err(e) => Reply::err(format!("status: {e}")),
                 };
             }
-            Request::Metrics => return Reply::ok(Some(json!({ "text": self.metrics() }))),
+            Request::Metrics => {
+                return match serde_json::to_value(crate::control::MetricsReply { text: self.metrics() }) {
+                    Ok(v) => Reply::ok(Some(v)),
+                    Err(e) => Reply::err(format!("metrics: {e}")),
+                };
+            }
             Request::Enable { vm, resource } => self.switch(vm, resource, true, &mut actions),
             Request::Disable { vm, resource } => self.switch(vm, resource, false, &mut actions),
             Request::Priority { vm, priority } => self.set_priority(&vm, priority, &mut actions),

@@ -300,7 +300,11 @@ fn rt_status(s: cosched_core::RtStatus) -> st::RtStatus {
         cancelled,
     } = predictions;
     st::RtStatus {
-        priority_map,
+        priority_map: match priority_map {
+            cosched_core::PriorityMap::Vm => st::PriorityMap::Vm,
+            cosched_core::PriorityMap::Same => st::PriorityMap::Same,
+            cosched_core::PriorityMap::Linear => st::PriorityMap::Linear,
+        },
         ceiling,
         guest_priority,
         host_priority,

@@ -777,18 +777,8 @@ impl Daemon {
     fn handle(&mut self, req: Request) -> Reply {
         let mut actions = Vec::new();
         let done = match req {
-            Request::Status => {
-                return match serde_json::to_value(self.status(status::Detail::Full)) {
-                    Ok(v) => Reply::ok(Some(v)),
-                    Err(e) => Reply::err(format!("status: {e}")),
-                };
-            }
-            Request::Metrics => {
-                return match serde_json::to_value(crate::control::MetricsReply { text: self.metrics() }) {
-                    Ok(v) => Reply::ok(Some(v)),
-                    Err(e) => Reply::err(format!("metrics: {e}")),
-                };
-            }
+            Request::Status => return Reply::with(&self.status(status::Detail::Full)),
+            Request::Metrics => return Reply::with(&crate::control::MetricsReply { text: self.metrics() }),
             Request::Enable { vm, resource } => self.switch(vm, resource, true, &mut actions),
             Request::Disable { vm, resource } => self.switch(vm, resource, false, &mut actions),
             Request::Priority { vm, priority } => self.set_priority(&vm, priority, &mut actions),

@@ -5,8 +5,9 @@
 //!
 //! The JSON is a contract (the Python harness, users' scripts): keys, nesting and value types
 //! are those of `testdata/status-v1.json`. `schema_version` changes when they change in a way
-//! a reader must know about; a key added is not such a change. Every struct reads with
-//! defaults for what is missing, so a CLI can read a daemon that is a little older or newer.
+//! a reader must know about; a key added is not such a change. Every struct but a thread's
+//! reads with defaults for what is missing and ignores keys it does not know, so a CLI can read
+//! a daemon that is a little older or newer.
 
 // The derive names this crate by its path, from inside it too.
 extern crate self as cosched_status;

@@ -81,6 +81,7 @@ impl<T: Sample> Sample for Option<T> {
 /// One sample per key (`reason="budget"`).
 impl Sample for BTreeMap<String, u64> {
     fn each(&self, by: &str, out: &mut dyn FnMut(&str, &str, f64)) {
+        debug_assert!(!by.is_empty(), "a map's metric names its keys' label: #[metric(by = ...)]");
         for (k, n) in self {
             out("", &format!("{by}=\"{k}\""), *n as f64);
         }

@@ -12,11 +12,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def exported_metrics():
-    """Every metric name the daemon's exporter writes (crates/host/src/metrics.rs), with a
-    histogram's _bucket/_sum/_count series."""
-    text = (REPO / "crates/host/src/metrics.rs").read_text()
-    names = set(re.findall(r'"(cosched_[a-z_]+)', text))
-    histograms = {n for n in names if re.search(rf"TYPE {n} histogram", text)}
+    """Every metric name the daemon's exporter writes (declared on the status fields they come
+    from, `#[metric(...)]` in crates/status/src), with a histogram's _bucket/_sum/_count series."""
+    text = "\n".join(p.read_text() for p in sorted((REPO / "crates/status/src").glob("*.rs")))
+    names = set(re.findall(r'name = "(cosched_[a-z_]+)"', text))
+    histograms = set(re.findall(r'histogram,\s*name = "(cosched_[a-z_]+)"', text))
     return names | {f"{h}_{s}" for h in histograms for s in ("bucket", "sum", "count")}
 
 

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use cosched_host::config::HostConfig;
-use cosched_host::control::{request, Request};
-use serde_json::Value;
+use cosched_host::control::{request, MetricsReply, Request};
+
+mod status;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -247,385 +248,6 @@ fn run_host(config: Option<&Path>, a: HostArgs) -> anyhow::Result<()> {
     cosched_host::daemon::Daemon::new(cfg)?.run()
 }
 
-fn fmt_ms(ns_ms: f64) -> String {
-    if ns_ms >= 1000.0 {
-        format!("{:.1} s", ns_ms / 1000.0)
-    } else {
-        format!("{ns_ms:.1} ms")
-    }
-}
-
-/// A status resource entry's time boosted (ms): its closed boosts and the one under way.
-fn boosted_ms(res: &Value) -> f64 {
-    res["counters"]["boosted_ns"].as_f64().unwrap_or(0.0) / 1e6 + res["boosted_for_ms"].as_f64().unwrap_or(0.0)
-}
-
-/// `cosched status --watch`: redraws [`watch_frame`] every `interval_ms` (on a terminal, from the
-/// top of a cleared screen), `count` times or until interrupted.
-fn watch_status(socket: &Path, interval_ms: u64, count: Option<u64>) -> anyhow::Result<()> {
-    use std::io::IsTerminal;
-    let tty = std::io::stdout().is_terminal();
-    let mut prev: Option<(Value, std::time::Instant)> = None;
-    let mut n = 0;
-    loop {
-        let s = request(socket, &Request::Status)?.context("empty status")?;
-        let now = std::time::Instant::now();
-        let frame = watch_frame(prev.as_ref().map(|(p, t)| (p, now.duration_since(*t).as_secs_f64())), &s);
-        print!("{}{frame}", if tty { "\x1b[H\x1b[2J" } else { "" });
-        std::io::Write::flush(&mut std::io::stdout())?;
-        prev = Some((s, now));
-        n += 1;
-        if count.is_some_and(|c| n >= c) {
-            return Ok(());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(interval_ms));
-    }
-}
-
-/// One redraw of `status --watch`: the host's resources, then a line per VM and resource with
-/// its level and, against `prev` (the last status and the seconds since), boosts/s, the share
-/// of the time boosted, denials/s, and the memory bandwidth.
-fn watch_frame(prev: Option<(&Value, f64)>, s: &Value) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let res: Vec<String> = s["resources"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(r, v)| format!("{r} {}", if v["enabled"].as_bool() == Some(true) { "on" } else { "OFF" }))
-        .collect();
-    let l = &s["latency"];
-    let _ = writeln!(
-        out,
-        "cosched: {} VM(s); {}; hint-to-applied p50 {} µs, p99 {} µs{}",
-        s["vms"].as_array().map_or(0, |v| v.len()),
-        res.join(", "),
-        l["p50_us"],
-        l["p99_us"],
-        prev.map_or("; rates from the next redraw".to_string(), |(_, dt)| format!("; rates over {dt:.1} s"))
-    );
-    let _ = writeln!(
-        out,
-        "\n{:<16} {:>7} {:<6} {:<9} {:>8} {:>8} {:>8} {:>8}  MEMBW",
-        "VM", "PID", "RES", "LEVEL", "BOOSTS", "BOOST/S", "BOOSTED", "DENY/S"
-    );
-    // The same VM in the last status: same name, same QEMU process.
-    let find = |p: &Value, vm: &Value| -> Option<Value> {
-        p["vms"].as_array()?.iter().find(|v| v["name"] == vm["name"] && v["pid"] == vm["pid"]).cloned()
-    };
-    let denied =
-        |c: &Value| -> f64 { c["denied"].as_object().map_or(0.0, |m| m.values().filter_map(Value::as_f64).sum()) };
-    for vm in s["vms"].as_array().cloned().unwrap_or_default() {
-        let before = prev.and_then(|(p, dt)| find(p, &vm).map(|b| (b, dt)));
-        for (i, (r, res)) in vm["resources"].as_object().into_iter().flatten().enumerate() {
-            let c = &res["counters"];
-            let rates = before.as_ref().map(|(b, dt)| {
-                let br = &b["resources"][r];
-                let d = |k: &str| c[k].as_f64().unwrap_or(0.0) - br["counters"][k].as_f64().unwrap_or(0.0);
-                (
-                    d("boosts") / dt,
-                    0.1 * (boosted_ms(res) - boosted_ms(br)) / dt,
-                    (denied(c) - denied(&br["counters"])) / dt,
-                )
-            });
-            let membw = if i == 0 && vm["membw"].is_object() {
-                let m = &vm["membw"];
-                format!(
-                    "{:.0} MB/s of {} guaranteed{}",
-                    m["last_period_mbps"].as_f64().unwrap_or(0.0),
-                    m["guarantee_mbps"],
-                    if m["throttled"].as_bool() == Some(true) { ", THROTTLED" } else { "" }
-                )
-            } else {
-                String::new()
-            };
-            let first = i == 0;
-            let _ = writeln!(
-                out,
-                "{:<16} {:>7} {:<6} {:<9} {:>8} {:>8} {:>8} {:>8}  {membw}",
-                if first { vm["name"].as_str().unwrap_or("?") } else { "" },
-                if first { vm["pid"].to_string() } else { String::new() },
-                r,
-                if res["active"].as_bool() == Some(false) { "off" } else { res["level"].as_str().unwrap_or("?") },
-                c["boosts"],
-                rates.map_or("-".into(), |r| format!("{:.1}", r.0)),
-                rates.map_or("-".into(), |r| format!("{:.0}%", r.1)),
-                rates.map_or("-".into(), |r| format!("{:.1}", r.2)),
-            );
-        }
-    }
-    if s["vms"].as_array().is_none_or(|v| v.is_empty()) {
-        let _ = writeln!(out, "no VMs (socket directory {})", s["daemon"]["socket_dir"].as_str().unwrap_or("?"));
-    }
-    out
-}
-
-fn print_status(s: &Value) {
-    let p = &s["policy"];
-    let on = |v: &Value| if v.as_bool() == Some(true) { "enabled" } else { "DISABLED" };
-    for (r, v) in s["resources"].as_object().into_iter().flatten() {
-        let l = &v["limits"];
-        let ms = |k: &str| l[k].as_u64().unwrap_or(0) / 1_000_000;
-        print!(
-            "{r}: {}   (budgets: boost <= {} ms at a time, <= {}‰ of {} ms",
-            on(&v["enabled"]),
-            ms("max_continuous_ns"),
-            l["max_share_permille"],
-            ms("window_ns")
-        );
-        if r == "io" {
-            let io = &s["io"];
-            print!(
-                "; lever {} through {}",
-                io["lever"].as_str().unwrap_or("?"),
-                io["acts_through"].as_str().unwrap_or("?")
-            );
-        }
-        if r == "event" {
-            let e = &s["event"];
-            let c = &e["counters"];
-            print!(
-                "; FEAS for {} VMs, {} per {} ms, slices {} µs, charging {}, detection {}: {} device / {} timer / {} \
-                 internal wake-ups",
-                e["vms"].as_str().unwrap_or("?"),
-                e["n_limit"],
-                e["cycle_ms"],
-                e["slice_us"],
-                if e["charge"].as_bool() == Some(true) { "on" } else { "off" },
-                e["detection"].as_str().unwrap_or("?"),
-                c["device_wakeups"],
-                c["timer_wakeups"],
-                c["internal_wakeups"]
-            );
-        }
-        if r == "cpu" {
-            print!(
-                "; real-time guard {}‰ of {} ms; host reserve: {} of at most {} vCPU(s) boosted",
-                p["rt_guard_max_share_permille"],
-                p["rt_guard_window_ms"],
-                v["boosted_vcpus"],
-                v["boost_capacity_vcpus"]
-            );
-        }
-        println!(")");
-    }
-    if let Some(why) = s["io"]["unsupported"].as_str() {
-        println!("io: unsupported here: {why}");
-    }
-    if let Some(why) = s["event"]["unsupported"].as_str() {
-        println!("event: unsupported here: {why}");
-    }
-    print_membw(s);
-    let sh = &s["shield"];
-    if sh["shielded_cpus"].as_str().is_some_and(|c| !c.is_empty()) {
-        let list = |k: &str| {
-            sh[k]
-                .as_array()
-                .map(|a| a.iter().map(|v| v.to_string().trim_matches('"').to_string()).collect::<Vec<_>>().join(", "))
-                .unwrap_or_default()
-        };
-        println!(
-            "shield: CPUs {} for shielded vCPUs, housekeeping {}; IRQs moved [{}], fixed [{}]; host groups moved [{}]; \
-             per-CPU kernel threads left [{}]",
-            sh["shielded_cpus"].as_str().unwrap_or("?"),
-            sh["housekeeping_cpus"].as_str().unwrap_or("?"),
-            list("irqs_moved"),
-            list("irqs_fixed"),
-            list("groups_moved"),
-            list("kthreads_left")
-        );
-    }
-    for e in s["shield"]["errors"].as_array().cloned().unwrap_or_default() {
-        println!("shield: {}", e.as_str().unwrap_or("?"));
-    }
-    for l in s["privileges"]["lost"].as_array().cloned().unwrap_or_default() {
-        println!(
-            "privileges: lost {} (needs {})",
-            l["feature"].as_str().unwrap_or("?"),
-            l["needs"].as_str().unwrap_or("?")
-        );
-    }
-    let l = &s["latency"];
-    println!(
-        "hint-to-applied latency: {} boosts/deboosts, p50 {} µs, p99 {} µs, max {} µs",
-        l["count"], l["p50_us"], l["p99_us"], l["max_us"]
-    );
-    let vms = s["vms"].as_array().cloned().unwrap_or_default();
-    if vms.is_empty() {
-        println!("no VMs connected (socket directory {})", s["daemon"]["socket_dir"].as_str().unwrap_or("?"));
-    } else {
-        println!(
-            "\n{:<16} {:>7} {:>4} {:>4} {:<6} {:>3} {:<8} {:>7} {:>9} {:>7} {:>9}  denied",
-            "VM", "PID", "REG", "PRIO", "RES", "ON", "LEVEL", "BOOSTS", "BOOSTED", "BUDGET", "MALFORMED"
-        );
-    }
-    for vm in &vms {
-        let yes = |v: &Value| if v.as_bool() == Some(true) { "yes" } else { "no" };
-        let denied = |d: &Value| -> Vec<String> {
-            d.as_object().map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect()).unwrap_or_default()
-        };
-        let mut vm_denied = denied(&vm["counters"]["denied"]);
-        for (i, (r, res)) in vm["resources"].as_object().into_iter().flatten().enumerate() {
-            let c = &res["counters"];
-            let boosted_ms = boosted_ms(res);
-            let mut d = denied(&c["denied"]);
-            if i == 0 {
-                d.append(&mut vm_denied);
-            }
-            let first = i == 0;
-            println!(
-                "{:<16} {:>7} {:>4} {:>4} {:<6} {:>3} {:<8} {:>7} {:>9} {:>7} {:>9}  {}",
-                if first { vm["name"].as_str().unwrap_or("?") } else { "" },
-                if first { vm["pid"].to_string() } else { String::new() },
-                if first { yes(&vm["registered"]) } else { "" },
-                if first { vm["priority"].to_string() } else { String::new() },
-                r,
-                yes(&res["active"]),
-                res["level"].as_str().unwrap_or("?"),
-                c["boosts"],
-                fmt_ms(boosted_ms),
-                c["budget_exhausted"],
-                if first { vm["counters"]["malformed"].to_string() } else { String::new() },
-                if d.is_empty() { "-".into() } else { d.join(" ") }
-            );
-        }
-        print_rt(&vm["resources"]["cpu"]["rt"]);
-        let m = &vm["membw"];
-        if m.is_object() {
-            let st = &m["stats"];
-            println!(
-                "    membw: share {}‰{} = {} MB/s guaranteed; last period {:.0} MB/s; {}; throttled {} time(s), {}; \
-                 borrowed {:.1} MB, lent {:.1} MB",
-                m["effective_permille"],
-                m["requested_permille"].as_u64().map_or(String::new(), |r| format!(" (asked by the guest: {r}‰)")),
-                m["guarantee_mbps"],
-                m["last_period_mbps"].as_f64().unwrap_or(0.0),
-                match (m["throttled"].as_bool(), m["stopped"].as_bool()) {
-                    (Some(true), Some(true)) => "THROTTLED now",
-                    // Decided, but the freezer has not stopped every vCPU yet (FREEZING).
-                    (Some(true), _) => "THROTTLED now, still stopping",
-                    _ => "running",
-                },
-                st["throttles"],
-                fmt_ms(st["throttled_ns"].as_f64().unwrap_or(0.0) / 1e6),
-                st["borrowed_bytes"].as_f64().unwrap_or(0.0) / 1e6,
-                st["lent_bytes"].as_f64().unwrap_or(0.0) / 1e6
-            );
-        }
-        for t in vm["threads"].as_array().cloned().unwrap_or_default() {
-            // The I/O lever's setting on the thread, if it has one.
-            let io = ["ioprio", "blkio", "io_weight"]
-                .iter()
-                .find_map(|k| t[*k].as_str().map(|v| format!("  {k} {v}")))
-                .unwrap_or_default();
-            let stat = t["static"].as_str().map(|v| format!("  static: {v}")).unwrap_or_default();
-            println!(
-                "    {:>7} {:<7} {:<18} {}{io}{stat}",
-                t["tid"],
-                t["role"].as_str().unwrap_or("?"),
-                t["comm"].as_str().unwrap_or("?"),
-                t["sched"].as_str().unwrap_or("?")
-            );
-        }
-        let st = &vm["static"];
-        if st["tuning"].as_str().is_some_and(|t| t != "none") {
-            println!("    static tuning: {}", st["tuning"].as_str().unwrap_or("?"));
-        }
-        if let Some(g) = st["guard"].as_object() {
-            println!(
-                "    static guard: {} ms at FIFO of {} ms allowed per {} ms, {} demotion(s){}",
-                g["rt_ms"].as_f64().unwrap_or(0.0).round(),
-                g["max_ms"].as_f64().unwrap_or(0.0),
-                g["window_ms"].as_f64().unwrap_or(0.0),
-                g["demotions"],
-                if g["guarded"].as_bool() == Some(true) { ", guarding now" } else { "" }
-            );
-        }
-        for n in st["notes"].as_array().cloned().unwrap_or_default() {
-            println!("    static tuning: {}", n.as_str().unwrap_or("?"));
-        }
-        for d in vm["disks"].as_array().cloned().unwrap_or_default() {
-            println!(
-                "    disk {} on /dev/{}: scheduler {}{}",
-                d["image"].as_str().unwrap_or("?"),
-                d["device"].as_str().unwrap_or("?"),
-                d["scheduler"].as_str().unwrap_or("?"),
-                if d["scheduler"] == "bfq" { "" } else { " (not bfq: I/O coordination cannot help this VM there)" }
-            );
-        }
-    }
-    if let Some(p) = s["unconnected_sockets"].as_array().filter(|a| !a.is_empty()) {
-        println!(
-            "\nsockets not connected (see the daemon's log): {}",
-            p.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
-        );
-    }
-}
-
-/// The memory-bandwidth regulation, host-wide.
-fn print_membw(s: &Value) {
-    let m = &s["membw"];
-    if let Some(why) = m["unsupported"].as_str() {
-        println!("membw: unsupported here: {why}");
-        return;
-    }
-    if let Some(w) = m["warning"].as_str() {
-        println!("membw: *** {w} ***");
-    }
-    println!(
-        "membw: {} counters, {} MB/s guaranteed, {}‰ committed; period {} ms, reclaim {}, best effort {}; throttling \
-         through the {}; {} periods, {} with best effort",
-        m["backend"].as_str().unwrap_or("?"),
-        m["guaranteed_mbps"],
-        m["committed_permille"],
-        m["period_ms"],
-        if m["reclaim"].as_bool() == Some(true) { "on" } else { "off" },
-        if m["best_effort"].as_bool() == Some(true) { "on" } else { "off" },
-        m["throttles_through"].as_str().unwrap_or("?"),
-        m["counters"]["periods"],
-        m["counters"]["best_effort_periods"]
-    );
-    for n in m["notes"].as_array().cloned().unwrap_or_default() {
-        println!("membw: {}", n.as_str().unwrap_or("?"));
-    }
-}
-
-/// A VM's RT co-scheduling and predictive boost, when it has used them.
-fn print_rt(rt: &Value) {
-    let p = &rt["predictions"];
-    if rt["guest_priority"].as_u64().unwrap_or(0) != 0 || p["received"].as_u64().unwrap_or(0) != 0 {
-        let host = rt["host_priority"].as_u64().map_or("-".to_string(), |h| format!("FIFO {h}"));
-        println!(
-            "    rt: guest priority {} -> host {host} (map {}, ceiling {})",
-            rt["guest_priority"],
-            rt["priority_map"].as_str().unwrap_or("?"),
-            rt["ceiling"]
-        );
-    }
-    if p["received"].as_u64().unwrap_or(0) != 0 {
-        let (e, l) = (&rt["predict_error_us"], &rt["predict_apply_late_us"]);
-        println!(
-            "    predictions: {} received, {} applied, {} covered, {} confirmed ({} early), {} unconfirmed, {} refused, \
-             {} denied, {} cancelled; lead {} µs; error p50 {} / p99 {} µs; applied late p50 {} / p99 {} / max {} µs",
-            p["received"],
-            p["applied"],
-            p["covered"],
-            p["confirmed"],
-            p["early"],
-            p["unconfirmed"],
-            p["refused"],
-            p["denied"],
-            p["cancelled"],
-            rt["lead_us"],
-            e["p50_us"],
-            e["p99_us"],
-            l["p50_us"],
-            l["p99_us"],
-            l["max_us"]
-        );
-    }
-}
-
 /// The control socket: given on the command line, or the config's.
 fn control(config: Option<&Path>, explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     Ok(match explicit {
@@ -663,15 +285,16 @@ fn main() {
         Cmd::Host(a) => run_host(config, a),
         Cmd::Guest(opts) => cosched_agent::run(opts),
         Cmd::Status { watch: true, interval_ms, count, control_socket, .. } => {
-            watch_status(&control(config, control_socket)?, interval_ms, count)
+            status::watch(&control(config, control_socket)?, interval_ms, count)
         }
-        Cmd::Status { json, control_socket, .. } => {
-            let s = request(&control(config, control_socket)?, &Request::Status)?.context("empty status")?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&s)?);
-            } else {
-                print_status(&s);
-            }
+        Cmd::Status { json: true, control_socket, .. } => {
+            // The daemon's JSON as it sent it.
+            let s = status::json(&control(config, control_socket)?)?;
+            println!("{}", serde_json::to_string_pretty(&s)?);
+            Ok(())
+        }
+        Cmd::Status { control_socket, .. } => {
+            print!("{}", status::text(&status::get(&control(config, control_socket)?)?));
             Ok(())
         }
         Cmd::Enable { resource, control_socket } => {
@@ -703,8 +326,7 @@ fn main() {
                 let req = Request::Membw { period_ms, reclaim: on(reclaim), best_effort: on(best_effort) };
                 request(&socket, &req)?;
             }
-            let s = request(&socket, &Request::Status)?.context("empty status")?;
-            print_membw(&s);
+            print!("{}", status::membw_text(&status::get(&socket)?.membw));
             Ok(())
         }
         Cmd::RequestMembw { share, socket } => {
@@ -714,7 +336,8 @@ fn main() {
         }
         Cmd::Metrics { control_socket } => {
             let m = request(&control(config, control_socket)?, &Request::Metrics)?.context("empty reply")?;
-            print!("{}", m["text"].as_str().unwrap_or_default());
+            let m: MetricsReply = serde_json::from_value(m).context("reading the daemon's metrics")?;
+            print!("{}", m.text);
             Ok(())
         }
         Cmd::Generate(GenerateCmd::Man { dir }) => generate_man(&dir),
@@ -750,55 +373,5 @@ fn main() {
     if let Err(e) = result {
         eprintln!("cosched: error: {e:#}");
         std::process::exit(1);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn status(pid: u64, boosts: u64, boosted_ns: u64, denied: u64, level: &str) -> Value {
-        json!({
-            "resources": {"cpu": {"enabled": true}, "io": {"enabled": false}},
-            "latency": {"p50_us": 15, "p99_us": 600},
-            "vms": [{
-                "name": "vm1", "pid": pid,
-                "resources": {
-                    "cpu": {"active": true, "level": level, "boosted_for_ms": 0.0,
-                            "counters": {"boosts": boosts, "boosted_ns": boosted_ns, "denied": {"budget": denied}}},
-                    "io": {"active": false, "level": "normal", "boosted_for_ms": 0.0,
-                           "counters": {"boosts": 0, "boosted_ns": 0, "denied": {}}}
-                },
-                "membw": {"last_period_mbps": 512.4, "guarantee_mbps": 700.0, "throttled": true}
-            }]
-        })
-    }
-
-    #[test]
-    fn the_watch_view_shows_each_vm_per_resource_with_rates_since_the_last_redraw() {
-        let first = watch_frame(None, &status(7, 10, 1_000_000_000, 1, "normal"));
-        assert!(first.contains("1 VM(s); cpu on, io OFF; hint-to-applied p50 15 µs, p99 600 µs"), "{first}");
-        assert!(first.contains("rates from the next redraw"), "{first}");
-        let row = |f: &str, res: &str| {
-            f.lines().skip(3).find(|l| l.split_whitespace().any(|w| w == res)).unwrap().to_string()
-        };
-        let cpu = row(&first, "cpu");
-        assert_eq!(cpu.split_whitespace().collect::<Vec<_>>()[..7], ["vm1", "7", "cpu", "normal", "10", "-", "-"]);
-        assert!(cpu.ends_with("512 MB/s of 700.0 guaranteed, THROTTLED"), "{cpu}");
-        // 2 s later: 10 more boosts, 1 s more boosted, 4 more denials.
-        let prev = status(7, 10, 1_000_000_000, 1, "normal");
-        let next = watch_frame(Some((&prev, 2.0)), &status(7, 20, 2_000_000_000, 5, "boosted"));
-        let cpu = row(&next, "cpu");
-        assert_eq!(
-            cpu.split_whitespace().collect::<Vec<_>>()[..8],
-            ["vm1", "7", "cpu", "boosted", "20", "5.0", "50%", "2.0"]
-        );
-        assert_eq!(row(&next, "io").split_whitespace().collect::<Vec<_>>()[..2], ["io", "off"]);
-        // A VM restarted (another pid) under the same name has no rates yet.
-        let restarted = watch_frame(Some((&prev, 2.0)), &status(8, 1, 0, 0, "normal"));
-        assert_eq!(row(&restarted, "cpu").split_whitespace().nth(5), Some("-"));
-        assert!(watch_frame(None, &json!({"vms": [], "daemon": {"socket_dir": "/run/cosched/vms"}}))
-            .contains("no VMs (socket directory /run/cosched/vms)"));
     }
 }

@@ -2682,3 +2682,96 @@ fn the_daemon_runs_as_nobody_with_the_units_capabilities_and_says_what_it_lost_w
         drop(d);
     }
 }
+
+/// Every key path of `v` with its value's JSON type (`.vms[].resources.cpu.level: string`);
+/// array elements share one path.
+fn json_shape(v: &Value, at: &str, out: &mut std::collections::BTreeSet<String>) {
+    let kind = match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "integer",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    // What depends on what happened: a resource's own counters appear once counted, a reason
+    // once denied.
+    let shared = ["requests", "boosts", "deboosts", "boosted_ns", "budget_exhausted", "denied"];
+    let own = at.starts_with(".vms[].resources.")
+        && at.rsplit_once(".counters.").is_some_and(|(_, k)| !k.contains('.') && !shared.contains(&k));
+    if own || at.contains(".denied.") {
+        return;
+    }
+    out.insert(format!("{at}: {kind}"));
+    match v {
+        Value::Array(a) => a.iter().for_each(|e| json_shape(e, &format!("{at}[]"), out)),
+        Value::Object(m) => m.iter().for_each(|(k, e)| json_shape(e, &format!("{at}.{k}"), out)),
+        _ => {}
+    }
+}
+
+/// `cosched status --json` keeps the keys, nesting and value types of the status captured
+/// before it was typed (testdata/status-v1.json), made the way that sample was: two VMs, one
+/// with an agent (a malformed run, a membw request, a boost, a predicted wake-up), one with a
+/// static FIFO tuning and its guard, a socket refused, `[membw]` simulated. `schema_version`
+/// is the one key added.
+#[test]
+fn status_json_keeps_the_keys_of_the_captured_sample() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let trace = w.p("membw.trace");
+    std::fs::write(&trace, "0 * 50\n").unwrap();
+    let config = format!(
+        "[policy]\nmax_continuous_boost_ms = 0\nmax_boost_share_permille = 1000\nhost_reserve_cpus = 0\n\
+         rt_guard_window_ms = 1000\nrt_guard_max_share_permille = 900\n\
+         [membw]\nbackend = \"simulated\"\ntrace = {trace:?}\nguaranteed_mbps = 1000\nperiod_ms = 100\n\
+         checks_per_period = 5\nreclaim = false\nbest_effort = false\n\
+         [vm.vm1]\nmembw_share = 100\n[vm.vm2.static]\nfifo = true\nguard = true\n"
+    );
+    let d = w.daemon(&config);
+    let mut vm1 = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    let _vm2 = w.vm("vm2", "qemu-system-x86_64", &THREADS);
+    let _evil = w.vm("evil", "python3", &THREADS);
+    d.wait_vm("vm1");
+    d.wait_vm("vm2");
+    let mut bytes: Vec<u8> = (0..61u32).map(|i| ((i * 37 + 11) % 256) as u8).collect();
+    bytes.extend_from_slice(&Frame::register(1, caps::CPU | caps::MEMBW).encode());
+    vm1.write(&bytes);
+    assert_eq!(vm1.recv(), Frame::deny(0, DenyReason::Malformed));
+    assert_eq!(vm1.recv(), Frame::ack(1, caps::CPU | caps::MEMBW));
+    vm1.seq = 1;
+    assert_eq!(vm1.request(Kind::Membw, 500).kind, Kind::Ack);
+    vm1.request(Kind::Cpu, 1);
+    vm1.request(Kind::Cpu, 0);
+    vm1.request(Kind::Wake, cosched_proto::wake::encode(5_000, 80));
+    vm1.request(Kind::Cpu, 1);
+    let st = wait_for(
+        "the refused socket, vm2's guard, both VMs' membw, no prediction pending",
+        Duration::from_secs(10),
+        || {
+            let st = d.status();
+            let ready = st["unconnected_sockets"].as_array().is_some_and(|a| !a.is_empty())
+            && st["vms"].as_array()?.iter().all(|v| v["membw"].is_object())
+            && st["vms"].as_array()?.iter().any(|v| v["static"]["guard"].is_object())
+            // The predicted wake-up is over (the sample was taken after it).
+            && st["vms"].as_array()?.iter().all(|v| v["resources"]["cpu"]["rt"]["pending"].is_null());
+            ready.then_some(st)
+        },
+    );
+    assert_eq!(st["schema_version"], 1);
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/status-v1.json");
+    let sample: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let (mut live, mut captured) = Default::default();
+    json_shape(&st, "", &mut live);
+    json_shape(&sample, "", &mut captured);
+    assert!(live.remove(".schema_version: integer"));
+    let lost: Vec<_> = captured.difference(&live).collect();
+    let added: Vec<_> = live.difference(&captured).collect();
+    assert!(lost.is_empty() && added.is_empty(), "lost {lost:#?}\nadded {added:#?}\n{st:#}");
+    // What the CLI reads it into writes it back whole (a key the types miss would be lost).
+    let typed: cosched_status::Status = serde_json::from_value(st.clone()).unwrap();
+    assert_eq!(serde_json::to_value(typed).unwrap(), st);
+}

@@ -82,7 +82,7 @@ pub struct StaticGuard {
 }
 
 /// What `cosched status` shows of a static guard.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StaticGuardStatus {
     pub guarded: bool,
     /// Time at the real-time class in the last window, and the most the rule allows.

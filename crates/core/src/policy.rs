@@ -76,7 +76,7 @@ pub struct LimitsOverride {
 }
 
 /// The budget and rate limits in force for one resource, in ns where they are times.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
     pub max_continuous_ns: u64,
     pub max_share_permille: u64,

@@ -81,6 +81,20 @@ impl Reply {
     pub fn err(msg: impl Into<String>) -> Reply {
         Reply { ok: false, error: Some(msg.into()), data: None }
     }
+    /// A success carrying `data` as JSON.
+    pub fn with(data: &impl Serialize) -> Reply {
+        match serde_json::to_value(data) {
+            Ok(v) => Reply::ok(Some(v)),
+            Err(e) => Reply::err(format!("writing the reply: {e}")),
+        }
+    }
+}
+
+/// The reply to [`Request::Metrics`]: the Prometheus text (the reply to [`Request::Status`] is a
+/// `cosched_status::Status`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsReply {
+    pub text: String,
 }
 
 /// Sends `req` to the daemon at `socket` and returns its data, or its error as an error.

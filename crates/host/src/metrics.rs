@@ -1,13 +1,13 @@
 //! Hint-to-applied latency (from reading a guest's frame to the last thread changed), kept as a
-//! Prometheus histogram and as a ring of recent samples for exact percentiles.
+//! Prometheus histogram and as a ring of recent samples for exact percentiles; and the
+//! Prometheus text format of a status.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use cosched_status::metric::{Kind, Metrics};
+pub use cosched_status::{Histogram, LatencySummary, BUCKETS_US};
+use cosched_status::{Status, VmStatus};
 
-/// Upper bounds of the histogram buckets, in µs.
-pub const BUCKETS_US: [u64; 14] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 100_000];
 const RING: usize = 8192;
 
 #[derive(Debug, Clone)]
@@ -25,16 +25,6 @@ impl Default for Latency {
     fn default() -> Self {
         Latency { buckets: [0; BUCKETS_US.len() + 1], count: 0, sum_ns: 0, max_ns: 0, recent: Vec::new(), next: 0 }
     }
-}
-
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct LatencySummary {
-    pub count: u64,
-    pub p50_us: f64,
-    pub p99_us: f64,
-    pub max_us: f64,
-    /// Over the most recent samples (up to 8192), for the percentiles.
-    pub recent: usize,
 }
 
 impl Latency {
@@ -78,320 +68,109 @@ impl Latency {
     }
 }
 
-/// A latency histogram as it appears in the status snapshot: counts per bucket of [`BUCKETS_US`]
-/// (not cumulative; one more for +Inf).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Histogram {
-    pub counts: Vec<u64>,
-    pub count: u64,
-    pub sum_ns: u64,
+/// Renders the Prometheus text format from a status (`cosched status --json`): what the metrics
+/// show is exactly what the status shows. Each metric is declared on the status field it comes
+/// from (`#[metric]` in `cosched_status`); here are the labels of what holds them (`resource`,
+/// `backend`, `vm`), and which parts have metrics.
+pub fn render(status: &Status) -> String {
+    let mut out = Exposition::default();
+    // Written even before their first sample, as they always were.
+    out.declare_histograms::<VmStatus>();
+    for (r, res) in &status.resources {
+        out.add(res, &format!("resource=\"{r}\""));
+    }
+    // Labelled by the backend running, or configured where none runs (`off`, `auto`).
+    if !status.membw.backend.is_empty() {
+        out.add(&status.membw, &format!("backend=\"{}\"", status.membw.backend));
+    }
+    for vm in &status.vms {
+        vm_series(&mut out, vm);
+    }
+    out.text()
 }
 
-impl Histogram {
-    /// Prometheus text lines for a histogram named `name` with extra `labels` (`k="v",...`).
-    pub fn prometheus(&self, name: &str, labels: &str) -> String {
-        let sep = if labels.is_empty() { "" } else { "," };
-        let mut out = String::new();
-        let mut cumulative = 0;
-        for (i, b) in BUCKETS_US.iter().enumerate() {
-            cumulative += self.counts.get(i).copied().unwrap_or(0);
-            out += &format!("{name}_bucket{{{labels}{sep}le=\"{}\"}} {cumulative}\n", *b as f64 / 1e6);
+/// A VM's series; every figure of a resource carries a `resource` label.
+fn vm_series(out: &mut Exposition, vm: &VmStatus) {
+    let l = format!("vm=\"{}\"", vm.name.replace(['"', '\\', '\n'], "_"));
+    out.add(vm, &l);
+    out.add(&vm.counters, &l);
+    if let Some(m) = &vm.membw {
+        out.add(m, &l);
+        out.add(&m.stats, &l);
+    }
+    for (r, res) in &vm.resources {
+        let lr = format!("{l},resource=\"{r}\"");
+        out.add(res, &lr);
+        out.add(&res.counters, &lr);
+        // The CPU guard's demotions are shown for every resource, 0 where there is no guard.
+        out.add(&res.counters.cpu, &lr);
+        if let Some(rt) = &res.rt {
+            out.add(rt, &lr);
         }
-        out += &format!("{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}\n", self.count);
-        out += &format!("{name}_sum{{{labels}}} {}\n", self.sum_ns as f64 / 1e9);
-        out += &format!("{name}_count{{{labels}}} {}\n", self.count);
+        if r == cosched_proto::Resource::Event.name() {
+            out.add(&res.counters.event, &lr);
+        }
+    }
+}
+
+/// Metric families by name, each with its samples in the order they were added.
+#[derive(Default)]
+struct Exposition {
+    families: BTreeMap<&'static str, Family>,
+}
+
+struct Family {
+    kind: Kind,
+    help: &'static str,
+    lines: Vec<String>,
+}
+
+impl Exposition {
+    fn family(&mut self, name: &'static str, kind: Kind, help: &'static str) -> &mut Family {
+        let f = self.families.entry(name).or_insert(Family { kind, help, lines: Vec::new() });
+        debug_assert!(f.kind == kind && f.help == help, "{name} declared twice, differently");
+        f
+    }
+
+    fn declare_histograms<T: Metrics>(&mut self) {
+        for m in T::METRICS.iter().filter(|m| m.kind == Kind::Histogram) {
+            self.family(m.name, m.kind, m.help);
+        }
+    }
+
+    /// The metrics of `item`'s fields, with `labels` (`k="v",...`) before their own.
+    fn add<T: Metrics>(&mut self, item: &T, labels: &str) {
+        for m in T::METRICS {
+            let mut lines = Vec::new();
+            (m.samples)(item, &mut |suffix, own, value| {
+                lines.push(line(m.name, suffix, &[labels, m.labels, own], value))
+            });
+            // A family without samples is not written (an absent figure is not a 0).
+            if !lines.is_empty() {
+                self.family(m.name, m.kind, m.help).lines.append(&mut lines);
+            }
+        }
+    }
+
+    /// Histograms after the other families.
+    fn text(self) -> String {
+        let mut out = String::new();
+        let (hist, other): (Vec<_>, Vec<_>) = self.families.into_iter().partition(|(_, f)| f.kind == Kind::Histogram);
+        for (name, f) in other.into_iter().chain(hist) {
+            out += &format!("# HELP {name} {}\n# TYPE {name} {}\n", f.help, f.kind.name());
+            for l in f.lines {
+                out += &l;
+                out.push('\n');
+            }
+        }
         out
     }
 }
 
-/// Renders the Prometheus text format from a status snapshot (`cosched status --json`): what
-/// the metrics show is exactly what the status shows. Every per-VM figure of a resource carries
-/// a `resource` label.
-pub fn render(status: &Value) -> String {
-    // name -> (type, help, lines)
-    let mut series: BTreeMap<&str, (&str, &str, Vec<String>)> = BTreeMap::new();
-    let mut add = |name: &'static str, kind: &'static str, help: &'static str, labels: &str, value: f64| {
-        let line = format!("{name}{{{labels}}} {value}");
-        series.entry(name).or_insert((kind, help, Vec::new())).2.push(line);
-    };
-    let num = |v: &Value| v.as_f64().unwrap_or(0.0);
-    let esc = |s: &str| s.replace(['"', '\\', '\n'], "_");
-    if let Some(res) = status["resources"].as_object() {
-        for (r, v) in res {
-            let on = v["enabled"].as_bool() == Some(true);
-            add(
-                "cosched_enabled",
-                "gauge",
-                "Coordination of the resource enabled for the host.",
-                &format!("resource=\"{r}\""),
-                on as u8 as f64,
-            );
-        }
-    }
-    let mw = &status["membw"];
-    if let Some(b) = mw["backend"].as_str() {
-        let l = format!("backend=\"{b}\"");
-        add(
-            "cosched_membw_guaranteed_mbps",
-            "gauge",
-            "The host's declared guaranteed memory bandwidth.",
-            &l,
-            num(&mw["guaranteed_mbps"]),
-        );
-        add("cosched_membw_period_ms", "gauge", "The memory-bandwidth regulation period.", &l, num(&mw["period_ms"]));
-        add(
-            "cosched_membw_best_effort",
-            "gauge",
-            "1 if best effort is on.",
-            &l,
-            (mw["best_effort"].as_bool() == Some(true)) as u8 as f64,
-        );
-        add(
-            "cosched_membw_reclaim",
-            "gauge",
-            "1 if reclaim is on.",
-            &l,
-            (mw["reclaim"].as_bool() == Some(true)) as u8 as f64,
-        );
-        add(
-            "cosched_membw_committed_permille",
-            "gauge",
-            "Memory-bandwidth shares in force, in total.",
-            &l,
-            num(&mw["committed_permille"]),
-        );
-    }
-    let mut hist = String::new();
-    for vm in status["vms"].as_array().map(Vec::as_slice).unwrap_or_default() {
-        let l = format!("vm=\"{}\"", esc(vm["name"].as_str().unwrap_or("?")));
-        let k = &vm["counters"];
-        add(
-            "cosched_vm_registered",
-            "gauge",
-            "1 if the guest agent is registered.",
-            &l,
-            (vm["registered"].as_bool() == Some(true)) as u8 as f64,
-        );
-        add("cosched_vm_frames_total", "counter", "Well-formed frames received.", &l, num(&k["frames"]));
-        add(
-            "cosched_vm_malformed_total",
-            "counter",
-            "Malformed frames and garbage runs received.",
-            &l,
-            num(&k["malformed"]),
-        );
-        add(
-            "cosched_vm_read_held_total",
-            "counter",
-            "Times the VM's channel was left unread for sending past [policy] read_rate.",
-            &l,
-            num(&vm["read_held"]),
-        );
-        for (reason, n) in k["denied"].as_object().into_iter().flatten() {
-            add(
-                "cosched_vm_denied_total",
-                "counter",
-                "DENY replies by resource and reason.",
-                &format!("{l},resource=\"\",reason=\"{reason}\""),
-                num(n),
-            );
-        }
-        let m = &vm["membw"];
-        if m.is_object() {
-            let st = &m["stats"];
-            add(
-                "cosched_vm_membw_share_permille",
-                "gauge",
-                "Memory-bandwidth share in force (permille of the guaranteed bandwidth).",
-                &l,
-                num(&m["effective_permille"]),
-            );
-            add(
-                "cosched_vm_membw_throttled",
-                "gauge",
-                "1 if the VM's vCPUs are held back (frozen, or slowed by resctrl MBA) for memory bandwidth now.",
-                &l,
-                (m["stopped"].as_bool() == Some(true)) as u8 as f64,
-            );
-            add(
-                "cosched_vm_membw_stopping",
-                "gauge",
-                "1 if the VM is to be held back for memory bandwidth but its freezer group is not frozen yet \
-                 (a vCPU in uninterruptible sleep keeps a v1 group FREEZING).",
-                &l,
-                (m["throttled"].as_bool() == Some(true) && m["stopped"].as_bool() != Some(true)) as u8 as f64,
-            );
-            add(
-                "cosched_vm_membw_bytes_total",
-                "counter",
-                "Memory bytes moved, as the backend counts them.",
-                &l,
-                num(&st["bytes"]),
-            );
-            add(
-                "cosched_vm_membw_throttles_total",
-                "counter",
-                "Times the daemon decided to hold the VM back for memory bandwidth (a stop not yet confirmed by the \
-                 freezer counts too; cosched_vm_membw_unconfirmed_throttles_total counts those never confirmed).",
-                &l,
-                num(&st["throttles"]),
-            );
-            add(
-                "cosched_vm_membw_throttled_seconds_total",
-                "counter",
-                "Time held back for memory bandwidth, from the freezer's confirmation (or the MBA change) to the \
-                 release.",
-                &l,
-                num(&st["throttled_ns"]) / 1e9,
-            );
-            add(
-                "cosched_vm_membw_stopping_seconds_total",
-                "counter",
-                "Time between a decision to hold the VM back and the freezer's confirmation that it is stopped.",
-                &l,
-                num(&st["stopping_ns"]) / 1e9,
-            );
-            add(
-                "cosched_vm_membw_unconfirmed_throttles_total",
-                "counter",
-                "Decisions to hold the VM back that ended before the freezer confirmed the stop.",
-                &l,
-                num(&st["unconfirmed_throttles"]),
-            );
-            add(
-                "cosched_vm_membw_borrowed_bytes_total",
-                "counter",
-                "Bytes borrowed from other VMs' unused budget.",
-                &l,
-                num(&st["borrowed_bytes"]),
-            );
-        }
-        for (r, s) in vm["resources"].as_object().into_iter().flatten() {
-            let lr = format!("{l},resource=\"{r}\"");
-            let c = &s["counters"];
-            let boosted_s = num(&c["boosted_ns"]) / 1e9 + num(&s["boosted_for_ms"]) / 1e3;
-            add(
-                "cosched_vm_boosted",
-                "gauge",
-                "1 if the VM is boosted now on the resource.",
-                &lr,
-                (s["level"].as_str() != Some("normal")) as u8 as f64,
-            );
-            add("cosched_vm_boosts_total", "counter", "Boosts started.", &lr, num(&c["boosts"]));
-            add("cosched_vm_boosted_seconds_total", "counter", "Time spent boosted.", &lr, boosted_s);
-            add(
-                "cosched_vm_requests_total",
-                "counter",
-                "Requests for the resource (guest frames or host events).",
-                &lr,
-                num(&c["requests"]),
-            );
-            add(
-                "cosched_vm_budget_exhausted_total",
-                "counter",
-                "Boosts ended by a budget.",
-                &lr,
-                num(&c["budget_exhausted"]),
-            );
-            add(
-                "cosched_vm_guard_demotions_total",
-                "counter",
-                "Times the real-time guard moved vCPUs off the real-time class.",
-                &lr,
-                num(&c["guard_demotions"]),
-            );
-            if r == "cpu" {
-                rt_series(&mut add, &lr, &s["rt"]);
-            }
-            if r == "event" {
-                for (key, name, help, scale) in [
-                    ("events", "cosched_vm_events_total", "Device events for the VM (FEAS).", 1.0),
-                    ("postponed", "cosched_vm_events_postponed_total", "Events postponed past n_limit or a debt.", 1.0),
-                    ("slices", "cosched_vm_event_slices_total", "Event boosts ended by their slice.", 1.0),
-                    ("blocked", "cosched_vm_event_blocked_total", "Event boosts ended by the vCPU blocking.", 1.0),
-                    (
-                        "boosted_cpu_ns",
-                        "cosched_vm_event_boosted_cpu_seconds_total",
-                        "CPU time the vCPUs ran while event-boosted.",
-                        1e-9,
-                    ),
-                    ("repaid_ns", "cosched_vm_event_repaid_seconds_total", "Boosted CPU time paid back.", 1e-9),
-                ] {
-                    add(name, "counter", help, &lr, num(&c[key]) * scale);
-                }
-            }
-            for (reason, n) in c["denied"].as_object().into_iter().flatten() {
-                add(
-                    "cosched_vm_denied_total",
-                    "counter",
-                    "DENY replies by resource and reason.",
-                    &format!("{lr},reason=\"{reason}\""),
-                    num(n),
-                );
-            }
-        }
-        if let Ok(h) = serde_json::from_value::<Histogram>(vm["latency_histogram"].clone()) {
-            hist += &h.prometheus("cosched_hint_to_applied_seconds", &l);
-        }
-    }
-    let mut out = String::new();
-    for (name, (kind, help, lines)) in series {
-        out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
-        for l in lines {
-            out += &l;
-            out.push('\n');
-        }
-    }
-    out += "# HELP cosched_hint_to_applied_seconds From reading a guest frame to its threads changed.\n# TYPE cosched_hint_to_applied_seconds histogram\n";
-    out += &hist;
-    out
-}
-
-/// A VM's predictive boost (`cosched_core::rt`): predictions by outcome, the lead, the error and
-/// how late planned boosts were applied (their recent median and 99th percentile).
-fn rt_series(add: &mut impl FnMut(&'static str, &'static str, &'static str, &str, f64), lr: &str, rt: &Value) {
-    let num = |v: &Value| v.as_f64().unwrap_or(0.0);
-    for (outcome, n) in rt["predictions"].as_object().into_iter().flatten() {
-        add(
-            "cosched_vm_predictions_total",
-            "counter",
-            "Predicted RT wake-ups (WAKE) by outcome.",
-            &format!("{lr},outcome=\"{outcome}\""),
-            num(n),
-        );
-    }
-    add(
-        "cosched_vm_predict_lead_seconds",
-        "gauge",
-        "How long before a predicted wake-up its boost comes.",
-        lr,
-        num(&rt["lead_us"]) / 1e6,
-    );
-    for (q, key) in [("0.5", "p50_us"), ("0.99", "p99_us")] {
-        add(
-            "cosched_vm_predict_error_seconds",
-            "gauge",
-            "Arrival of the confirming CPU 1 minus the predicted wake-up (recent quantiles).",
-            &format!("{lr},quantile=\"{q}\""),
-            num(&rt["predict_error_us"][key]) / 1e6,
-        );
-        add(
-            "cosched_vm_predict_apply_late_seconds",
-            "gauge",
-            "Predicted boosts: applied minus planned time (recent quantiles).",
-            &format!("{lr},quantile=\"{q}\""),
-            num(&rt["predict_apply_late_us"][key]) / 1e6,
-        );
-    }
-    if let Some(h) = rt["host_priority"].as_u64() {
-        add(
-            "cosched_vm_rt_host_priority",
-            "gauge",
-            "Host SCHED_FIFO priority of an RT co-scheduling grant.",
-            lr,
-            h as f64,
-        );
-    }
+/// One sample line: `name{labels} value`, the non-empty labels joined.
+fn line(name: &str, suffix: &str, labels: &[&str], value: f64) -> String {
+    let labels: Vec<&str> = labels.iter().copied().filter(|l| !l.is_empty()).collect();
+    format!("{name}{suffix}{{{}}} {value}", labels.join(","))
 }
 
 #[cfg(test)]
@@ -409,10 +188,39 @@ mod tests {
         assert!((s.p50_us - 50.0).abs() <= 1.0, "{s:?}");
         assert!((s.p99_us - 99.0).abs() <= 1.0, "{s:?}");
         assert_eq!(s.max_us, 100.0);
-        let text = l.histogram().prometheus("lat_seconds", "vm=\"a\"");
+        let mut text = String::new();
+        cosched_status::metric::Sample::each(&l.histogram(), "", &mut |suffix, own, v| {
+            text += &line("lat_seconds", suffix, &["vm=\"a\"", own], v);
+            text.push('\n');
+        });
         assert!(text.contains("lat_seconds_bucket{vm=\"a\",le=\"0.00001\"} 9\n"), "{text}");
         assert!(text.contains("lat_seconds_bucket{vm=\"a\",le=\"+Inf\"} 100\n"));
         assert!(text.contains("lat_seconds_count{vm=\"a\"} 100\n"));
+    }
+
+    fn testdata(rel: &str) -> String {
+        let path = format!("{}/../../testdata/{rel}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// The exposition of the captured status samples is what the metrics were before they were
+    /// declared on the status fields: names, labels, HELP and TYPE, values, order.
+    #[test]
+    fn the_exposition_of_the_captured_samples_is_unchanged() {
+        for (sample, expected) in [
+            ("status-v1.json", "status-v1/expected/status.metrics"),
+            ("status-v1/unprivileged.json", "status-v1/expected/unprivileged.metrics"),
+            ("status-v1/events.json", "status-v1/expected/events.metrics"),
+        ] {
+            let status: Status = serde_json::from_str(&testdata(sample)).unwrap();
+            let (text, want) = (render(&status), testdata(expected));
+            for (i, (got, want)) in text.lines().zip(want.lines()).enumerate() {
+                assert_eq!(got, want, "{sample}: line {}", i + 1);
+            }
+            assert_eq!(text, want, "{sample}");
+        }
+        let empty = render(&Status::default());
+        assert!(empty.starts_with("# HELP cosched_hint_to_applied_seconds From reading a guest frame"), "{empty}");
     }
 
     #[test]

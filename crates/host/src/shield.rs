@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::CgroupFs;
+/// What a shield moved and could not do, for `cosched status` (a part of the status).
+pub use cosched_status::ShieldReport;
 
 /// A set of CPU numbers.
 pub type Cpus = BTreeSet<usize>;
@@ -84,23 +86,6 @@ impl Default for ShieldConfig {
     fn default() -> Self {
         ShieldConfig { housekeeping_cpus: None, host_groups: Vec::new(), irqs: true, irq_dir: "/proc/irq".into() }
     }
-}
-
-/// What a shield could not do, for `cosched status`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct ShieldReport {
-    pub shielded_cpus: String,
-    pub housekeeping_cpus: String,
-    /// IRQs moved off the shielded CPUs.
-    pub irqs_moved: Vec<u32>,
-    /// IRQs whose affinity could not be changed, with why (managed or per-CPU IRQs).
-    pub irqs_fixed: Vec<String>,
-    /// Host groups narrowed to the housekeeping CPUs.
-    pub groups_moved: Vec<String>,
-    pub errors: Vec<String>,
-    /// Per-CPU kernel threads bound to a shielded CPU (ksoftirqd, kworkers, migration, ...):
-    /// nothing can move them.
-    pub kthreads_left: Vec<String>,
 }
 
 /// One host-wide value we changed.

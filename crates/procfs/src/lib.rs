@@ -44,7 +44,7 @@ pub struct TaskId {
 
 /// What a QEMU thread does, from its name (QEMU names its threads when started with
 /// `-name ...,debug-threads=on`, which libvirt always sets).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ThreadRole {
     /// `CPU <n>/KVM`, `CPU <n>/TCG`, `ALL CPUs/TCG`: runs guest code.

@@ -3,7 +3,6 @@
 
 use cosched_core::{Action, Coordinator, VmId};
 use cosched_proto::Resource;
-use serde_json::{json, Value};
 
 use super::clients::{Answer, Ask};
 use super::{status, Daemon};
@@ -17,7 +16,7 @@ impl Daemon {
         let answer = match ask {
             Ask::Control(Ok(req)) => Answer::Control(self.handle(req)),
             Ask::Control(Err(e)) => Answer::Control(Reply::err(e)),
-            Ask::Metrics => Answer::Metrics(crate::metrics::render(&self.status())),
+            Ask::Metrics => Answer::Metrics(self.metrics()),
         };
         self.clients.answer(token, answer, &self.poll);
     }
@@ -42,8 +41,8 @@ impl Daemon {
     pub(super) fn handle(&mut self, req: Request) -> Reply {
         let mut actions = Vec::new();
         let done = match req {
-            Request::Status => return Reply::ok(Some(self.status())),
-            Request::Metrics => return Reply::ok(Some(json!({ "text": crate::metrics::render(&self.status()) }))),
+            Request::Status => return Reply::with(&self.status(status::Detail::Full)),
+            Request::Metrics => return Reply::with(&crate::control::MetricsReply { text: self.metrics() }),
             Request::Enable { vm, resource } => self.switch(vm, resource, true, &mut actions),
             Request::Disable { vm, resource } => self.switch(vm, resource, false, &mut actions),
             Request::Priority { vm, priority } => self.set_priority(&vm, priority, &mut actions),
@@ -117,8 +116,13 @@ impl Daemon {
         }
     }
 
-    pub(super) fn status(&self) -> Value {
-        status::snapshot(&status::View {
+    /// The Prometheus text of the status (a scrape builds no thread views).
+    pub(super) fn metrics(&self) -> String {
+        crate::metrics::render(&self.status(status::Detail::Metrics))
+    }
+
+    pub(super) fn status(&self, detail: status::Detail) -> cosched_status::Status {
+        let view = status::View {
             now: self.now(),
             cfg: &self.cfg,
             coord: &self.coord,
@@ -133,6 +137,7 @@ impl Daemon {
             membw: &self.membw,
             shield: &self.shield,
             caps: &self.caps,
-        })
+        };
+        status::snapshot(&view, detail)
     }
 }

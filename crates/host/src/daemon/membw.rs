@@ -4,7 +4,7 @@
 
 use cosched_core::{MembwPolicy, VmId};
 use cosched_procfs::TaskId;
-use serde_json::{json, Value};
+use cosched_status as st;
 
 use super::vms::Vms;
 use super::Daemon;
@@ -137,53 +137,123 @@ impl Daemon {
 }
 
 /// `[membw]` and what it runs on here (or why not), host-wide.
-pub fn status(cfg: &HostConfig, membw: &Result<Membw, String>, policy: Option<&MembwPolicy>) -> Value {
-    let mut out = json!(cfg.membw);
-    match (membw, policy) {
-        (Ok(m), Some(p)) => {
-            let r = p.regulator();
-            let c = r.config();
-            out["backend"] = json!(m.name);
-            out["simulated"] = json!(m.name == "simulated");
-            if m.name == "simulated" {
-                out["warning"] = json!(
-                    "SIMULATED: bandwidth figures are replayed from the trace, not measured; the regulation and the \
-                     throttle are real"
-                );
-            }
-            out["notes"] = json!(m.notes);
-            out["throttles_through"] = json!(m.lever.describe());
-            out["period_ms"] = json!(c.period_ns / cosched_core::NS_PER_MS);
-            out["reclaim"] = json!(c.reclaim);
-            out["best_effort"] = json!(c.best_effort);
-            out["committed_permille"] = json!(r.committed());
-            out["pool_bytes"] = json!(r.pool());
-            out["in_best_effort"] = json!(r.in_best_effort());
-            out["counters"] = json!(r.stats);
-            out["checks"] = json!(p.checks);
-            // The checks' time is mostly reading the counters (the regulation is arithmetic).
-            out["check_us_mean"] = json!(m.read_ns_total as f64 / p.checks.max(1) as f64 / 1000.0);
+pub fn status(cfg: &HostConfig, membw: &Result<Membw, String>, policy: Option<&MembwPolicy>) -> st::MembwStatus {
+    use crate::membw::{FreezerChoice, MembwConfig, ThrottleChoice};
+    let MembwConfig {
+        backend,
+        throttle,
+        freezer,
+        guaranteed_mbps,
+        period_ms,
+        checks_per_period,
+        reclaim,
+        best_effort,
+        default_share_permille,
+        ref trace,
+        bytes_per_miss,
+    } = cfg.membw;
+    let mut out = st::MembwStatus {
+        backend: match backend {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Pmu => "pmu",
+            BackendChoice::Simulated => "simulated",
+            BackendChoice::Off => "off",
         }
-        (Err(why), _) => out["unsupported"] = json!(why),
-        (Ok(_), None) => out["unsupported"] = json!("the coordinator has no memory-bandwidth policy"),
+        .to_string(),
+        throttle: match throttle {
+            ThrottleChoice::Auto => st::config::ThrottleChoice::Auto,
+            ThrottleChoice::Mba => st::config::ThrottleChoice::Mba,
+            ThrottleChoice::Freezer => st::config::ThrottleChoice::Freezer,
+        },
+        freezer: match freezer {
+            FreezerChoice::Auto => st::config::FreezerChoice::Auto,
+            FreezerChoice::V1 => st::config::FreezerChoice::V1,
+            FreezerChoice::V2 => st::config::FreezerChoice::V2,
+        },
+        guaranteed_mbps,
+        period_ms,
+        checks_per_period,
+        reclaim,
+        best_effort,
+        default_share_permille,
+        trace: trace.clone(),
+        bytes_per_miss,
+        ..Default::default()
+    };
+    let (m, p) = match (membw, policy) {
+        (Ok(m), Some(p)) => (m, p),
+        (Err(why), _) => {
+            out.unsupported = Some(why.clone());
+            return out;
+        }
+        (Ok(_), None) => {
+            out.unsupported = Some("the coordinator has no memory-bandwidth policy".into());
+            return out;
+        }
+    };
+    let r = p.regulator();
+    let c = r.config();
+    // The counter source found, and the settings in force (the operator may have changed them).
+    out.backend = m.name.to_string();
+    out.period_ms = c.period_ns / cosched_core::NS_PER_MS;
+    out.reclaim = c.reclaim;
+    out.best_effort = c.best_effort;
+    out.simulated = Some(m.name == "simulated");
+    if m.name == "simulated" {
+        out.warning = Some(
+            "SIMULATED: bandwidth figures are replayed from the trace, not measured; the regulation and the throttle \
+             are real"
+                .to_string(),
+        );
     }
+    out.notes = Some(m.notes.clone());
+    out.throttles_through = Some(m.lever.describe());
+    out.committed_permille = Some(r.committed());
+    out.pool_bytes = Some(r.pool());
+    out.in_best_effort = Some(r.in_best_effort());
+    let cosched_core::membw::RegulatorStats { periods, best_effort_periods } = r.stats;
+    out.counters = Some(st::config::RegulatorCounters { periods, best_effort_periods });
+    out.checks = Some(p.checks);
+    // The checks' time is mostly reading the counters (the regulation is arithmetic).
+    out.check_us_mean = Some(m.read_ns_total as f64 / p.checks.max(1) as f64 / 1000.0);
     out
 }
 
 /// One VM's regulation, for its status entry.
-pub fn vm_status(policy: Option<&MembwPolicy>, id: VmId) -> Value {
-    let Some(r) = policy.map(MembwPolicy::regulator) else { return Value::Null };
-    let Some(v) = r.vm(id) else { return Value::Null };
+pub fn vm_status(policy: Option<&MembwPolicy>, id: VmId) -> Option<st::VmMembw> {
+    let r = policy?.regulator();
+    let v = r.vm(id)?;
     let c = r.config();
     let period_s = c.period_ns as f64 / 1e9;
-    json!({
-        "share_permille": v.share,
-        "requested_permille": v.requested,
-        "effective_permille": v.effective(),
-        "guarantee_mbps": c.guaranteed_mbps as f64 * v.effective() as f64 / 1000.0,
-        "last_period_mbps": v.stats.last_period_bytes as f64 / 1e6 / period_s,
-        "throttled": v.throttled(),
-        "stopped": v.stopped(),
-        "stats": v.stats,
+    let cosched_core::membw::VmBwStats {
+        bytes,
+        last_period_bytes,
+        throttles,
+        throttled_ns,
+        stopping_ns,
+        unconfirmed_throttles,
+        borrowed_bytes,
+        lent_bytes,
+        taken_back_bytes,
+    } = v.stats;
+    Some(st::VmMembw {
+        share_permille: v.share,
+        requested_permille: v.requested,
+        effective_permille: v.effective(),
+        guarantee_mbps: c.guaranteed_mbps as f64 * v.effective() as f64 / 1000.0,
+        last_period_mbps: last_period_bytes as f64 / 1e6 / period_s,
+        throttled: v.throttled(),
+        stopped: v.stopped(),
+        stats: st::VmBwStats {
+            bytes,
+            last_period_bytes,
+            throttles,
+            throttled_ns,
+            stopping_ns,
+            unconfirmed_throttles,
+            borrowed_bytes,
+            lent_bytes,
+            taken_back_bytes,
+        },
     })
 }

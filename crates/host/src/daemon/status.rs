@@ -1,11 +1,19 @@
 //! The status snapshot: what `cosched status` shows and the metrics are made from, built from
-//! read-only views of the daemon's parts.
+//! read-only views of the daemon's parts into the types of [`cosched_status`], which the control
+//! socket sends as JSON and the CLI and the metrics read.
+//!
+//! The daemon's and the core's types are converted here field by field, each destructured
+//! whole: a field added to one of them does not compile until the status says what it shows of
+//! it.
 
-use cosched_core::Coordinator;
-use serde_json::{json, Value};
+use std::path::Path;
+
+use cosched_core::{Coordinator, Vm};
+use cosched_proto::Resource;
+use cosched_status as st;
 
 use super::channels::Channels;
-use super::vms::Vms;
+use super::vms::{VmEntry, Vms};
 use super::Cost;
 use crate::config::HostConfig;
 use crate::metrics::Latency;
@@ -28,137 +36,337 @@ pub struct View<'a> {
     pub caps: &'a Option<crate::caps::Caps>,
 }
 
-pub fn snapshot(v: &View) -> Value {
-    let (now, coord) = (v.now, v.coord);
-    let policy = coord.policy();
-    let vms: Vec<Value> = v
-        .vms
-        .iter()
-        .filter_map(|(token, e)| coord.vm(e.id).map(|vm| (token, e, vm)))
-        .map(|(token, e, vm)| {
-            let resources: serde_json::Map<String, Value> = vm
-                .slots
-                .iter()
-                .map(|(r, s)| {
-                    // Every slot is of a resource the coordinator supports, so it has limits.
-                    let limits = coord.limits(*r).copied().unwrap_or_else(|| policy.limits(*r));
-                    let mut v = json!({
-                        "enabled": vm.settings.enabled(*r),
-                        "active": coord.enabled(*r) && vm.settings.enabled(*r),
-                        "level": s.level.name(),
-                        "wants": s.wants,
-                        "granted": s.granted,
-                        "boosted_for_ms": s.boosted_for_ns(now) as f64 / 1e6,
-                        "boost_share_permille": s.boost_share_permille(now, &limits),
-                        "in_cooldown": s.in_cooldown(now),
-                        "counters": s.counters,
-                    });
-                    if *r == cosched_proto::Resource::Cpu {
-                        // RT co-scheduling and predictions (`cosched_core::rt`).
-                        v["rt"] = json!(coord.rt_status(e.id, now));
-                    }
-                    (r.name().to_string(), v)
-                })
-                .collect();
-            let socket = v.channels.path(token);
-            json!({
-                "name": vm.name,
-                "pid": e.pid(),
-                "socket": socket,
-                "agent": socket.is_some(),
-                "priority": vm.settings.priority,
-                "vcpus": vm.vcpus,
-                "registered": vm.registered.is_some(),
-                "caps": cosched_proto::caps::names(vm.registered.unwrap_or(0)),
-                "counters": vm.counters,
-                "resources": resources,
-                "actuation_errors": e.actuation_errors,
-                "dropped_replies": v.channels.dropped_replies(token),
-                "read_held": v.channels.held(token),
-                "latency": e.latency.summary(),
-                "latency_histogram": e.latency.histogram(),
-                "threads": e.threads.threads(),
-                "disks": e.disks,
-                "event_balance_ns": v.events.as_ref().ok().and(coord.policy_of::<cosched_core::EventPolicy>()).map(|ev| ev.balance_ns(e.id)),
-                "membw": super::membw::vm_status(coord.policy_of::<cosched_core::MembwPolicy>(), e.id),
-                "static": {
-                    "tuning": e.threads.static_plan().describe(),
-                    "plan": e.threads.static_plan(),
-                    "notes": e.threads.static_notes(),
-                    "guard": coord.static_guard_status(e.id, now),
-                },
-            })
-        })
-        .collect();
-    let resources: serde_json::Map<String, Value> = coord
-        .resources()
-        .map(|r| {
-            let mut v = json!({
-                "enabled": coord.enabled(r),
-                "limits": coord.limits(r),
-            });
-            for (k, n) in coord.figures(r) {
-                v[k] = json!(n);
-            }
-            (r.name().to_string(), v)
-        })
-        .collect();
-    let pending: Vec<Value> = v.channels.pending().map(|p| json!(p)).collect();
-    json!({
-        "daemon": {
-            "pid": std::process::id(),
-            "uptime_s": now as f64 / 1e9,
-            "socket_dir": v.cfg.socket_dir,
-            "state_dir": v.cfg.state_dir,
-            "metrics_addr": v.metrics_addr,
-            "thread_events": v.thread_events,
-            "cost": v.cost,
-            "read_rate_per_vm": v.cfg.policy.read_rate(),
-        },
-        "resources": resources,
-        "policy": policy,
-        "boost": v.cfg.boost,
-        "io": io_status(v),
-        "event": event_status(v),
-        "membw": super::membw::status(v.cfg, v.membw, coord.policy_of::<cosched_core::MembwPolicy>()),
-        "shield": v.shield.report(),
-        "privileges": v.caps.map(|c| json!({
-            "uid": c.uid,
-            "capabilities": c.used_present(),
-            "lost": c.lost(),
-        })),
-        "rt": v.cfg.rt(),
-        "latency": v.latency.summary(),
-        "vms": vms,
-        "unconnected_sockets": pending,
-    })
+/// How much of the status to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Everything: `cosched status`.
+    Full,
+    /// Without each thread's view, which no metric reads: a scrape, `cosched metrics`.
+    Metrics,
+}
+
+pub fn snapshot(v: &View, detail: Detail) -> st::Status {
+    let coord = v.coord;
+    st::Status {
+        schema_version: st::SCHEMA_VERSION,
+        daemon: daemon(v),
+        resources: coord.resources().map(|r| (r.name().to_string(), resource(coord, r))).collect(),
+        policy: coord.policy().clone(),
+        boost: boost(&v.cfg.boost),
+        io: io_status(v),
+        event: event_status(v),
+        membw: super::membw::status(v.cfg, v.membw, v.coord.policy_of::<cosched_core::MembwPolicy>()),
+        shield: v.shield.report().clone(),
+        privileges: v.caps.as_ref().map(privileges),
+        rt: v.cfg.rt(),
+        latency: v.latency.summary(),
+        vms: v.vms.iter().filter_map(|(token, e)| vm(v, token, e, detail)).collect(),
+        unconnected_sockets: v.channels.pending().cloned().collect(),
+    }
+}
+
+fn daemon(v: &View) -> st::DaemonInfo {
+    st::DaemonInfo {
+        pid: std::process::id(),
+        uptime_s: v.now as f64 / 1e9,
+        socket_dir: v.cfg.socket_dir.clone(),
+        state_dir: v.cfg.state_dir.clone(),
+        metrics_addr: v.metrics_addr.clone(),
+        thread_events: v.thread_events.map(str::to_string),
+        cost: cost(v.cost),
+        read_rate_per_vm: v.cfg.policy.read_rate(),
+    }
+}
+
+fn cost(c: &Cost) -> st::Cost {
+    let Cost { frames, read_ns, decode_ns, coordinator_ns, actuate_ns, syscall_ns, encode_ns, write_ns, loop_ns } = *c;
+    st::Cost { frames, read_ns, decode_ns, coordinator_ns, actuate_ns, syscall_ns, encode_ns, write_ns, loop_ns }
+}
+
+fn resource(coord: &Coordinator, r: Resource) -> st::ResourceStatus {
+    let mut figures = st::ResourceFigures::default();
+    for (name, n) in coord.figures(r) {
+        figures.set(name, n);
+    }
+    st::ResourceStatus { enabled: coord.enabled(r), limits: coord.limits(r).copied(), figures }
+}
+
+fn boost(b: &crate::actuator::class::BoostClass) -> st::BoostConfig {
+    use crate::actuator::class::{BoostClass, BoostPolicy as P};
+    let BoostClass {
+        policy,
+        other_threads_priority_offset,
+        guard_nice,
+        deadline_runtime_us,
+        deadline_period_us,
+        boost_nice,
+    } = *b;
+    let policy = match policy {
+        P::Rr => st::config::BoostPolicy::Rr,
+        P::Fifo => st::config::BoostPolicy::Fifo,
+        P::Deadline => st::config::BoostPolicy::Deadline,
+        P::Nice => st::config::BoostPolicy::Nice,
+    };
+    st::BoostConfig {
+        policy,
+        other_threads_priority_offset,
+        guard_nice,
+        deadline_runtime_us,
+        deadline_period_us,
+        boost_nice,
+    }
+}
+
+/// `[io]` as configured, and what it acts through here (or why it cannot).
+fn io_status(v: &View) -> st::IoStatus {
+    use crate::actuator::{IoBoost, IoLever, WeightHierarchy};
+    let IoBoost { lever, ioprio_level, weight } = v.cfg.io;
+    let lever = match lever {
+        IoLever::Ioprio => st::config::IoLever::Ioprio,
+        IoLever::Weight => st::config::IoLever::Weight,
+    };
+    let acts_through = match v.io {
+        Ok(None) => Some("ioprio_set: real-time I/O class"),
+        Ok(Some(WeightHierarchy::V1)) => Some("cgroup v1 blkio.bfq.weight"),
+        Ok(Some(WeightHierarchy::V2)) => Some("cgroup v2 io.bfq.weight"),
+        Err(_) => None,
+    };
+    st::IoStatus {
+        lever,
+        ioprio_level,
+        weight,
+        acts_through: acts_through.map(str::to_string),
+        unsupported: v.io.as_ref().err().cloned(),
+    }
 }
 
 /// `[event]` as configured, and how events are detected here (or why they are not), with the
 /// detection's counters.
-fn event_status(v: &View) -> Value {
-    let mut out = json!(v.cfg.event);
+fn event_status(v: &View) -> st::EventStatus {
+    let mut out = st::EventStatus { config: v.cfg.event.clone(), ..Default::default() };
     match v.events {
         Ok(ev) => {
-            out["detection"] = json!(ev.mechanism());
-            out["kvm_tracepoints"] = json!(ev.kvm_attached());
-            let counters: serde_json::Map<String, Value> =
-                ev.counters().fields().iter().map(|(k, n)| (k.to_string(), json!(n))).collect();
-            out["counters"] = Value::Object(counters);
+            let cosched_hostbpf::feas::FeasCounters {
+                device,
+                timer,
+                internal,
+                kvm_irq,
+                boost,
+                postponed,
+                limited,
+                not_waiting,
+                blocked,
+                dropped,
+            } = ev.counters();
+            out.detection = Some(ev.mechanism().to_string());
+            out.kvm_tracepoints = Some(ev.kvm_attached());
+            out.counters = Some(st::DetectionCounters {
+                device_wakeups: device,
+                timer_wakeups: timer,
+                internal_wakeups: internal,
+                kvm_injections: kvm_irq,
+                boosts_asked: boost,
+                postponements: postponed,
+                over_limit: limited,
+                not_waiting,
+                blocked,
+                dropped,
+            });
         }
-        Err(why) => out["unsupported"] = json!(why),
+        Err(why) => out.unsupported = Some(why.clone()),
     }
     out
 }
 
-/// `[io]` as configured, and what it acts through here (or why it cannot).
-fn io_status(v: &View) -> Value {
-    let mut out = json!(v.cfg.io);
-    match v.io {
-        Ok(None) => out["acts_through"] = json!("ioprio_set: real-time I/O class"),
-        Ok(Some(crate::actuator::WeightHierarchy::V1)) => out["acts_through"] = json!("cgroup v1 blkio.bfq.weight"),
-        Ok(Some(crate::actuator::WeightHierarchy::V2)) => out["acts_through"] = json!("cgroup v2 io.bfq.weight"),
-        Err(why) => out["unsupported"] = json!(why),
+fn privileges(c: &crate::caps::Caps) -> st::Privileges {
+    st::Privileges {
+        uid: c.uid,
+        capabilities: c.used_present().into_iter().map(str::to_string).collect(),
+        lost: c.lost().into_iter().map(|l| st::Lost { feature: l.feature.to_string(), needs: l.needs }).collect(),
+    }
+}
+
+/// VM `token`, if the coordinator knows it.
+fn vm(v: &View, token: usize, e: &VmEntry, detail: Detail) -> Option<st::VmStatus> {
+    let vm = v.coord.vm(e.id)?;
+    let socket = v.channels.path(token).map(Path::to_path_buf);
+    let plan = e.threads.static_plan();
+    let threads = match detail {
+        Detail::Full => e.threads.threads().into_iter().map(thread).collect(),
+        Detail::Metrics => Vec::new(),
+    };
+    Some(st::VmStatus {
+        name: vm.name.clone(),
+        pid: e.pid(),
+        agent: socket.is_some(),
+        socket,
+        priority: vm.settings.priority,
+        vcpus: vm.vcpus,
+        registered: vm.registered.is_some(),
+        caps: cosched_proto::caps::names(vm.registered.unwrap_or(0)),
+        counters: vm_counters(&vm.counters),
+        resources: vm.slots.keys().map(|r| (r.name().to_string(), slot(v, e, vm, *r))).collect(),
+        actuation_errors: e.actuation_errors,
+        dropped_replies: v.channels.dropped_replies(token),
+        read_held: v.channels.held(token),
+        latency: e.latency.summary(),
+        latency_histogram: e.latency.histogram(),
+        threads,
+        disks: e.disks.iter().map(disk).collect(),
+        event_balance_ns: v
+            .events
+            .as_ref()
+            .ok()
+            .and(v.coord.policy_of::<cosched_core::EventPolicy>())
+            .map(|ev| ev.balance_ns(e.id)),
+        membw: super::membw::vm_status(v.coord.policy_of::<cosched_core::MembwPolicy>(), e.id),
+        statics: st::VmStatic {
+            tuning: plan.describe(),
+            plan: static_plan(plan),
+            notes: e.threads.static_notes().to_vec(),
+            guard: v.coord.static_guard_status(e.id, v.now),
+        },
+    })
+}
+
+fn vm_counters(c: &cosched_core::VmCounters) -> st::VmCounters {
+    let cosched_core::VmCounters { frames, malformed, garbage_bytes, malformed_deregistrations, denied } = c;
+    st::VmCounters {
+        frames: *frames,
+        malformed: *malformed,
+        garbage_bytes: *garbage_bytes,
+        malformed_deregistrations: *malformed_deregistrations,
+        denied: denied.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
+    }
+}
+
+/// VM `vm`'s resource `r`.
+fn slot(v: &View, e: &VmEntry, vm: &Vm, r: Resource) -> st::VmResource {
+    let (coord, now) = (v.coord, v.now);
+    let s = &vm.slots[&r];
+    // Every slot is of a resource the coordinator supports, so it has limits.
+    let limits = coord.limits(r).copied().unwrap_or_else(|| coord.policy().limits(r));
+    st::VmResource {
+        enabled: vm.settings.enabled(r),
+        active: coord.enabled(r) && vm.settings.enabled(r),
+        level: s.level,
+        wants: s.wants,
+        granted: s.granted,
+        boosted_for_ms: s.boosted_for_ns(now) as f64 / 1e6,
+        boost_share_permille: s.boost_share_permille(now, &limits),
+        in_cooldown: s.in_cooldown(now),
+        counters: slot_counters(&s.counters),
+        // RT co-scheduling and predictions (`cosched_core::rt`).
+        rt: if r == Resource::Cpu { coord.rt_status(e.id, now).map(rt_status) } else { None },
+    }
+}
+
+fn slot_counters(c: &cosched_core::Counters) -> st::SlotCounters {
+    let cosched_core::Counters { requests, boosts, deboosts, boosted_ns, budget_exhausted, denied, events } = c;
+    let mut out = st::SlotCounters {
+        requests: *requests,
+        boosts: *boosts,
+        deboosts: *deboosts,
+        boosted_ns: *boosted_ns,
+        budget_exhausted: *budget_exhausted,
+        denied: denied.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
+        ..Default::default()
+    };
+    for (name, n) in events {
+        out.set_own(name, *n);
     }
     out
+}
+
+fn rt_status(s: cosched_core::RtStatus) -> st::RtStatus {
+    let cosched_core::RtStatus {
+        priority_map,
+        ceiling,
+        guest_priority,
+        host_priority,
+        predictions,
+        lead_us,
+        hold_us,
+        predict_error_us,
+        predict_apply_late_us,
+        unconfirmed_ms,
+        pending,
+    } = s;
+    let cosched_core::rt::PredictCounters {
+        received,
+        applied,
+        covered,
+        refused,
+        confirmed,
+        early,
+        unconfirmed,
+        late,
+        denied,
+        cancelled,
+    } = predictions;
+    st::RtStatus {
+        priority_map: match priority_map {
+            cosched_core::PriorityMap::Vm => st::PriorityMap::Vm,
+            cosched_core::PriorityMap::Same => st::PriorityMap::Same,
+            cosched_core::PriorityMap::Linear => st::PriorityMap::Linear,
+        },
+        ceiling,
+        guest_priority,
+        host_priority,
+        predictions: st::PredictCounters {
+            received,
+            applied,
+            covered,
+            refused,
+            confirmed,
+            early,
+            unconfirmed,
+            late,
+            denied,
+            cancelled,
+        },
+        lead_us,
+        hold_us,
+        predict_error_us: samples(predict_error_us),
+        predict_apply_late_us: samples(predict_apply_late_us),
+        unconfirmed_ms,
+        pending: pending.map(|(at, state)| (at, state.to_string())),
+    }
+}
+
+fn samples(s: cosched_core::rt::SamplesSummary) -> st::SamplesSummary {
+    let cosched_core::rt::SamplesSummary { count, p50_us, p99_us, max_us } = s;
+    st::SamplesSummary { count, p50_us, p99_us, max_us }
+}
+
+fn static_plan(p: &crate::actuator::StaticPlan) -> st::StaticPlan {
+    let crate::actuator::StaticPlan { fifo, guarded, shield } = p;
+    st::StaticPlan {
+        fifo: *fifo,
+        guarded: *guarded,
+        shield: shield
+            .as_ref()
+            .map(|s| st::ShieldPlan { vcpus: s.vcpus.clone(), housekeeping: s.housekeeping.clone() }),
+    }
+}
+
+fn thread(t: crate::actuator::ThreadView) -> st::ThreadStatus {
+    let crate::actuator::ThreadView { tid, comm, role, settings, changed_by } = t;
+    st::ThreadStatus {
+        tid,
+        comm,
+        role,
+        settings: settings.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        changed_by: changed_by.into_iter().map(str::to_string).collect(),
+    }
+}
+
+fn disk(d: &crate::blockdev::Disk) -> st::Disk {
+    let crate::blockdev::Disk { image, device, scheduler, bfq_available } = d;
+    st::Disk {
+        image: image.clone(),
+        device: device.clone(),
+        scheduler: scheduler.clone(),
+        bfq_available: *bfq_available,
+    }
 }

@@ -64,6 +64,13 @@ pub enum Grant {
     Share(u64),
 }
 
+/// A bare priority is a plain grant at it.
+impl From<u8> for Grant {
+    fn from(priority: u8) -> Grant {
+        Grant::Plain { priority }
+    }
+}
+
 impl Grant {
     /// The priority a class actuator sets (0 for a share).
     pub fn priority(self) -> u8 {

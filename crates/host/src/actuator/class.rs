@@ -1,6 +1,6 @@
 //! How a boosted VM's threads are scheduled (config `[boost]`) and the kernel's limits on it.
 
-use cosched_core::Level;
+use cosched_core::{Grant, Level};
 use cosched_procfs::ThreadRole;
 use serde::{Deserialize, Serialize};
 
@@ -119,13 +119,18 @@ impl BoostClass {
     /// when QEMU runs without `debug-threads=on`: then every thread but the main one is treated
     /// as a vCPU.
     ///
-    /// A `priority` marked [`RT_GRANT`] is an RT co-scheduling grant: `SCHED_FIFO` at that
-    /// priority instead of `policy = "rr"` (the other classes stay as they are).
-    pub fn target(&self, level: Level, role: ThreadRole, vcpus_known: bool, priority: u8) -> Option<SchedAttr> {
-        let (priority, policy) = match priority & RT_GRANT {
-            0 => (priority, self.policy),
-            _ if self.policy == BoostPolicy::Rr => (priority & !RT_GRANT, BoostPolicy::Fifo),
-            _ => (priority & !RT_GRANT, self.policy),
+    /// An RT co-scheduling grant ([`Grant::Rt`]: the guest named its priority) is `SCHED_FIFO`
+    /// at its priority instead of `policy = "rr"` (the other classes stay as they are).
+    pub fn target(
+        &self,
+        level: Level,
+        role: ThreadRole,
+        vcpus_known: bool,
+        grant: impl Into<Grant>,
+    ) -> Option<SchedAttr> {
+        let (priority, policy) = match grant.into() {
+            Grant::Rt { priority } if self.policy == BoostPolicy::Rr => (priority, BoostPolicy::Fifo),
+            g => (g.priority(), self.policy),
         };
         let is_vcpu = is_vcpu(role, vcpus_known);
         let rt = |policy: u32, offset: u8| {
@@ -151,17 +156,6 @@ impl BoostClass {
             BoostPolicy::Nice => SchedAttr::other(self.boost_nice, SCHED_FLAG_RESET_ON_FORK),
         })
     }
-}
-
-/// Marks the priority the CPU actuator is given as an RT co-scheduling grant (the guest named its
-/// priority: `cosched_core::rt`): VM priorities are at most 98, so the top bit is free.
-pub const RT_GRANT: u8 = 0x80;
-
-/// The priority the CPU actuator gets for a CPU grant `value` (`Action::Apply`): the granted
-/// host priority marked [`RT_GRANT`], or the VM's own `vm_priority` for a plain boost.
-pub fn actuator_priority(value: u64, vm_priority: u8) -> u8 {
-    cosched_core::rt::granted_priority(value)
-        .map_or(vm_priority, |p| RT_GRANT | p.min(*cosched_core::VM_PRIORITY.end()))
 }
 
 /// `sched_runtime` below 2^DL_SCALE ns is refused by `__checkparam_dl()`.

@@ -8,7 +8,7 @@
 //! What a thread has is read when the actuator first sees it and again at most every
 //! [`Host::verify`]; in between, a transition is one `sched_setattr` per thread that changes.
 
-use cosched_core::Level;
+use cosched_core::{Grant, Level};
 use cosched_procfs::ThreadRole;
 use cosched_proto::Resource;
 
@@ -32,13 +32,13 @@ enum Targets {
 }
 
 impl Targets {
-    fn target(&self, level: Level, role: ThreadRole, vcpus_known: bool, priority: u8) -> Option<SchedAttr> {
+    fn target(&self, level: Level, role: ThreadRole, vcpus_known: bool, grant: Grant) -> Option<SchedAttr> {
         match self {
-            Targets::Cpu(class) => class.target(level, role, vcpus_known, priority),
+            Targets::Cpu(class) => class.target(level, role, vcpus_known, grant),
             Targets::Event => match level {
                 _ if !super::class::is_vcpu(role, vcpus_known) => None,
                 Level::Normal | Level::Throttled => None,
-                Level::Boosted => Some(SchedAttr::rt(SCHED_RR, priority as u32, SCHED_FLAG_RESET_ON_FORK)),
+                Level::Boosted => Some(SchedAttr::rt(SCHED_RR, grant.priority() as u32, SCHED_FLAG_RESET_ON_FORK)),
                 Level::Guarded => Some(SchedAttr::other(EVENT_REPAY_NICE, SCHED_FLAG_RESET_ON_FORK)),
             },
         }
@@ -51,7 +51,7 @@ pub struct CpuActuator {
     targets: Targets,
     ledger: Ledger<SchedKind>,
     level: Level,
-    priority: u8,
+    grant: Grant,
 }
 
 impl CpuActuator {
@@ -72,7 +72,7 @@ impl CpuActuator {
             targets,
             ledger: Ledger::new(SchedKind, resource.name()),
             level: Level::Normal,
-            priority: 1,
+            grant: Grant::Plain { priority: 1 },
         }
     }
 
@@ -91,8 +91,8 @@ impl Actuator for CpuActuator {
         self.level
     }
 
-    fn priority(&self) -> u8 {
-        self.priority
+    fn grant(&self) -> Grant {
+        self.grant
     }
 
     fn resume(&mut self, env: &mut Host, threads: &Threads, entries: &[Entry]) {
@@ -105,12 +105,12 @@ impl Actuator for CpuActuator {
         env: &mut Host,
         threads: &Threads,
         level: Level,
-        priority: u8,
+        grant: Grant,
         out: &mut Outcome,
     ) -> Prepared {
         let mut changed = self.follow(env, threads, out);
         self.level = level;
-        self.priority = priority;
+        self.grant = grant;
         if self.ledger.verify_due(env.verify) {
             // A thread the other sched layer holds has that layer's value, not someone else's.
             let me = self.resource;
@@ -122,7 +122,7 @@ impl Actuator for CpuActuator {
             if s.original.is_realtime() {
                 None // never lower a thread that is already real-time
             } else {
-                targets.target(level, s.role, vcpus_known, priority)
+                targets.target(level, s.role, vcpus_known, grant)
             }
         });
         Prepared { changed: changed || p.changed, sets: p.sets }

@@ -7,7 +7,7 @@
 use std::fmt::Debug;
 use std::io;
 
-use cosched_core::Level;
+use cosched_core::{Grant, Level};
 use cosched_procfs::{TaskId, ThreadInfo};
 use cosched_proto::Resource;
 
@@ -118,14 +118,19 @@ pub struct LeverActuator {
     resource: Resource,
     lever: Box<dyn Levered>,
     level: Level,
-    priority: u8,
+    grant: Grant,
 }
 
 impl LeverActuator {
     /// `lever` for `resource`, recorded under the resource's name.
     pub(super) fn new<L: Lever + 'static>(resource: Resource, lever: L) -> LeverActuator {
         let ledger = Ledger::new(lever.kind(), resource.name());
-        LeverActuator { resource, lever: Box::new(WithLedger { lever, ledger }), level: Level::Normal, priority: 0 }
+        LeverActuator {
+            resource,
+            lever: Box::new(WithLedger { lever, ledger }),
+            level: Level::Normal,
+            grant: Grant::Share(0),
+        }
     }
 }
 
@@ -138,8 +143,8 @@ impl Actuator for LeverActuator {
         self.level
     }
 
-    fn priority(&self) -> u8 {
-        self.priority
+    fn grant(&self) -> Grant {
+        self.grant
     }
 
     fn resume(&mut self, env: &mut Host, threads: &Threads, entries: &[Entry]) {
@@ -151,11 +156,11 @@ impl Actuator for LeverActuator {
         env: &mut Host,
         threads: &Threads,
         level: Level,
-        priority: u8,
+        grant: Grant,
         out: &mut Outcome,
     ) -> Prepared {
         self.level = level;
-        self.priority = priority;
+        self.grant = grant;
         self.lever.prepare(env, threads, level.is_changed(), out)
     }
 

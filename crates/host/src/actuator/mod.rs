@@ -42,12 +42,12 @@ use std::collections::BTreeMap;
 use std::io as stdio;
 use std::time::{Duration, Instant};
 
-use cosched_core::Level;
+use cosched_core::{Grant, Level};
 use cosched_procfs::{ProcFs, TaskId, ThreadInfo, ThreadRole};
 use cosched_proto::Resource;
 use serde::Serialize;
 
-pub use class::{actuator_priority, BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
+pub use class::{BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
 pub use cpu::{CpuActuator, EVENT_REPAY_NICE};
 pub use io::{weight_hierarchy, IoBoost, IoLever, WeightHierarchy, IO_LAYER};
 /// The daemon's name for the actuator of one lever (the I/O boost, the throttle).
@@ -298,13 +298,14 @@ pub struct Prepared {
 pub trait Actuator: std::fmt::Debug {
     fn resource(&self) -> Resource;
     fn level(&self) -> Level;
-    fn priority(&self) -> u8;
+    /// What the coordinator granted at its level.
+    fn grant(&self) -> Grant;
     /// Takes in this actuator's entries of a record a previous daemon left for these threads
     /// (a restore that failed): their originals are the originals, and a thread that still
     /// has a value they say was applied is still changed by us.
     fn resume(&mut self, env: &mut Host, threads: &Threads, entries: &[Entry]);
     /// Follows the thread list, takes `level` and notes every value it is about to set.
-    fn prepare(&mut self, env: &mut Host, threads: &Threads, level: Level, priority: u8, out: &mut Outcome)
+    fn prepare(&mut self, env: &mut Host, threads: &Threads, level: Level, grant: Grant, out: &mut Outcome)
         -> Prepared;
     /// Makes the changes [`Actuator::prepare`] decided; pushes the threads it found gone.
     fn apply(&mut self, env: &mut Host, out: &mut Outcome, gone: &mut Vec<i32>);
@@ -474,14 +475,15 @@ impl VmThreads {
     }
 
     /// Puts the threads at `level` for `resource`.
-    pub fn set_level(&mut self, env: &mut Host, resource: Resource, level: Level, priority: u8) -> Outcome {
+    pub fn set_level(&mut self, env: &mut Host, resource: Resource, level: Level, grant: impl Into<Grant>) -> Outcome {
+        let grant = grant.into();
         let mut out = Outcome::default();
         let Some(i) = self.actuators.iter().position(|a| a.resource() == resource) else {
             out.errors.push(format!("{}: no {resource} actuator", self.name));
             return out;
         };
         if self.check_membership(env, false, &mut out) {
-            self.act(env, i, level, priority, &mut out);
+            self.act(env, i, level, grant, &mut out);
         }
         out
     }
@@ -508,8 +510,8 @@ impl VmThreads {
     }
 
     /// One actuator to `level`: persist what it may set, then set it.
-    fn act(&mut self, env: &mut Host, i: usize, level: Level, priority: u8, out: &mut Outcome) {
-        let p = self.actuators[i].prepare(env, &self.threads, level, priority, out);
+    fn act(&mut self, env: &mut Host, i: usize, level: Level, grant: Grant, out: &mut Outcome) {
+        let p = self.actuators[i].prepare(env, &self.threads, level, grant, out);
         if !self.persist(env, p.changed, p.sets, out) {
             return;
         }
@@ -542,9 +544,9 @@ impl VmThreads {
             self.act_static(env, &mut out);
             // What the static layer let go of is boosted again where a boost is on.
             for i in 0..self.actuators.len() {
-                let (level, priority) = (self.actuators[i].level(), self.actuators[i].priority());
+                let (level, grant) = (self.actuators[i].level(), self.actuators[i].grant());
                 if level != Level::Normal {
-                    self.act(env, i, level, priority, &mut out);
+                    self.act(env, i, level, grant, &mut out);
                 }
             }
         }
@@ -592,9 +594,9 @@ impl VmThreads {
         let mut out = Outcome::default();
         self.act_static(env, &mut out);
         for i in 0..self.actuators.len() {
-            let (level, priority) = (self.actuators[i].level(), self.actuators[i].priority());
+            let (level, grant) = (self.actuators[i].level(), self.actuators[i].grant());
             if level != Level::Normal {
-                self.act(env, i, level, priority, &mut out);
+                self.act(env, i, level, grant, &mut out);
             }
         }
         out
@@ -607,8 +609,8 @@ impl VmThreads {
         if self.check_membership(env, true, &mut out) {
             self.act_static(env, &mut out);
             for i in 0..self.actuators.len() {
-                let (level, priority) = (self.actuators[i].level(), self.actuators[i].priority());
-                self.act(env, i, level, priority, &mut out);
+                let (level, grant) = (self.actuators[i].level(), self.actuators[i].grant());
+                self.act(env, i, level, grant, &mut out);
             }
         }
         out

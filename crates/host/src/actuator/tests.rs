@@ -269,6 +269,22 @@ fn without_thread_names_every_non_main_thread_is_guarded() {
     assert_eq!(c.target(Level::Boosted, ThreadRole::Io, true, 97), Some(rr(98)), "capped at 98");
 }
 
+/// An RT co-scheduling grant (the guest named its priority) is `SCHED_FIFO` at the granted
+/// priority, the VM's other threads the offset above; a plain grant keeps `[boost]`'s class.
+#[test]
+fn an_rt_grant_is_fifo_at_its_priority_and_a_plain_one_keeps_the_class() {
+    let c = BoostClass { other_threads_priority_offset: 1, ..BoostClass::default() };
+    let fifo = |p| SchedAttr::rt(SCHED_FIFO, p, SCHED_FLAG_RESET_ON_FORK);
+    let rt = Grant::Rt { priority: 40 };
+    assert_eq!(c.target(Level::Boosted, ThreadRole::Vcpu, true, rt), Some(fifo(40)));
+    assert_eq!(c.target(Level::Boosted, ThreadRole::Main, true, rt), Some(fifo(41)));
+    assert_eq!(c.target(Level::Boosted, ThreadRole::Vcpu, true, Grant::Plain { priority: 40 }), Some(rr(40)));
+    // The guard holds an RT grant's vCPUs at the fair class like any other boost's.
+    assert_eq!(c.target(Level::Guarded, ThreadRole::Vcpu, true, rt), Some(SchedAttr::other(-20, 1)));
+    let nice = BoostClass { policy: BoostPolicy::Nice, ..c };
+    assert_eq!(nice.target(Level::Boosted, ThreadRole::Vcpu, true, rt), Some(SchedAttr::other(nice.boost_nice, 1)));
+}
+
 #[test]
 fn a_fresh_listing_is_trusted_and_a_stale_one_is_redone() {
     let mut w = World::new();
@@ -502,11 +518,11 @@ impl Actuator for FakeIo {
     fn level(&self) -> Level {
         self.level
     }
-    fn priority(&self) -> u8 {
-        0
+    fn grant(&self) -> Grant {
+        Grant::Share(0)
     }
     fn resume(&mut self, _: &mut Host, _: &Threads, _: &[Entry]) {}
-    fn prepare(&mut self, env: &mut Host, threads: &Threads, level: Level, _: u8, _: &mut Outcome) -> Prepared {
+    fn prepare(&mut self, env: &mut Host, threads: &Threads, level: Level, _: Grant, _: &mut Outcome) -> Prepared {
         let mut p = Prepared::default();
         if self.generation != Some(threads.generation()) {
             self.generation = Some(threads.generation());

@@ -46,7 +46,6 @@ use self::clients::{Clients, FIRST_CLIENT};
 use self::discovery::Discovery;
 use self::events::EventBoost;
 use self::vms::Vms;
-use crate::actuator::class::RT_GRANT;
 use crate::actuator::{Actuator, CpuActuator, Host, KnobActuator, RealSched, WeightHierarchy};
 use crate::config::HostConfig;
 use crate::metrics::Latency;
@@ -504,7 +503,7 @@ impl Daemon {
                     self.cost.encode_ns += ns_since(t);
                 }
                 Action::Apply { vm, resource, level, grant } => {
-                    self.apply(vm.0 as usize, resource, level, actuator_priority(grant), rx_ns);
+                    self.apply(vm.0 as usize, resource, level, grant, rx_ns);
                     self.cost.actuate_ns += ns_since(t);
                     if resource == Resource::Membw && level == Level::Throttled {
                         throttles.push(vm);
@@ -530,12 +529,12 @@ impl Daemon {
         }
     }
 
-    fn apply(&mut self, token: usize, resource: Resource, level: Level, priority: u8, rx_ns: Option<u64>) {
+    fn apply(&mut self, token: usize, resource: Resource, level: Level, grant: Grant, rx_ns: Option<u64>) {
         let now = self.now();
         let Some(vm) = self.vms.get_mut(token) else { return };
         let was = vm.threads.level(resource);
         let syscalls = self.host.syscall_ns;
-        let out = vm.threads.set_level(&mut self.host, resource, level, priority);
+        let out = vm.threads.set_level(&mut self.host, resource, level, grant);
         self.cost.syscall_ns += self.host.syscall_ns - syscalls;
         if let Some(rx) = rx_ns {
             let ns = (self.start.elapsed().as_nanos() as u64).saturating_sub(rx);
@@ -592,16 +591,6 @@ impl Daemon {
         }
         self.execute(&mut actions, None);
         self.scratch_actions = actions;
-    }
-}
-
-/// The priority a class actuator gets for a grant: an RT co-scheduling grant's host priority
-/// marked [`RT_GRANT`] (`actuator::class`), else the VM's own.
-fn actuator_priority(grant: Grant) -> u8 {
-    match grant {
-        Grant::Rt { priority } => RT_GRANT | priority.min(*cosched_core::VM_PRIORITY.end()),
-        Grant::Plain { priority } => priority,
-        Grant::Share(_) => 0,
     }
 }
 

@@ -238,16 +238,16 @@ impl HostConfig {
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {
-        self.policy.validate().map_err(anyhow::Error::msg).context("[policy]")?;
+        self.policy.validate().context("[policy]")?;
         self.boost.validate().map_err(anyhow::Error::msg).context("[boost]")?;
         self.io.validate().map_err(anyhow::Error::msg)?;
-        self.event.validate().map_err(anyhow::Error::msg)?;
+        self.event.validate()?;
         self.membw.validate().map_err(anyhow::Error::msg)?;
         self.validate_membw_shares()?;
         check_resource_names("[resources]", self.resources.keys())?;
         for (name, vm) in &self.vm {
             if let Some(p) = vm.priority {
-                check_priority(&format!("[vm.{name}] priority"), p).map_err(anyhow::Error::msg)?;
+                check_priority(&format!("[vm.{name}] priority"), p)?;
             }
             check_resource_names(&format!("[vm.{name}.resources]"), vm.resources.keys())?;
             vm.statics.validate(&format!("[vm.{name}.static]"), self.daemon_priority)?;
@@ -330,13 +330,13 @@ impl HostConfig {
     /// `[rt]` and the per-VM ceilings: in range, and with the other threads' offset below the
     /// daemon's own priority.
     fn validate_rt(&self) -> anyhow::Result<()> {
-        self.rt.validate().map_err(anyhow::Error::msg)?;
+        self.rt.validate()?;
         // An unset [rt] rt_ceiling is lowered below the daemon's priority (`HostConfig::rt`).
         let mut highest = ("[rt] rt_ceiling".to_string(), self.rt().ceiling());
         for (name, vm) in &self.vm {
             if let Some(c) = vm.rt_ceiling {
                 let at = format!("[vm.{name}] rt_ceiling");
-                check_priority(&at, c).map_err(anyhow::Error::msg)?;
+                check_priority(&at, c)?;
                 if c > highest.1 {
                     highest = (at, c);
                 }

@@ -37,6 +37,9 @@ pub enum Error {
     #[error("priority {priority} would not stay below the daemon's own (daemon_priority = {ceiling})")]
     AboveDaemon { priority: u8, ceiling: u8 },
     /// The coordinator refused an operator's setting.
+    #[error(transparent)]
+    Refused(#[from] cosched_core::Error),
+    /// The daemon refused an operator's setting.
     #[error("{0}")]
-    Refused(String),
+    Declined(String),
 }

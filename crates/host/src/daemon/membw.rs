@@ -98,7 +98,7 @@ impl Daemon {
     /// Operator: VM `key`'s guaranteed share (permille), kept by its name.
     pub(super) fn set_membw_share(&mut self, key: &str, share: u64) -> Result<(), Error> {
         if let Err(why) = &self.membw {
-            return Err(Error::Refused(format!("membw: {why}")));
+            return Err(Error::Declined(format!("membw: {why}")));
         }
         let id = self.vms.find(key)?;
         self.coord.set_membw_share(id, share).map_err(Error::Refused)?;
@@ -116,10 +116,10 @@ impl Daemon {
         best_effort: Option<bool>,
     ) -> Result<(), Error> {
         if let Err(why) = &self.membw {
-            return Err(Error::Refused(format!("membw: {why}")));
+            return Err(Error::Declined(format!("membw: {why}")));
         }
         let reg = self.coord.policy_of::<MembwPolicy>().map(|m| *m.regulator().config());
-        let mut c = reg.ok_or_else(|| Error::Refused("membw: not regulated".into()))?;
+        let mut c = reg.ok_or_else(|| Error::Declined("membw: not regulated".into()))?;
         if let Some(p) = period_ms {
             c.period_ns = p * cosched_core::NS_PER_MS;
         }

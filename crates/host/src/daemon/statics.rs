@@ -153,14 +153,17 @@ impl Daemon {
         }
         if let Some(g) = guard {
             if g && self.cfg.policy.rt_guard().is_none() {
-                return Err(Error::Refused("the guard's rule is off: [policy] rt_guard_max_share_permille = 0".into()));
+                return Err(Error::Declined(
+                    "the guard's rule is off: [policy] rt_guard_max_share_permille = 0".into(),
+                ));
             }
             cfg.guard = g;
         }
-        cfg.validate(&format!("vm {name}:"), self.cfg.daemon_priority).map_err(|e| Error::Refused(format!("{e:#}")))?;
+        cfg.validate(&format!("vm {name}:"), self.cfg.daemon_priority)
+            .map_err(|e| Error::Declined(format!("{e:#}")))?;
         if let Some(list) = &cfg.shield {
             // Refuse before changing anything: the whole request or nothing.
-            self.resolve_static(&name, &cfg).map_err(|e| Error::Refused(format!("vm {name}: {e} ({list})")))?;
+            self.resolve_static(&name, &cfg).map_err(|e| Error::Declined(format!("vm {name}: {e} ({list})")))?;
         }
         info!(
             "operator: {name}: static tuning fifo {} guard {} shield {}",
@@ -169,7 +172,7 @@ impl Daemon {
             cfg.shield.as_deref().unwrap_or("off")
         );
         self.statics.insert(name, cfg);
-        self.apply_statics(token).map_err(Error::Refused)
+        self.apply_statics(token).map_err(Error::Declined)
     }
 }
 

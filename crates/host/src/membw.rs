@@ -25,9 +25,11 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use cosched_core::{Regulator, RegulatorConfig, VmId, NS_PER_MS};
+use cosched_core::{ConfigError as CoreError, Regulator, RegulatorConfig, VmId, NS_PER_MS};
 use cosched_procfs::TaskId;
 use serde::{Deserialize, Serialize};
+
+use crate::config::ConfigError;
 
 /// Which counter source `[membw] backend` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -129,26 +131,26 @@ impl MembwConfig {
     }
 
     /// Checks what can be checked without probing the host.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if !(1..=10_000).contains(&self.period_ms) {
-            return Err(format!("[membw] period_ms = {}: must be 1..=10000", self.period_ms));
+            return Err(CoreError::invalid("[membw] period_ms", self.period_ms, "must be 1..=10000").into());
         }
         if !(1..=100).contains(&self.checks_per_period) {
-            return Err(format!("[membw] checks_per_period = {}: must be 1..=100", self.checks_per_period));
+            let rule = "must be 1..=100";
+            return Err(CoreError::invalid("[membw] checks_per_period", self.checks_per_period, rule).into());
         }
         if self.default_share_permille > 1000 {
-            return Err(format!("[membw] default_share_permille = {}: at most 1000", self.default_share_permille));
+            let rule = "at most 1000";
+            return Err(CoreError::invalid("[membw] default_share_permille", self.default_share_permille, rule).into());
         }
         if self.backend == BackendChoice::Simulated && self.trace.is_none() {
-            return Err("[membw] backend = \"simulated\" needs trace = \"<file>\"".into());
+            return Err(ConfigError::SimulatedWithoutTrace);
         }
         if self.backend == BackendChoice::Simulated && self.throttle == ThrottleChoice::Mba {
-            return Err("[membw] throttle = \"mba\" needs real counters: simulated bandwidth follows the vCPUs' run \
-                        time, which MBA does not stop (use throttle = \"freezer\" or \"auto\")"
-                .into());
+            return Err(ConfigError::SimulatedWithMba);
         }
         if self.bytes_per_miss == 0 {
-            return Err("[membw] bytes_per_miss must be > 0".into());
+            return Err(CoreError::range("[membw] bytes_per_miss", "> 0").into());
         }
         Ok(())
     }
@@ -577,7 +579,7 @@ mod tests {
         assert_eq!(probe(&sim, d.path(), d.path()).ok().unwrap().name, "simulated");
         let missing = MembwConfig { trace: Some(d.path().join("none")), ..sim.clone() };
         assert!(probe(&missing, d.path(), d.path()).err().unwrap().contains("reading trace"));
-        assert!(MembwConfig { trace: None, ..sim }.validate().unwrap_err().contains("needs trace"));
+        assert!(MembwConfig { trace: None, ..sim }.validate().unwrap_err().to_string().contains("needs trace"));
         let off = MembwConfig { backend: BackendChoice::Off, ..declared };
         assert!(probe(&off, d.path(), d.path()).err().unwrap().starts_with("off"));
     }
@@ -619,6 +621,6 @@ mod tests {
             trace: Some("t".into()),
             ..MembwConfig::default()
         };
-        assert!(sim.validate().unwrap_err().contains("needs real counters"));
+        assert!(sim.validate().unwrap_err().to_string().contains("needs real counters"));
     }
 }

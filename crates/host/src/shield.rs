@@ -30,11 +30,18 @@ pub use cosched_status::ShieldReport;
 /// A set of CPU numbers.
 pub type Cpus = BTreeSet<usize>;
 
+/// A CPU list that does not parse (or names a CPU beyond 4095).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a CPU list like \"1\", \"2-3\" or \"0,4-5\"")]
+pub struct CpuListError {
+    pub text: String,
+}
+
 /// Parses a CPU list as the kernel writes it (`0-2,5`; empty: no CPU).
-pub fn parse_cpus(text: &str) -> Result<Cpus, String> {
+pub fn parse_cpus(text: &str) -> Result<Cpus, CpuListError> {
     let mut out = Cpus::new();
     for part in text.trim().split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || format!("{text:?} is not a CPU list like \"1\", \"2-3\" or \"0,4-5\"");
+        let bad = || CpuListError { text: text.to_string() };
         let (a, b) = match part.split_once('-') {
             Some((a, b)) => {
                 (a.trim().parse::<usize>().map_err(|_| bad())?, b.trim().parse::<usize>().map_err(|_| bad())?)

@@ -19,6 +19,7 @@
 //! restore logic ([`crate::store`]), after `kill -9` too. The actuator is a [`LeverActuator`]
 //! with one of these levers.
 
+use cosched_core::ConfigError;
 use cosched_procfs::{TaskId, ThreadInfo, ThreadRole};
 use cosched_proto::Resource;
 use serde::{Deserialize, Serialize};
@@ -78,12 +79,12 @@ impl Default for IoBoost {
 }
 
 impl IoBoost {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.ioprio_level > 7 {
-            return Err(format!("[io] ioprio_level = {}: must be 0..=7", self.ioprio_level));
+            return Err(ConfigError::invalid("[io] ioprio_level", self.ioprio_level, "must be 0..=7"));
         }
         if !(1..=1000).contains(&self.weight) {
-            return Err(format!("[io] weight = {}: must be 1..=1000 (BFQ's range)", self.weight));
+            return Err(ConfigError::invalid("[io] weight", self.weight, "must be 1..=1000 (BFQ's range)"));
         }
         Ok(())
     }

@@ -31,7 +31,7 @@ impl Daemon {
     fn resolve_static(&self, name: &str, cfg: &StaticConfig) -> Result<StaticPlan, String> {
         let mut plan = fifo_plan(cfg);
         let Some(list) = &cfg.shield else { return Ok(plan) };
-        let vcpus = parse_cpus(list)?;
+        let vcpus = parse_cpus(list).map_err(|e| e.to_string())?;
         let host = crate::shield::host_cpus(self.host.sched.cgroups());
         if !host.is_empty() && !vcpus.is_subset(&host) {
             return Err(format!("shield {list}: this host has CPUs {}", format_cpus(&host)));

@@ -3,6 +3,9 @@
 
 use std::io;
 
+use crate::config::ConfigError;
+use crate::shield::{format_cpus, CpuListError, Cpus, ShieldError};
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("connect: {0}")]
@@ -42,4 +45,35 @@ pub enum Error {
     /// The daemon refused an operator's setting.
     #[error("{0}")]
     Declined(String),
+    /// An operator's static tuning does not pass the config's checks.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A static guard asked for with the guard's rule off.
+    #[error("the guard's rule is off: [policy] rt_guard_max_share_permille = 0")]
+    NoGuardRule,
+    /// An operator's shield for VM `vm` cannot be had (refused before anything changed).
+    #[error("vm {vm}: {error} ({list})")]
+    Shield { vm: String, list: String, error: StaticError },
+    /// A static tuning was applied in part.
+    #[error(transparent)]
+    Static(#[from] StaticError),
+}
+
+/// Why a VM's static tuning is not had, or not wholly.
+#[derive(Debug, thiserror::Error)]
+pub enum StaticError {
+    #[error(transparent)]
+    CpuList(#[from] CpuListError),
+    /// The shield names CPUs this host does not have.
+    #[error("shield {list}: this host has CPUs {}", format_cpus(.host))]
+    NotOnHost { list: String, host: Cpus },
+    /// The shield names a CPU another VM is shielded on.
+    #[error("shield {list}: CPU {cpu} is already shielded for VM {other}")]
+    Taken { list: String, cpu: usize, other: String },
+    /// The host's side of the shield cannot be had.
+    #[error(transparent)]
+    Shield(#[from] ShieldError),
+    /// What the actuator could not do, each.
+    #[error("{}", .0.join("; "))]
+    Apply(Vec<String>),
 }

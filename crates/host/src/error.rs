@@ -2,8 +2,13 @@
 //! command was refused.
 
 use std::io;
+use std::sync::Arc;
 
+use cosched_proto::Resource;
+
+use crate::actuator::{FreezerUnsupported, WeightUnsupported};
 use crate::config::ConfigError;
+use crate::membw::ProbeError;
 use crate::shield::{format_cpus, CpuListError, Cpus, ShieldError};
 
 #[derive(Debug, thiserror::Error)]
@@ -42,9 +47,12 @@ pub enum Error {
     /// The coordinator refused an operator's setting.
     #[error(transparent)]
     Refused(#[from] cosched_core::Error),
-    /// The daemon refused an operator's setting.
-    #[error("{0}")]
-    Declined(String),
+    /// The operator's command is for a resource that does not run here.
+    #[error("{}: {}", .0.resource.name(), .0.why)]
+    Unavailable(Unavailable),
+    /// Memory bandwidth runs here, but the coordinator does not regulate it.
+    #[error("membw: not regulated")]
+    NotRegulated,
     /// An operator's static tuning does not pass the config's checks.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -57,6 +65,45 @@ pub enum Error {
     /// A static tuning was applied in part.
     #[error(transparent)]
     Static(#[from] StaticError),
+}
+
+/// Why a resource's coordination does not run on this host: the resource, and the reason
+/// (shared: the status shows it, and an operator's command for the resource is refused with it).
+/// Its message is the reason's.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{why}")]
+pub struct Unavailable {
+    pub resource: Resource,
+    pub why: Arc<Why>,
+}
+
+impl Unavailable {
+    pub fn new(resource: Resource, why: impl Into<Why>) -> Unavailable {
+        Unavailable { resource, why: Arc::new(why.into()) }
+    }
+}
+
+/// The reasons a resource's coordination does not run here.
+#[derive(Debug, thiserror::Error)]
+pub enum Why {
+    /// The config turns it off.
+    #[error("off: {setting}")]
+    Off { setting: &'static str },
+    /// The I/O `weight` lever has no hierarchy to act on.
+    #[error(transparent)]
+    Weight(#[from] WeightUnsupported),
+    /// The kernel refuses the event detection's BPF.
+    #[cfg(feature = "bpf")]
+    #[error(transparent)]
+    Feas(#[from] cosched_hostbpf::Error),
+    #[error("registering the FEAS ring buffer: {0}")]
+    FeasRing(io::Error),
+    /// No memory-bandwidth counters (or the configured ones are missing).
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    /// No freezer for the memory-bandwidth throttle.
+    #[error(transparent)]
+    Freezer(#[from] FreezerUnsupported),
 }
 
 /// Why a VM's static tuning is not had, or not wholly.
@@ -76,4 +123,21 @@ pub enum StaticError {
     /// What the actuator could not do, each.
     #[error("{}", .0.join("; "))]
     Apply(Vec<String>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The status shows the reason alone; a command refused for it names the resource first.
+    #[test]
+    fn an_unavailable_resource_says_why() {
+        let off = Unavailable::new(Resource::Membw, ProbeError::Off);
+        assert_eq!(off.to_string(), "off: [membw] backend = \"off\"");
+        assert_eq!(Error::Unavailable(off).to_string(), "membw: off: [membw] backend = \"off\"");
+        let events = Unavailable::new(Resource::Event, Why::Off { setting: "[event] vms = \"none\"" });
+        assert_eq!(events.to_string(), "off: [event] vms = \"none\"");
+        let core = cosched_core::Error::NoSuchVm(cosched_core::VmId(1));
+        assert_eq!(Error::from(core).to_string(), "no such VM");
+    }
 }

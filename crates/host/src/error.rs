@@ -1,5 +1,10 @@
 //! The host daemon's errors: why a socket or process is not coordinated, why an operator
-//! command was refused.
+//! command was refused ([`Error`]), why a resource's coordination does not run here
+//! ([`Unavailable`]), why a VM's static tuning is not had ([`StaticError`]).
+//!
+//! The messages of [`Unavailable`] and [`StaticError`] are whole (they say the cause too, as
+//! the status and the log show them), so they have no `source()`: anyhow's `{:#}` would
+//! otherwise say the cause twice.
 
 use std::io;
 use std::sync::Arc;
@@ -96,6 +101,7 @@ pub enum Why {
     #[cfg(feature = "bpf")]
     #[error(transparent)]
     Feas(#[from] cosched_hostbpf::Error),
+    /// The event detection's ring buffer cannot be polled.
     #[error("registering the FEAS ring buffer: {0}")]
     FeasRing(io::Error),
     /// No memory-bandwidth counters (or the configured ones are missing).

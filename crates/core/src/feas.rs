@@ -51,7 +51,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::resource::{EventOutcome, HostEvent, Level, ResourcePolicy, Sensors};
 use crate::shared::{Due, Shared};
-use crate::{Action, VmId, NS_PER_MS};
+use crate::{Action, ConfigError, VmId, NS_PER_MS};
 
 /// The most a VM may have paid in advance, in cycles: an overshoot is bounded by one slice of
 /// the fair class, so this only guards against a clock that jumps.
@@ -104,18 +104,18 @@ impl Default for FeasConfig {
 }
 
 impl FeasConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.n_limit == 0 {
-            return Err("[event] n_limit must be > 0 (use vms = \"none\" to turn event boosting off)".into());
+            return Err(ConfigError::range("[event] n_limit", "> 0 (use vms = \"none\" to turn event boosting off)"));
         }
         if self.cycle_ms == 0 {
-            return Err("[event] cycle_ms must be > 0".into());
+            return Err(ConfigError::range("[event] cycle_ms", "> 0"));
         }
         if self.slice_us < 100 || self.slice_us > self.cycle_ms * 1000 {
-            return Err(format!(
-                "[event] slice_us = {}: must be 100..={} (at least 100 µs, at most one cycle)",
+            return Err(ConfigError::invalid(
+                "[event] slice_us",
                 self.slice_us,
-                self.cycle_ms * 1000
+                format!("must be 100..={} (at least 100 µs, at most one cycle)", self.cycle_ms * 1000),
             ));
         }
         Ok(())

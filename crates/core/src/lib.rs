@@ -30,6 +30,7 @@
 //! (`membw`).
 
 pub mod cpu;
+pub mod error;
 pub mod feas;
 pub mod guard;
 pub mod io;
@@ -47,6 +48,7 @@ use serde::Serialize;
 
 pub use cpu::rt::{self, PriorityMap, RtConfig, RtStatus};
 pub use cpu::CpuPolicy;
+pub use error::{ConfigError, Error, MembwError};
 pub use feas::{EventPolicy, EventVms, FeasConfig};
 pub use guard::{GuardRule, StaticGuard, StaticGuardStatus};
 pub use io::IoPolicy;
@@ -539,9 +541,9 @@ impl Coordinator {
     }
 
     /// Operator: a VM's real-time priority among coordinated guests (1..=98).
-    pub fn set_vm_priority(&mut self, id: VmId, priority: u8, out: &mut Vec<Action>) -> Result<(), String> {
+    pub fn set_vm_priority(&mut self, id: VmId, priority: u8, out: &mut Vec<Action>) -> Result<(), Error> {
         check_priority("priority", priority)?;
-        let vm = self.sh.vms.get_mut(&id).ok_or("no such VM")?;
+        let vm = self.sh.vms.get_mut(&id).ok_or(Error::NoSuchVm(id))?;
         vm.settings.priority = priority;
         for p in self.resources.values_mut() {
             // An RT grant is never below the VM's priority: re-granted first, then every level
@@ -568,8 +570,8 @@ impl Coordinator {
     }
 
     /// Operator: VM `id`'s RT ceiling; a boost in force under the old one is re-granted.
-    pub fn set_vm_ceiling(&mut self, id: VmId, ceiling: u8, out: &mut Vec<Action>) -> Result<(), String> {
-        let (cpu, sh) = self.policy_of_mut::<CpuPolicy>().ok_or("no CPU coordination here")?;
+    pub fn set_vm_ceiling(&mut self, id: VmId, ceiling: u8, out: &mut Vec<Action>) -> Result<(), Error> {
+        let (cpu, sh) = self.policy_of_mut::<CpuPolicy>().ok_or(Error::NoCpuPolicy)?;
         cpu.set_vm_ceiling(sh, id, ceiling, out)
     }
 
@@ -597,19 +599,19 @@ impl Coordinator {
     }
 
     /// Operator or config: VM `id`'s guaranteed memory-bandwidth share (permille).
-    pub fn set_membw_share(&mut self, id: VmId, share: u64) -> Result<(), String> {
-        let (m, _) = self.policy_of_mut::<MembwPolicy>().ok_or("memory bandwidth is not regulated here")?;
+    pub fn set_membw_share(&mut self, id: VmId, share: u64) -> Result<(), Error> {
+        let (m, _) = self.policy_of_mut::<MembwPolicy>().ok_or(Error::NoMembwPolicy)?;
         if m.regulator().vm(id).is_some() {
-            m.set_share(id, share)
+            Ok(m.set_share(id, share)?)
         } else {
-            m.add_vm(id, share)
+            Ok(m.add_vm(id, share)?)
         }
     }
 
     /// Operator: the memory-bandwidth regulator's settings.
-    pub fn set_membw_config(&mut self, cfg: RegulatorConfig) -> Result<(), String> {
-        let (m, _) = self.policy_of_mut::<MembwPolicy>().ok_or("memory bandwidth is not regulated here")?;
-        m.set_config(cfg)
+    pub fn set_membw_config(&mut self, cfg: RegulatorConfig) -> Result<(), Error> {
+        let (m, _) = self.policy_of_mut::<MembwPolicy>().ok_or(Error::NoMembwPolicy)?;
+        Ok(m.set_config(cfg)?)
     }
 
     /// VM `id`'s static FIFO tuning is on with `rule` as its guard (`None`: no guard, or no

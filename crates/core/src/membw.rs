@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::resource::{EventOutcome, Grant, HostEvent, Level, ResourcePolicy, Sensors};
 use crate::shared::{Due, Shared};
-use crate::{Action, VmFacts, VmId, NS_PER_S};
+use crate::{Action, ConfigError, MembwError, VmFacts, VmId, NS_PER_S};
 
 /// The regulator's settings (the operator's `[membw]` and `cosched membw`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,12 +61,12 @@ impl RegulatorConfig {
         (self.period_bytes() as u128 * share_permille as u128 / 1000) as u64
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.guaranteed_mbps == 0 {
-            return Err("guaranteed_mbps must be > 0 (the host's guaranteed memory bandwidth, MB/s)".into());
+            return Err(ConfigError::range("guaranteed_mbps", "> 0 (the host's guaranteed memory bandwidth, MB/s)"));
         }
         if self.period_ns < 1_000_000 || self.period_ns > 10 * NS_PER_S {
-            return Err("period_ms must be 1..=10000".into());
+            return Err(ConfigError::range("period_ms", "1..=10000"));
         }
         Ok(())
     }
@@ -194,7 +194,7 @@ impl Regulator {
     }
 
     /// New settings; they take effect at the next period (a new period length at once).
-    pub fn set_config(&mut self, cfg: RegulatorConfig) -> Result<(), String> {
+    pub fn set_config(&mut self, cfg: RegulatorConfig) -> Result<(), ConfigError> {
         cfg.validate()?;
         self.cfg = cfg;
         Ok(())
@@ -221,7 +221,7 @@ impl Regulator {
 
     /// A VM is regulated from now on, with the operator's share (permille). A share that does not
     /// fit beside the others is refused, and the VM regulated with none.
-    pub fn add(&mut self, id: VmId, share: u64) -> Result<(), String> {
+    pub fn add(&mut self, id: VmId, share: u64) -> Result<(), MembwError> {
         self.vms.entry(id).or_default();
         let result = self.set_share(id, share);
         let v = self.vms.get_mut(&id).expect("just added");
@@ -235,17 +235,14 @@ impl Regulator {
 
     /// The operator sets VM `id`'s share. Refused (nothing changes) if the shares in force would
     /// add up to more than 1000; a guest's request in force stays in force.
-    pub fn set_share(&mut self, id: VmId, share: u64) -> Result<(), String> {
+    pub fn set_share(&mut self, id: VmId, share: u64) -> Result<(), MembwError> {
         let free = self.free_for(id);
-        let v = self.vms.get_mut(&id).ok_or("VM not regulated")?;
+        let v = self.vms.get_mut(&id).ok_or(MembwError::NotRegulated(id))?;
         if v.requested.is_none() && share > free {
-            return Err(format!(
-                "membw share {share}‰ does not fit: the other VMs hold {}‰ of the guaranteed bandwidth",
-                1000 - free
-            ));
+            return Err(MembwError::DoesNotFit { share, held: 1000 - free });
         }
         if share > 1000 {
-            return Err(format!("membw share {share}‰: at most 1000"));
+            return Err(MembwError::TooLarge { share });
         }
         v.share = share;
         Ok(())
@@ -429,17 +426,17 @@ impl MembwPolicy {
     }
 
     /// A VM is regulated from now on with the operator's share (permille; see [`Regulator::add`]).
-    pub fn add_vm(&mut self, id: VmId, share: u64) -> Result<(), String> {
+    pub fn add_vm(&mut self, id: VmId, share: u64) -> Result<(), MembwError> {
         self.regulator.add(id, share)
     }
 
     /// Operator: VM `id`'s share (see [`Regulator::set_share`]).
-    pub fn set_share(&mut self, id: VmId, share: u64) -> Result<(), String> {
+    pub fn set_share(&mut self, id: VmId, share: u64) -> Result<(), MembwError> {
         self.regulator.set_share(id, share)
     }
 
     /// Operator: new settings, and checks spaced for the new period.
-    pub fn set_config(&mut self, cfg: RegulatorConfig) -> Result<(), String> {
+    pub fn set_config(&mut self, cfg: RegulatorConfig) -> Result<(), ConfigError> {
         self.regulator.set_config(cfg)?;
         self.check_ns = (cfg.period_ns / self.checks_per_period as u64).max(1);
         Ok(())

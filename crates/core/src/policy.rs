@@ -6,22 +6,18 @@ use std::ops::RangeInclusive;
 use cosched_proto::Resource;
 use serde::{Deserialize, Serialize};
 
-use crate::NS_PER_MS;
+use crate::{ConfigError, NS_PER_MS};
 
 /// Real-time priorities a VM may be boosted at. 99 is left to the kernel's own threads and to the
 /// daemon, which must run above every VM it boosts.
 pub const VM_PRIORITY: RangeInclusive<u8> = 1..=98;
 
-/// Checks a VM priority; the error says the range.
-pub fn check_priority(what: &str, p: u8) -> Result<(), String> {
+/// Checks a VM priority; the error names `what` and says the range.
+pub fn check_priority(what: &str, p: u8) -> Result<(), ConfigError> {
     if VM_PRIORITY.contains(&p) {
         Ok(())
     } else {
-        Err(format!(
-            "{what} = {p}: out of range {}..={} (99 is left to the kernel's own threads)",
-            VM_PRIORITY.start(),
-            VM_PRIORITY.end()
-        ))
+        Err(ConfigError::Priority { key: what.to_string(), value: p })
     }
 }
 
@@ -138,14 +134,11 @@ impl Policy {
     }
 
     /// Checks ranges; the error says which setting is wrong and why.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         check_priority("default_priority", self.default_priority)?;
         for name in self.resource.keys() {
             if Resource::from_name(name).is_none() {
-                return Err(format!(
-                    "[policy.resource.{name}]: unknown resource (known: {})",
-                    Resource::ALL.map(|r| r.name()).join(", ")
-                ));
+                return Err(ConfigError::UnknownResource { name: name.clone() });
             }
         }
         for r in Resource::ALL {
@@ -158,32 +151,33 @@ impl Policy {
                 }
             };
             if l.max_share_permille == 0 || l.max_share_permille > 1000 {
-                return Err(format!("{} must be 1..=1000", at("max_boost_share_permille")));
+                return Err(ConfigError::range(at("max_boost_share_permille"), "1..=1000"));
             }
             if l.window_ns == 0 {
-                return Err(format!("{} must be > 0", at("budget_window_ms")));
+                return Err(ConfigError::range(at("budget_window_ms"), "> 0"));
             }
             if l.frame_rate == 0 || l.frame_burst == 0 {
-                return Err(format!("{} and frame_burst must be > 0", at("frame_rate")));
+                return Err(ConfigError::range(format!("{} and frame_burst", at("frame_rate")), "> 0"));
             }
         }
         if self.rt_guard_max_share_permille > 1000 {
-            return Err("rt_guard_max_share_permille must be 0..=1000 (0 = off)".into());
+            return Err(ConfigError::range("rt_guard_max_share_permille", "0..=1000 (0 = off)"));
         }
         if self.rt_guard_max_share_permille > 0 {
             if self.rt_guard_window_ms == 0 {
-                return Err("rt_guard_window_ms must be > 0 when the guard is on".into());
+                return Err(ConfigError::range("rt_guard_window_ms", "> 0 when the guard is on"));
             }
             let max_ms = self.rt_guard_window_ms * self.rt_guard_max_share_permille / 1000;
             if self.rt_guard_hysteresis_ms >= max_ms {
-                return Err(format!(
-                    "rt_guard_hysteresis_ms = {} must be below the guard's real-time allowance ({max_ms} ms)",
-                    self.rt_guard_hysteresis_ms
+                return Err(ConfigError::conflict(
+                    "rt_guard_hysteresis_ms",
+                    self.rt_guard_hysteresis_ms,
+                    format!("below the guard's real-time allowance ({max_ms} ms)"),
                 ));
             }
         }
         if self.malformed_rate == 0 {
-            return Err("malformed_rate must be > 0".into());
+            return Err(ConfigError::range("malformed_rate", "> 0"));
         }
         Ok(())
     }

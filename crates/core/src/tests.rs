@@ -519,7 +519,7 @@ fn policy_defaults_validate_and_parse_from_toml() {
     assert_eq!(parsed, Policy { max_continuous_boost_ms: 300, ..Policy::default() });
     assert!(toml::from_str::<Policy>("max_continous_boost_ms = 300\n").is_err(), "typos are errors");
     let bad = Policy { default_priority: 99, ..Policy::default() };
-    assert!(bad.validate().unwrap_err().contains("default_priority"));
+    assert!(bad.validate().unwrap_err().to_string().contains("default_priority"));
     let bad = Policy { rt_guard_hysteresis_ms: 900, ..Policy::default() };
     assert!(bad.validate().is_err());
 }

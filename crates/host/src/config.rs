@@ -6,12 +6,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context};
-use cosched_core::{check_priority, FeasConfig, Policy, RtConfig, VmSettings};
+use anyhow::Context;
+use cosched_core::{check_priority, ConfigError as CoreError, FeasConfig, Policy, RtConfig, VmSettings};
 use cosched_proto::Resource;
 use serde::{Deserialize, Serialize};
 
 use crate::actuator::{BoostClass, IoBoost};
+use crate::shield::CpuListError;
 
 pub const DEFAULT_CONFIG: &str = "/etc/cosched/host.toml";
 pub const DEFAULT_SOCKET_DIR: &str = "/run/cosched/vms";
@@ -68,20 +69,28 @@ impl StaticConfig {
         !self.fifo && self.shield.is_none()
     }
 
-    /// Checks the priorities (below the daemon's own) and the CPU list.
-    pub fn validate(&self, at: &str, daemon_priority: u8) -> anyhow::Result<()> {
+    /// Checks the priorities (below the daemon's own) and the CPU list; `at` begins the
+    /// error's key (`[vm.NAME.static]`, or `vm NAME:` for an operator's command).
+    pub fn validate(&self, at: &str, daemon_priority: u8) -> Result<(), ConfigError> {
         for (key, p) in [("vcpu_priority", self.vcpu_priority), ("other_priority", self.other_priority)] {
             if !(1..=99).contains(&p) {
-                bail!("{at} {key} = {p}: a SCHED_FIFO priority is 1..=99");
+                return Err(CoreError::invalid(format!("{at} {key}"), p, "a SCHED_FIFO priority is 1..=99").into());
             }
             if self.fifo && daemon_priority != 0 && p >= daemon_priority {
-                bail!("{at} {key} = {p} must be below daemon_priority ({daemon_priority}), which must stay above every VM");
+                return Err(CoreError::conflict(
+                    format!("{at} {key}"),
+                    p,
+                    format!("below daemon_priority ({daemon_priority}), which must stay above every VM"),
+                )
+                .into());
             }
         }
         if let Some(cpus) = &self.shield {
-            let set = crate::shield::parse_cpus(cpus).map_err(|e| anyhow::anyhow!("{at} shield: {e}"))?;
+            let set = crate::shield::parse_cpus(cpus)
+                .map_err(|error| ConfigError::CpuList { key: format!("{at} shield"), error })?;
             if set.is_empty() {
-                bail!("{at} shield = {cpus:?}: names no CPU (leave it out for no shield)");
+                let rule = "names no CPU (leave it out for no shield)";
+                return Err(CoreError::invalid(format!("{at} shield"), format!("{cpus:?}"), rule).into());
             }
         }
         Ok(())
@@ -105,13 +114,60 @@ impl VmConfig {
 }
 
 /// Checks that every key of a `resources` table names a resource.
-fn check_resource_names<'a>(at: &str, names: impl Iterator<Item = &'a String>) -> anyhow::Result<()> {
+fn check_resource_names<'a>(at: &str, names: impl Iterator<Item = &'a String>) -> Result<(), ConfigError> {
     for name in names {
         if Resource::from_name(name).is_none() {
-            bail!("{at}: unknown resource {name:?} (known: {})", Resource::ALL.map(|r| r.name()).join(", "));
+            return Err(ConfigError::UnknownResource { at: at.to_string(), name: name.clone() });
         }
     }
     Ok(())
+}
+
+/// A host setting that cannot be: the core's shapes (the key, the value and the rule broken)
+/// and the host's own. The messages are the ones `cosched host` has always printed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    /// A section's own check failed: the section (`[policy]`, `[boost]`), then why.
+    #[error("{section}: {error}")]
+    In { section: &'static str, error: Box<ConfigError> },
+    /// A nice value outside the kernel's range.
+    #[error("{key} = {value} out of range -20..=19")]
+    Nice { key: &'static str, value: i32 },
+    /// A `resources` table (`at`) names no resource.
+    #[error("{at}: unknown resource {name:?} (known: {})", cosched_core::error::known_resources())]
+    UnknownResource { at: String, name: String },
+    /// A CPU list that does not parse.
+    #[error("{key}: {error}")]
+    CpuList { key: String, error: CpuListError },
+    /// Two VMs shielded on one CPU.
+    #[error("[vm.{vm}.static] shield: CPU {cpu} is already shielded for VM {other}")]
+    SharedCpu { vm: String, cpu: usize, other: String },
+    /// A static guard without the guard's rule.
+    #[error("[vm.{vm}.static] guard = true needs the guard's rule: [policy] rt_guard_max_share_permille > 0")]
+    GuardWithoutRule { vm: String },
+    /// The VMs' memory-bandwidth shares together are more than can be guaranteed.
+    #[error(
+        "[vm.*] membw_share add up to {total}‰: more than the host's guaranteed bandwidth (1000‰) can be guaranteed"
+    )]
+    SharesOver { total: u64 },
+    /// Simulated memory bandwidth without the trace it replays.
+    #[error("[membw] backend = \"simulated\" needs trace = \"<file>\"")]
+    SimulatedWithoutTrace,
+    /// Simulated memory bandwidth with MBA, which cannot slow what it counts.
+    #[error(
+        "[membw] throttle = \"mba\" needs real counters: simulated bandwidth follows the vCPUs' run time, which MBA \
+         does not stop (use throttle = \"freezer\" or \"auto\")"
+    )]
+    SimulatedWithMba,
+}
+
+impl ConfigError {
+    /// `error` in `section`.
+    pub fn within(section: &'static str) -> impl FnOnce(ConfigError) -> ConfigError {
+        move |error| ConfigError::In { section, error: Box::new(error) }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -237,53 +293,51 @@ impl HostConfig {
         self.vm.get(name).cloned().unwrap_or_default().settings(self.policy.default_priority)
     }
 
-    pub fn validate(&self) -> anyhow::Result<()> {
-        self.policy.validate().map_err(anyhow::Error::msg).context("[policy]")?;
-        self.boost.validate().map_err(anyhow::Error::msg).context("[boost]")?;
-        self.io.validate().map_err(anyhow::Error::msg)?;
-        self.event.validate().map_err(anyhow::Error::msg)?;
-        self.membw.validate().map_err(anyhow::Error::msg)?;
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.policy.validate().map_err(ConfigError::from).map_err(ConfigError::within("[policy]"))?;
+        self.boost.validate().map_err(ConfigError::within("[boost]"))?;
+        self.io.validate()?;
+        self.event.validate()?;
+        self.membw.validate()?;
         self.validate_membw_shares()?;
         check_resource_names("[resources]", self.resources.keys())?;
         for (name, vm) in &self.vm {
             if let Some(p) = vm.priority {
-                check_priority(&format!("[vm.{name}] priority"), p).map_err(anyhow::Error::msg)?;
+                check_priority(&format!("[vm.{name}] priority"), p)?;
             }
             check_resource_names(&format!("[vm.{name}.resources]"), vm.resources.keys())?;
             vm.statics.validate(&format!("[vm.{name}.static]"), self.daemon_priority)?;
             if vm.statics.guard && self.policy.rt_guard().is_none() {
-                bail!(
-                    "[vm.{name}.static] guard = true needs the guard's rule: [policy] rt_guard_max_share_permille > 0"
-                );
+                return Err(ConfigError::GuardWithoutRule { vm: name.clone() });
             }
         }
         if let Some(hk) = &self.shield.housekeeping_cpus {
-            crate::shield::parse_cpus(hk).map_err(|e| anyhow::anyhow!("[shield] housekeeping_cpus: {e}"))?;
+            crate::shield::parse_cpus(hk)
+                .map_err(|error| ConfigError::CpuList { key: "[shield] housekeeping_cpus".into(), error })?;
         }
         let mut taken: BTreeMap<usize, &str> = BTreeMap::new();
         for (name, vm) in &self.vm {
             let cpus = vm.statics.shield.as_deref().map(crate::shield::parse_cpus).transpose().ok().flatten();
             for c in cpus.unwrap_or_default() {
                 if let Some(other) = taken.insert(c, name) {
-                    bail!("[vm.{name}.static] shield: CPU {c} is already shielded for VM {other}");
+                    return Err(ConfigError::SharedCpu { vm: name.clone(), cpu: c, other: other.to_string() });
                 }
             }
         }
         if self.daemon_priority > 99 {
-            bail!("daemon_priority = {}: must be 0 (SCHED_OTHER) or 1..=99", self.daemon_priority);
+            let rule = "must be 0 (SCHED_OTHER) or 1..=99";
+            return Err(CoreError::invalid("daemon_priority", self.daemon_priority, rule).into());
         }
         let highest_vm =
             self.vm.values().filter_map(|v| v.priority).max().unwrap_or(0).max(self.policy.default_priority)
                 + self.boost.other_threads_priority_offset;
         if self.daemon_priority != 0 && self.daemon_priority <= highest_vm {
-            bail!(
-                "daemon_priority = {} must be above every boosted thread's priority ({highest_vm}), or 0",
-                self.daemon_priority
-            );
+            let rule = format!("above every boosted thread's priority ({highest_vm}), or 0");
+            return Err(CoreError::conflict("daemon_priority", self.daemon_priority, rule).into());
         }
         self.validate_rt()?;
         if self.rescan_ms == 0 || self.thread_refresh_ms == 0 {
-            bail!("rescan_ms and thread_refresh_ms must be > 0");
+            return Err(CoreError::range("rescan_ms and thread_refresh_ms", "> 0").into());
         }
         Ok(())
     }
@@ -297,21 +351,19 @@ impl HostConfig {
 
     /// The configured shares fit in the guaranteed bandwidth (1000‰), each VM alone and the
     /// named ones together (the default share is checked as VMs come, by admission).
-    fn validate_membw_shares(&self) -> anyhow::Result<()> {
+    fn validate_membw_shares(&self) -> Result<(), ConfigError> {
         let mut total = 0;
         for (name, vm) in &self.vm {
             if let Some(s) = vm.membw_share {
                 if s > 1000 {
-                    bail!("[vm.{name}] membw_share = {s}: at most 1000 (permille of [membw] guaranteed_mbps)");
+                    let rule = "at most 1000 (permille of [membw] guaranteed_mbps)";
+                    return Err(CoreError::invalid(format!("[vm.{name}] membw_share"), s, rule).into());
                 }
                 total += s;
             }
         }
         if total > 1000 {
-            bail!(
-                "[vm.*] membw_share add up to {total}‰: more than the host's guaranteed bandwidth (1000‰) can be \
-                 guaranteed"
-            );
+            return Err(ConfigError::SharesOver { total });
         }
         Ok(())
     }
@@ -329,14 +381,14 @@ impl HostConfig {
 
     /// `[rt]` and the per-VM ceilings: in range, and with the other threads' offset below the
     /// daemon's own priority.
-    fn validate_rt(&self) -> anyhow::Result<()> {
-        self.rt.validate().map_err(anyhow::Error::msg)?;
+    fn validate_rt(&self) -> Result<(), ConfigError> {
+        self.rt.validate()?;
         // An unset [rt] rt_ceiling is lowered below the daemon's priority (`HostConfig::rt`).
         let mut highest = ("[rt] rt_ceiling".to_string(), self.rt().ceiling());
         for (name, vm) in &self.vm {
             if let Some(c) = vm.rt_ceiling {
                 let at = format!("[vm.{name}] rt_ceiling");
-                check_priority(&at, c).map_err(anyhow::Error::msg)?;
+                check_priority(&at, c)?;
                 if c > highest.1 {
                     highest = (at, c);
                 }
@@ -344,13 +396,11 @@ impl HostConfig {
         }
         let top = highest.1 + self.boost.other_threads_priority_offset;
         if self.daemon_priority != 0 && self.daemon_priority <= top {
-            bail!(
-                "{} = {}: with other_threads_priority_offset = {} it reaches {top}, not below daemon_priority = {}",
-                highest.0,
-                highest.1,
-                self.boost.other_threads_priority_offset,
-                self.daemon_priority
+            let rule = format!(
+                "with other_threads_priority_offset = {} it reaches {top}, not below daemon_priority = {}",
+                self.boost.other_threads_priority_offset, self.daemon_priority
             );
+            return Err(CoreError::invalid(highest.0, highest.1, rule).into());
         }
         Ok(())
     }
@@ -467,6 +517,70 @@ mod tests {
         assert!(e.contains("unknown variant `nice`, expected `ioprio` or `weight`"), "{e}");
         std::fs::write(&p, "sockt_dir = \"/x\"\n").unwrap();
         assert!(format!("{:#}", HostConfig::load(Some(&p)).unwrap_err()).contains("unknown field"));
+    }
+
+    /// The typed errors say what the strings said, word for word (users and tests match them).
+    #[test]
+    fn errors_keep_their_words() {
+        let bad = |text: &str| toml::from_str::<HostConfig>(text).unwrap().validate().unwrap_err().to_string();
+        assert_eq!(
+            bad("[policy]\ndefault_priority = 99\n"),
+            "[policy]: default_priority = 99: out of range 1..=98 (99 is left to the kernel's own threads)"
+        );
+        assert_eq!(bad("[boost]\nguard_nice = 30\n"), "[boost]: guard_nice = 30 out of range -20..=19");
+        assert_eq!(
+            bad("[boost]\nother_threads_priority_offset = 11\n"),
+            "[boost]: other_threads_priority_offset must be 0..=10"
+        );
+        assert_eq!(bad("[event]\ncycle_ms = 0\n"), "[event] cycle_ms must be > 0");
+        assert_eq!(bad("[membw]\nperiod_ms = 0\n"), "[membw] period_ms = 0: must be 1..=10000");
+        assert_eq!(
+            bad("[membw]\nbackend = \"simulated\"\n"),
+            "[membw] backend = \"simulated\" needs trace = \"<file>\""
+        );
+        assert_eq!(
+            bad("[membw]\nbackend = \"simulated\"\nthrottle = \"mba\"\ntrace = \"t\"\n"),
+            "[membw] throttle = \"mba\" needs real counters: simulated bandwidth follows the vCPUs' run time, which MBA \
+             does not stop (use throttle = \"freezer\" or \"auto\")"
+        );
+        assert_eq!(
+            bad("[vm.a]\nmembw_share = 600\n[vm.b]\nmembw_share = 600\n"),
+            "[vm.*] membw_share add up to 1200‰: more than the host's guaranteed bandwidth (1000‰) can be guaranteed"
+        );
+        assert_eq!(
+            bad("[vm.a]\nmembw_share = 1001\n"),
+            "[vm.a] membw_share = 1001: at most 1000 (permille of [membw] guaranteed_mbps)"
+        );
+        assert_eq!(
+            bad("[resources]\ndisk = true\n"),
+            "[resources]: unknown resource \"disk\" (known: cpu, io, membw, event)"
+        );
+        assert_eq!(
+            bad("[shield]\nhousekeeping_cpus = \"x\"\n"),
+            "[shield] housekeeping_cpus: \"x\" is not a CPU list like \"1\", \"2-3\" or \"0,4-5\""
+        );
+        assert_eq!(
+            bad("[vm.a.static]\nshield = \"2\"\n[vm.b.static]\nshield = \"1-2\"\n"),
+            "[vm.b.static] shield: CPU 2 is already shielded for VM a"
+        );
+        assert_eq!(
+            bad("[vm.a.static]\nshield = \",\"\n"),
+            "[vm.a.static] shield = \",\": names no CPU (leave it out for no shield)"
+        );
+        assert_eq!(
+            bad("[vm.a.static]\nvcpu_priority = 0\n"),
+            "[vm.a.static] vcpu_priority = 0: a SCHED_FIFO priority is 1..=99"
+        );
+        assert_eq!(
+            bad("daemon_priority = 50\n[vm.a.static]\nfifo = true\nvcpu_priority = 50\n"),
+            "[vm.a.static] vcpu_priority = 50 must be below daemon_priority (50), which must stay above every VM"
+        );
+        assert_eq!(bad("daemon_priority = 100\n"), "daemon_priority = 100: must be 0 (SCHED_OTHER) or 1..=99");
+        assert_eq!(
+            bad("daemon_priority = 5\n[policy]\ndefault_priority = 5\n"),
+            "daemon_priority = 5 must be above every boosted thread's priority (5), or 0"
+        );
+        assert_eq!(bad("rescan_ms = 0\n"), "rescan_ms and thread_refresh_ms must be > 0");
     }
 
     /// The commented `/etc/cosched/host.toml` the package installs: as shipped it is the

@@ -101,11 +101,16 @@ pub struct MetricsReply {
 /// The request in a control client's input so far: `None` until a whole line is in; the line
 /// parsed, or why it is not a request. What the daemon does with every control connection (and
 /// what the fuzzer feeds).
-pub fn parse_request(input: &[u8]) -> Option<Result<Request, String>> {
+pub fn parse_request(input: &[u8]) -> Option<Result<Request, RequestError>> {
     let nl = input.iter().position(|b| *b == b'\n')?;
     let line = String::from_utf8_lossy(&input[..nl]);
-    Some(serde_json::from_str::<Request>(&line).map_err(|e| format!("bad request: {e}")))
+    Some(serde_json::from_str::<Request>(&line).map_err(RequestError))
 }
+
+/// A control line that is not a request: the JSON parser's error (what and where in the line).
+#[derive(Debug, thiserror::Error)]
+#[error("bad request: {0}")]
+pub struct RequestError(pub serde_json::Error);
 
 pub fn request(socket: &Path, req: &Request) -> anyhow::Result<Option<serde_json::Value>> {
     let mut s = UnixStream::connect(socket).with_context(|| {
@@ -145,8 +150,11 @@ mod tests {
 
     #[test]
     fn a_request_is_parsed_once_its_line_is_whole() {
-        assert_eq!(parse_request(br#"{"cmd":"sta"#), None);
-        assert_eq!(parse_request(b"{\"cmd\":\"status\"}\n{\"cmd\":\"metrics\"}"), Some(Ok(Request::Status)));
-        assert!(parse_request(b"\xff\xfe\n").unwrap().unwrap_err().starts_with("bad request: "));
+        assert!(parse_request(br#"{"cmd":"sta"#).is_none());
+        assert_eq!(
+            parse_request(b"{\"cmd\":\"status\"}\n{\"cmd\":\"metrics\"}").map(Result::ok),
+            Some(Some(Request::Status))
+        );
+        assert!(parse_request(b"\xff\xfe\n").unwrap().unwrap_err().to_string().starts_with("bad request: "));
     }
 }

@@ -22,12 +22,14 @@
 //!   `DENY(membw: unsupported)`.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::{Path, PathBuf};
+use std::{fs, io};
 
-use cosched_core::{Regulator, RegulatorConfig, VmId, NS_PER_MS};
+use cosched_core::{ConfigError as CoreError, Regulator, RegulatorConfig, VmId, NS_PER_MS};
 use cosched_procfs::TaskId;
 use serde::{Deserialize, Serialize};
+
+use crate::config::ConfigError;
 
 /// Which counter source `[membw] backend` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -129,26 +131,26 @@ impl MembwConfig {
     }
 
     /// Checks what can be checked without probing the host.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if !(1..=10_000).contains(&self.period_ms) {
-            return Err(format!("[membw] period_ms = {}: must be 1..=10000", self.period_ms));
+            return Err(CoreError::invalid("[membw] period_ms", self.period_ms, "must be 1..=10000").into());
         }
         if !(1..=100).contains(&self.checks_per_period) {
-            return Err(format!("[membw] checks_per_period = {}: must be 1..=100", self.checks_per_period));
+            let rule = "must be 1..=100";
+            return Err(CoreError::invalid("[membw] checks_per_period", self.checks_per_period, rule).into());
         }
         if self.default_share_permille > 1000 {
-            return Err(format!("[membw] default_share_permille = {}: at most 1000", self.default_share_permille));
+            let rule = "at most 1000";
+            return Err(CoreError::invalid("[membw] default_share_permille", self.default_share_permille, rule).into());
         }
         if self.backend == BackendChoice::Simulated && self.trace.is_none() {
-            return Err("[membw] backend = \"simulated\" needs trace = \"<file>\"".into());
+            return Err(ConfigError::SimulatedWithoutTrace);
         }
         if self.backend == BackendChoice::Simulated && self.throttle == ThrottleChoice::Mba {
-            return Err("[membw] throttle = \"mba\" needs real counters: simulated bandwidth follows the vCPUs' run \
-                        time, which MBA does not stop (use throttle = \"freezer\" or \"auto\")"
-                .into());
+            return Err(ConfigError::SimulatedWithMba);
         }
         if self.bytes_per_miss == 0 {
-            return Err("[membw] bytes_per_miss must be > 0".into());
+            return Err(CoreError::range("[membw] bytes_per_miss", "> 0").into());
         }
         Ok(())
     }
@@ -167,7 +169,7 @@ pub struct Trace {
 }
 
 impl Trace {
-    pub fn parse(text: &str) -> Result<Trace, String> {
+    pub fn parse(text: &str) -> Result<Trace, TraceError> {
         let mut t = Trace::default();
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
@@ -175,7 +177,7 @@ impl Trace {
                 continue;
             }
             let f: Vec<&str> = line.split_whitespace().collect();
-            let bad = || format!("line {}: {line:?}: expected <t_ms> <vm name or *> <MB/s>", n + 1);
+            let bad = || TraceError::Line { line: n + 1, text: line.to_string() };
             if f.len() != 3 {
                 return Err(bad());
             }
@@ -183,19 +185,19 @@ impl Trace {
             let mbps: u64 = f[2].parse().map_err(|_| bad())?;
             let rows = t.rows.entry(f[1].to_string()).or_default();
             if rows.last().is_some_and(|(last, _)| *last > ms) {
-                return Err(format!("line {}: times must not go back", n + 1));
+                return Err(TraceError::Backwards { line: n + 1 });
             }
             rows.push((ms, mbps));
         }
         if t.rows.is_empty() {
-            return Err("no rows".into());
+            return Err(TraceError::Empty);
         }
         Ok(t)
     }
 
-    pub fn load(path: &Path) -> Result<Trace, String> {
-        let text = fs::read_to_string(path).map_err(|e| format!("reading trace {}: {e}", path.display()))?;
-        Trace::parse(&text).map_err(|e| format!("trace {}: {e}", path.display()))
+    pub fn load(path: &Path) -> Result<Trace, TraceError> {
+        let text = fs::read_to_string(path).map_err(|error| TraceError::Read { path: path.into(), error })?;
+        Trace::parse(&text).map_err(|error| TraceError::Parse { path: path.into(), error: Box::new(error) })
     }
 
     /// MB/s per second of vCPU run time of VM `name` at `t_ms` (0 before its first row).
@@ -203,6 +205,21 @@ impl Trace {
         let rows = self.rows.get(name).or_else(|| self.rows.get("*"));
         rows.and_then(|r| r.iter().take_while(|(from, _)| *from <= t_ms).last()).map_or(0, |(_, mbps)| *mbps)
     }
+}
+
+/// A trace that cannot be replayed: where, and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("line {line}: {text:?}: expected <t_ms> <vm name or *> <MB/s>")]
+    Line { line: usize, text: String },
+    #[error("line {line}: times must not go back")]
+    Backwards { line: usize },
+    #[error("no rows")]
+    Empty,
+    #[error("reading trace {}: {error}", .path.display())]
+    Read { path: PathBuf, error: io::Error },
+    #[error("trace {}: {error}", .path.display())]
+    Parse { path: PathBuf, error: Box<TraceError> },
 }
 
 /// After a check's decisions: asks `in_force` about each VM the regulator has throttled whose
@@ -308,6 +325,14 @@ fn perf_open(tid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// The kernel refuses the PMU counter the `pmu` backend reads.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "perf_event_open(cache-misses) is refused: {0} (no hardware PMU events on this host, or perf_event_paranoid \
+     forbids them)"
+)]
+pub struct PmuRefused(pub io::Error);
+
 /// `pmu`: last-level cache misses of each vCPU thread.
 pub struct Pmu {
     bytes_per_miss: u64,
@@ -316,10 +341,8 @@ pub struct Pmu {
 
 impl Pmu {
     /// Probes: the counter must open on the daemon's own thread.
-    pub fn probe(bytes_per_miss: u64) -> Result<Pmu, String> {
-        perf_open(0).map_err(|e| {
-            format!("perf_event_open(cache-misses) is refused: {e} (no hardware PMU events on this host, or perf_event_paranoid forbids them)")
-        })?;
+    pub fn probe(bytes_per_miss: u64) -> Result<Pmu, PmuRefused> {
+        perf_open(0).map_err(PmuRefused)?;
         Ok(Pmu { bytes_per_miss, counters: BTreeMap::new() })
     }
 
@@ -371,6 +394,30 @@ pub struct Probed {
     pub notes: Vec<String>,
 }
 
+/// Why resctrl's MBA at `root` cannot be the throttle.
+#[derive(Debug, thiserror::Error)]
+pub enum MbaError {
+    #[error("no resctrl at {} (not mounted, or no Intel RDT / AMD PQoS)", .root.display())]
+    NoResctrl { root: PathBuf },
+    #[error("resctrl at {} has no MB resource (no memory-bandwidth allocation)", .root.display())]
+    NoMb { root: PathBuf },
+    #[error("resctrl at {}: info/MB/min_bandwidth is missing", .root.display())]
+    NoMinBandwidth { root: PathBuf },
+    /// AMD's `MB` values are bandwidths in 1/8 GB/s with a minimum of 0.
+    #[error(
+        "resctrl at {}: MB values here are not percents (min_bandwidth {min_bandwidth}; AMD's are in 1/8 GB/s), \
+         which this version does not drive",
+        .root.display()
+    )]
+    NotPercent { root: PathBuf, min_bandwidth: u64 },
+    #[error("resctrl at {}: reading schemata: {error}", .root.display())]
+    Schemata { root: PathBuf, error: io::Error },
+    #[error("resctrl at {}: the default group's schemata has no MB line", .root.display())]
+    NoMbLine { root: PathBuf },
+    #[error("resctrl at {}: no domain in the MB line {line:?}", .root.display())]
+    NoDomain { root: PathBuf, line: String },
+}
+
 /// resctrl's memory-bandwidth allocation (Intel RDT MBA, AMD PQoS), as the kernel offers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mba {
@@ -388,35 +435,32 @@ pub struct Mba {
 
 impl Mba {
     /// resctrl's MBA at `root`, if the kernel offers it; `mounts` is `/proc/mounts`.
-    pub fn probe(root: &Path, mounts: &str) -> Result<Mba, String> {
-        let at = root.display();
+    pub fn probe(root: &Path, mounts: &str) -> Result<Mba, MbaError> {
+        let root_buf = || root.to_path_buf();
         if !root.join("info").is_dir() {
-            return Err(format!("no resctrl at {at} (not mounted, or no Intel RDT / AMD PQoS)"));
+            return Err(MbaError::NoResctrl { root: root_buf() });
         }
         if !root.join("info/MB").is_dir() {
-            return Err(format!("resctrl at {at} has no MB resource (no memory-bandwidth allocation)"));
+            return Err(MbaError::NoMb { root: root_buf() });
         }
         let read = |f: &str| fs::read_to_string(root.join(f)).map(|s| s.trim().to_string());
         let min_percent = read("info/MB/min_bandwidth")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
-            .ok_or(format!("resctrl at {at}: info/MB/min_bandwidth is missing"))?;
+            .ok_or_else(|| MbaError::NoMinBandwidth { root: root_buf() })?;
         if !(1..=100).contains(&min_percent) {
             // AMD's MB values are bandwidths in 1/8 GB/s with a minimum of 0, not percents.
-            return Err(format!(
-                "resctrl at {at}: MB values here are not percents (min_bandwidth {min_percent}; AMD's are in 1/8 \
-                 GB/s), which this version does not drive"
-            ));
+            return Err(MbaError::NotPercent { root: root_buf(), min_bandwidth: min_percent });
         }
-        let schemata = read("schemata").map_err(|e| format!("resctrl at {at}: reading schemata: {e}"))?;
+        let schemata = read("schemata").map_err(|error| MbaError::Schemata { root: root_buf(), error })?;
         let line = schemata
             .lines()
             .find_map(|l| l.trim().strip_prefix("MB:"))
-            .ok_or(format!("resctrl at {at}: the default group's schemata has no MB line"))?;
+            .ok_or_else(|| MbaError::NoMbLine { root: root_buf() })?;
         let domains: Vec<String> =
             line.split(';').filter_map(|d| d.split_once('=')).map(|(id, _)| id.trim().to_string()).collect();
         if domains.is_empty() {
-            return Err(format!("resctrl at {at}: no domain in the MB line {line:?}"));
+            return Err(MbaError::NoDomain { root: root_buf(), line: line.to_string() });
         }
         let mbps = mounts.lines().any(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -457,48 +501,77 @@ impl Mba {
     }
 }
 
+/// Why memory-bandwidth coordination is unsupported here, with every reason.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("off: [membw] backend = \"off\"")]
+    Off,
+    #[error(
+        "[membw] guaranteed_mbps is not declared: set it to the memory bandwidth (MB/s) this host guarantees under \
+         contention, which the VMs' shares divide"
+    )]
+    NoGuarantee,
+    #[error("[membw] backend = \"simulated\" needs trace")]
+    NoTrace,
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// `[membw] throttle = "mba"`, and there is none.
+    #[error("[membw] throttle = \"mba\" but {0}")]
+    NoMba(MbaError),
+    /// `[membw] backend = "pmu"`, and there is none.
+    #[error(transparent)]
+    Pmu(#[from] PmuRefused),
+    /// `auto` found no counters: what it saw of MBA too, then the PMU's refusal.
+    #[error("unsupported here because {}{pmu}", .mba.as_ref().map_or(String::new(), |m| format!("{m}; and ")))]
+    NoCounters { mba: Option<MbaSeen>, pmu: PmuRefused },
+}
+
+/// What the `auto` probe saw of resctrl MBA when it found no counters.
+#[derive(Debug, thiserror::Error)]
+pub enum MbaSeen {
+    #[error(transparent)]
+    Absent(MbaError),
+    #[error("resctrl MBA at {} can slow a VM but gives no per-VM counts to regulate on", .0.display())]
+    NoCounts(PathBuf),
+}
+
 /// Probes the backend `cfg` asks for, and the throttle. `Err` says why memory-bandwidth
 /// coordination is unsupported here, with every reason.
-pub fn probe(cfg: &MembwConfig, resctrl: &Path, proc_root: &Path) -> Result<Probed, String> {
+pub fn probe(cfg: &MembwConfig, resctrl: &Path, proc_root: &Path) -> Result<Probed, ProbeError> {
     if cfg.backend == BackendChoice::Off {
-        return Err("off: [membw] backend = \"off\"".into());
+        return Err(ProbeError::Off);
     }
     if cfg.guaranteed_mbps == 0 {
-        return Err("[membw] guaranteed_mbps is not declared: set it to the memory bandwidth (MB/s) this host \
-                    guarantees under contention, which the VMs' shares divide"
-            .into());
+        return Err(ProbeError::NoGuarantee);
     }
     if cfg.backend == BackendChoice::Simulated {
-        let path = cfg.trace.as_ref().ok_or("[membw] backend = \"simulated\" needs trace")?;
+        let path = cfg.trace.as_ref().ok_or(ProbeError::NoTrace)?;
         let trace = Trace::load(path)?;
         let source = Box::new(Simulated::new(trace, proc_root));
         return Ok(Probed { name: "simulated", source, mba: None, notes: Vec::new() });
     }
     let mounts = fs::read_to_string(proc_root.join("mounts")).unwrap_or_default();
-    let mut notes = Vec::new();
-    let mba = match (cfg.throttle, Mba::probe(resctrl, &mounts)) {
-        (ThrottleChoice::Freezer, _) => None,
-        (_, Ok(m)) => Some(m),
-        (ThrottleChoice::Mba, Err(why)) => return Err(format!("[membw] throttle = \"mba\" but {why}")),
-        (ThrottleChoice::Auto, Err(why)) => {
-            notes.push(why);
-            None
-        }
+    // Without MBA under `auto`, the reason is a note (the freezer throttles instead).
+    let (mba, absent) = match (cfg.throttle, Mba::probe(resctrl, &mounts)) {
+        (ThrottleChoice::Freezer, _) => (None, None),
+        (_, Ok(m)) => (Some(m), None),
+        (ThrottleChoice::Mba, Err(why)) => return Err(ProbeError::NoMba(why)),
+        (ThrottleChoice::Auto, Err(why)) => (None, Some(why)),
     };
     match Pmu::probe(cfg.bytes_per_miss) {
-        Ok(pmu) => Ok(Probed { name: "pmu", source: Box::new(pmu), mba, notes }),
-        Err(e) if cfg.backend == BackendChoice::Auto => {
-            let mut why = notes;
-            if let Some(m) = &mba {
-                why.push(format!(
-                    "resctrl MBA at {} can slow a VM but gives no per-VM counts to regulate on",
-                    m.root.display()
-                ));
-            }
-            why.push(e);
-            Err(format!("unsupported here because {}", why.join("; and ")))
+        Ok(pmu) => {
+            let notes = absent.iter().map(MbaError::to_string).collect();
+            Ok(Probed { name: "pmu", source: Box::new(pmu), mba, notes })
         }
-        Err(e) => Err(e),
+        Err(pmu) if cfg.backend == BackendChoice::Auto => {
+            let seen = match (absent, &mba) {
+                (Some(why), _) => Some(MbaSeen::Absent(why)),
+                (None, Some(m)) => Some(MbaSeen::NoCounts(m.root.clone())),
+                (None, None) => None,
+            };
+            Err(ProbeError::NoCounters { mba: seen, pmu })
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -514,6 +587,60 @@ mod tests {
         for bad in ["", "0 a", "x a 1", "10 a 1\n5 a 2"] {
             assert!(Trace::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// The typed errors say what the strings said, word for word (the status shows them).
+    #[test]
+    fn errors_say_what_was_missing_and_where() {
+        assert_eq!(
+            Trace::parse("0 a\n").unwrap_err().to_string(),
+            r#"line 1: "0 a": expected <t_ms> <vm name or *> <MB/s>"#
+        );
+        assert_eq!(Trace::parse("10 a 1\n5 a 2").unwrap_err().to_string(), "line 2: times must not go back");
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("t");
+        fs::write(&t, "# nothing\n").unwrap();
+        assert_eq!(Trace::load(&t).unwrap_err().to_string(), format!("trace {}: no rows", t.display()));
+        let pmu = || PmuRefused(io::Error::from_raw_os_error(libc::ENOENT));
+        let refused = "perf_event_open(cache-misses) is refused: No such file or directory (os error 2) (no hardware \
+                       PMU events on this host, or perf_event_paranoid forbids them)";
+        assert_eq!(pmu().to_string(), refused);
+        let e = ProbeError::NoCounters { mba: Some(MbaSeen::NoCounts("/rc".into())), pmu: pmu() };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "unsupported here because resctrl MBA at /rc can slow a VM but gives no per-VM counts to regulate on; \
+                 and {refused}"
+            )
+        );
+        let e = ProbeError::NoCounters {
+            mba: Some(MbaSeen::Absent(MbaError::NoResctrl { root: "/rc".into() })),
+            pmu: pmu(),
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "unsupported here because no resctrl at /rc (not mounted, or no Intel RDT / AMD PQoS); and {refused}"
+            )
+        );
+        assert_eq!(
+            ProbeError::NoCounters { mba: None, pmu: pmu() }.to_string(),
+            format!("unsupported here because {refused}")
+        );
+        assert_eq!(
+            ProbeError::NoMba(MbaError::NoMb { root: "/rc".into() }).to_string(),
+            "[membw] throttle = \"mba\" but resctrl at /rc has no MB resource (no memory-bandwidth allocation)"
+        );
+        assert_eq!(
+            MbaError::NotPercent { root: "/rc".into(), min_bandwidth: 0 }.to_string(),
+            "resctrl at /rc: MB values here are not percents (min_bandwidth 0; AMD's are in 1/8 GB/s), which this \
+             version does not drive"
+        );
+        assert_eq!(
+            ProbeError::NoGuarantee.to_string(),
+            "[membw] guaranteed_mbps is not declared: set it to the memory bandwidth (MB/s) this host guarantees \
+             under contention, which the VMs' shares divide"
+        );
     }
 
     #[test]
@@ -539,13 +666,14 @@ mod tests {
     fn the_probe_names_every_reason_and_simulated_only_when_asked() {
         let d = tempfile::tempdir().unwrap();
         let declared = MembwConfig { guaranteed_mbps: 5000, ..MembwConfig::default() };
-        let undeclared = probe(&MembwConfig::default(), d.path(), d.path()).err().unwrap();
+        let undeclared = probe(&MembwConfig::default(), d.path(), d.path()).err().unwrap().to_string();
         assert!(undeclared.contains("guaranteed_mbps is not declared"), "{undeclared}");
         // No resctrl in an empty tree; a PMU if this host has one.
         match probe(&declared, &d.path().join("resctrl"), d.path()) {
             Ok(p) => assert_eq!((p.name, p.notes.len()), ("pmu", 1)),
             Err(e) => assert!(
-                e.starts_with("unsupported here because no resctrl at") && e.contains("perf_event_open(cache-misses)"),
+                e.to_string().starts_with("unsupported here because no resctrl at")
+                    && e.to_string().contains("perf_event_open(cache-misses)"),
                 "{e}"
             ),
         }
@@ -558,17 +686,20 @@ mod tests {
         fs::write(rc.join("schemata"), "    L3:0=7ff;1=7ff\n    MB:0=100;1=100\n").unwrap();
         match probe(&declared, &rc, d.path()) {
             Ok(p) => assert_eq!((p.name, p.mba.map(|m| m.domains.len())), ("pmu", Some(2))),
-            Err(e) => assert!(e.contains("resctrl MBA at") && e.contains("gives no per-VM counts"), "{e}"),
+            Err(e) => {
+                let e = e.to_string();
+                assert!(e.contains("resctrl MBA at") && e.contains("gives no per-VM counts"), "{e}")
+            }
         }
         let freezer = MembwConfig { throttle: ThrottleChoice::Freezer, ..declared.clone() };
         if let Ok(p) = probe(&freezer, &rc, d.path()) {
             assert!(p.mba.is_none(), "throttle = freezer never uses MBA");
         }
         fs::remove_dir_all(rc.join("info/MB")).unwrap();
-        let e = probe(&declared, &rc, d.path()).err().unwrap_or_default();
+        let e = probe(&declared, &rc, d.path()).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.is_empty() || e.contains("has no MB resource"), "{e}");
         let mba = MembwConfig { throttle: ThrottleChoice::Mba, ..declared.clone() };
-        let e = probe(&mba, &rc, d.path()).err().unwrap();
+        let e = probe(&mba, &rc, d.path()).err().unwrap().to_string();
         assert!(e.starts_with("[membw] throttle = \"mba\" but resctrl at") && e.contains("no MB resource"), "{e}");
         // Simulated is used only when named, and needs its trace.
         let trace = d.path().join("t");
@@ -576,25 +707,25 @@ mod tests {
         let sim = MembwConfig { backend: BackendChoice::Simulated, trace: Some(trace), ..declared.clone() };
         assert_eq!(probe(&sim, d.path(), d.path()).ok().unwrap().name, "simulated");
         let missing = MembwConfig { trace: Some(d.path().join("none")), ..sim.clone() };
-        assert!(probe(&missing, d.path(), d.path()).err().unwrap().contains("reading trace"));
-        assert!(MembwConfig { trace: None, ..sim }.validate().unwrap_err().contains("needs trace"));
+        assert!(probe(&missing, d.path(), d.path()).err().unwrap().to_string().contains("reading trace"));
+        assert!(MembwConfig { trace: None, ..sim }.validate().unwrap_err().to_string().contains("needs trace"));
         let off = MembwConfig { backend: BackendChoice::Off, ..declared };
-        assert!(probe(&off, d.path(), d.path()).err().unwrap().starts_with("off"));
+        assert!(probe(&off, d.path(), d.path()).err().unwrap().to_string().starts_with("off"));
     }
 
     #[test]
     fn mba_is_probed_from_resctrl_and_its_floor_is_percent_or_mbps() {
         let d = tempfile::tempdir().unwrap();
         let rc = d.path().join("resctrl");
-        assert!(Mba::probe(&rc, "").unwrap_err().starts_with("no resctrl at"));
+        assert!(Mba::probe(&rc, "").unwrap_err().to_string().starts_with("no resctrl at"));
         fs::create_dir_all(rc.join("info/MB")).unwrap();
-        assert!(Mba::probe(&rc, "").unwrap_err().contains("min_bandwidth is missing"));
+        assert!(Mba::probe(&rc, "").unwrap_err().to_string().contains("min_bandwidth is missing"));
         fs::write(rc.join("info/MB/min_bandwidth"), "0\n").unwrap();
-        assert!(Mba::probe(&rc, "").unwrap_err().contains("not percents (min_bandwidth 0"));
+        assert!(Mba::probe(&rc, "").unwrap_err().to_string().contains("not percents (min_bandwidth 0"));
         fs::write(rc.join("info/MB/min_bandwidth"), "10\n").unwrap();
-        assert!(Mba::probe(&rc, "").unwrap_err().contains("reading schemata"));
+        assert!(Mba::probe(&rc, "").unwrap_err().to_string().contains("reading schemata"));
         fs::write(rc.join("schemata"), "    L3:0=fff\n").unwrap();
-        assert!(Mba::probe(&rc, "").unwrap_err().contains("no MB line"));
+        assert!(Mba::probe(&rc, "").unwrap_err().to_string().contains("no MB line"));
         fs::write(rc.join("schemata"), "    L3:0=fff;1=fff\n    MB:0=100;1=100\n").unwrap();
         let m = Mba::probe(&rc, "").unwrap();
         assert_eq!(
@@ -619,6 +750,6 @@ mod tests {
             trace: Some("t".into()),
             ..MembwConfig::default()
         };
-        assert!(sim.validate().unwrap_err().contains("needs real counters"));
+        assert!(sim.validate().unwrap_err().to_string().contains("needs real counters"));
     }
 }

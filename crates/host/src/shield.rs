@@ -30,11 +30,18 @@ pub use cosched_status::ShieldReport;
 /// A set of CPU numbers.
 pub type Cpus = BTreeSet<usize>;
 
+/// A CPU list that does not parse (or names a CPU beyond 4095).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a CPU list like \"1\", \"2-3\" or \"0,4-5\"")]
+pub struct CpuListError {
+    pub text: String,
+}
+
 /// Parses a CPU list as the kernel writes it (`0-2,5`; empty: no CPU).
-pub fn parse_cpus(text: &str) -> Result<Cpus, String> {
+pub fn parse_cpus(text: &str) -> Result<Cpus, CpuListError> {
     let mut out = Cpus::new();
     for part in text.trim().split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || format!("{text:?} is not a CPU list like \"1\", \"2-3\" or \"0,4-5\"");
+        let bad = || CpuListError { text: text.to_string() };
         let (a, b) = match part.split_once('-') {
             Some((a, b)) => {
                 (a.trim().parse::<usize>().map_err(|_| bad())?, b.trim().parse::<usize>().map_err(|_| bad())?)
@@ -50,6 +57,40 @@ pub fn parse_cpus(text: &str) -> Result<Cpus, String> {
         out.extend(a..=b);
     }
     Ok(out)
+}
+
+/// Why the shield cannot be had, or what of it could not be put back.
+#[derive(Debug, thiserror::Error)]
+pub enum ShieldError {
+    /// `[shield] housekeeping_cpus` does not parse.
+    #[error("[shield] housekeeping_cpus: {0}")]
+    Housekeeping(CpuListError),
+    /// A housekeeping CPU is one of the shielded.
+    #[error("housekeeping CPU {cpu} is also shielded")]
+    HousekeepingShielded { cpu: usize },
+    /// Shielding these CPUs would leave the host none.
+    #[error("shielding CPUs {} would leave the host no CPU for everything else", format_cpus(.shielded))]
+    NoHousekeeping { shielded: Cpus },
+    /// Reading a value, or writing the record, failed.
+    #[error("{}: {error}", .path.display())]
+    Io { path: PathBuf, error: io::Error },
+    /// An original value could not be written back.
+    #[error("putting {} back to {original:?}: {error}", .path.display())]
+    PutBack { path: PathBuf, original: String, error: io::Error },
+    /// The record does not parse; it is kept.
+    #[error("{}: corrupt, kept for you: {error}", .path.display())]
+    Corrupt { path: PathBuf, error: serde_json::Error },
+    /// The record is of another format; it is kept.
+    #[error("{}: format {version} (this cosched reads {RECORD_VERSION}), kept", .path.display())]
+    Format { path: PathBuf, version: u32 },
+    /// What a restore could not put back, each.
+    #[error("{}", join(.0))]
+    NotRestored(Vec<ShieldError>),
+}
+
+/// The errors, one after the other.
+fn join(errors: &[ShieldError]) -> String {
+    errors.iter().map(ShieldError::to_string).collect::<Vec<_>>().join("; ")
 }
 
 /// Formats a CPU set as a kernel CPU list (`0-2,5`).
@@ -184,19 +225,16 @@ impl HostShield {
 
     /// The housekeeping CPUs for `shielded`: the configured ones, else every host CPU not
     /// shielded. An error when none is left or the configured ones overlap the shield.
-    pub fn housekeeping(&self, shielded: &Cpus) -> Result<Cpus, String> {
+    pub fn housekeeping(&self, shielded: &Cpus) -> Result<Cpus, ShieldError> {
         let hk = match &self.cfg.housekeeping_cpus {
-            Some(list) => parse_cpus(list).map_err(|e| format!("[shield] housekeeping_cpus: {e}"))?,
+            Some(list) => parse_cpus(list).map_err(ShieldError::Housekeeping)?,
             None => host_cpus(&self.cg).difference(shielded).copied().collect(),
         };
-        if let Some(c) = hk.intersection(shielded).next() {
-            return Err(format!("housekeeping CPU {c} is also shielded"));
+        if let Some(&cpu) = hk.intersection(shielded).next() {
+            return Err(ShieldError::HousekeepingShielded { cpu });
         }
         if hk.is_empty() {
-            return Err(format!(
-                "shielding CPUs {} would leave the host no CPU for everything else",
-                format_cpus(shielded)
-            ));
+            return Err(ShieldError::NoHousekeeping { shielded: shielded.clone() });
         }
         Ok(hk)
     }
@@ -261,7 +299,7 @@ impl HostShield {
     /// IRQs that appear later are moved too.
     pub fn apply(&mut self, shielded: &Cpus) -> &ShieldReport {
         if shielded.is_empty() {
-            let errors = self.restore();
+            let errors = self.restore().iter().map(ShieldError::to_string).collect();
             self.shielded.clear();
             self.report = ShieldReport { errors, ..Default::default() };
             return &self.report;
@@ -270,7 +308,7 @@ impl HostShield {
         let hk = match self.housekeeping(shielded) {
             Ok(hk) => hk,
             Err(e) => {
-                report.errors.push(e);
+                report.errors.push(e.to_string());
                 self.report = report;
                 return &self.report;
             }
@@ -281,7 +319,7 @@ impl HostShield {
             // and moving again keeps every original the one from before the first shield.
             let dropped: Vec<usize> = self.shielded.difference(shielded).copied().collect();
             if !dropped.is_empty() {
-                report.errors.extend(self.restore());
+                report.errors.extend(self.restore().iter().map(ShieldError::to_string));
             }
         }
         self.shielded = shielded.clone();
@@ -382,7 +420,7 @@ impl HostShield {
 
     /// Puts back every value that still holds what we wrote; returns the errors. The record
     /// goes once nothing is left to put back.
-    pub fn restore(&mut self) -> Vec<String> {
+    pub fn restore(&mut self) -> Vec<ShieldError> {
         let mut errors = Vec::new();
         let mut left = BTreeMap::new();
         // Groups first (a group may hold tasks whose IRQ-free CPUs come back with it).
@@ -398,18 +436,18 @@ impl HostShield {
             }
         }
         self.changed = left;
-        if let Err(e) = self.save() {
-            errors.push(format!("{}: {e}", self.file.display()));
+        if let Err(error) = self.save() {
+            errors.push(ShieldError::Io { path: self.file.clone(), error });
         }
         errors
     }
 
-    fn undo(&self, c: &Changed) -> Result<(), String> {
+    fn undo(&self, c: &Changed) -> Result<(), ShieldError> {
         let p = self.path_of(&c.target);
         let current = match read_trim(&p) {
             Ok(v) => v,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()), // IRQ or group gone
-            Err(e) => return Err(format!("{}: {e}", p.display())),
+            Err(error) => return Err(ShieldError::Io { path: p, error }),
         };
         if !c.applied.contains(&current) {
             return Ok(()); // someone else's value: theirs stays
@@ -417,25 +455,22 @@ impl HostShield {
         match write_once(&p, &c.original) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(format!("putting {} back to {:?}: {e}", p.display(), c.original)),
+            Err(error) => Err(ShieldError::PutBack { path: p, original: c.original.clone(), error }),
         }
     }
 
     /// After a crash: puts back what a dead daemon's record says (`cosched restore`, a restart).
-    pub fn restore_leftover(&mut self) -> Result<usize, String> {
+    pub fn restore_leftover(&mut self) -> Result<usize, ShieldError> {
+        let path = || self.file.clone();
         let text = match fs::read(&self.file) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-            Err(e) => return Err(format!("{}: {e}", self.file.display())),
+            Err(error) => return Err(ShieldError::Io { path: path(), error }),
             Ok(t) => t,
         };
-        let rec: Record = serde_json::from_slice(&text)
-            .map_err(|e| format!("{}: corrupt, kept for you: {e}", self.file.display()))?;
+        let rec: Record =
+            serde_json::from_slice(&text).map_err(|error| ShieldError::Corrupt { path: path(), error })?;
         if rec.version != RECORD_VERSION {
-            return Err(format!(
-                "{}: format {} (this cosched reads {RECORD_VERSION}), kept",
-                self.file.display(),
-                rec.version
-            ));
+            return Err(ShieldError::Format { path: path(), version: rec.version });
         }
         let n = rec.changed.len();
         for c in rec.changed {
@@ -445,7 +480,7 @@ impl HostShield {
         if errors.is_empty() {
             Ok(n)
         } else {
-            Err(errors.join("; "))
+            Err(ShieldError::NotRestored(errors))
         }
     }
 }

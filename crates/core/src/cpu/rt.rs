@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use super::CpuPolicy;
 use crate::shared::{Due, Shared};
 use crate::window::OnTime;
-use crate::{check_priority, Action, VmId};
+use crate::{check_priority, Action, ConfigError, Error, VmId};
 
 const US: u64 = 1_000;
 /// Recent samples kept per VM for the error and lateness percentiles (fixed memory per VM).
@@ -109,27 +109,29 @@ impl RtConfig {
         self.rt_ceiling.unwrap_or(DEFAULT_CEILING)
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if let Some(c) = self.rt_ceiling {
             check_priority("[rt] rt_ceiling", c)?;
         }
         if self.predict_lead_min_us > self.predict_lead_max_us {
-            return Err(format!(
-                "[rt] predict_lead_min_us = {} must be at most predict_lead_max_us = {}",
-                self.predict_lead_min_us, self.predict_lead_max_us
+            return Err(ConfigError::conflict(
+                "[rt] predict_lead_min_us",
+                self.predict_lead_min_us,
+                format!("at most predict_lead_max_us = {}", self.predict_lead_max_us),
             ));
         }
         if self.predict_hold_us > self.predict_hold_max_us {
-            return Err(format!(
-                "[rt] predict_hold_us = {} must be at most predict_hold_max_us = {}",
-                self.predict_hold_us, self.predict_hold_max_us
+            return Err(ConfigError::conflict(
+                "[rt] predict_hold_us",
+                self.predict_hold_us,
+                format!("at most predict_hold_max_us = {}", self.predict_hold_max_us),
             ));
         }
         if self.predict_max_delay_ms == 0 || self.predict_max_delay_ms > u32::MAX as u64 / 1000 {
-            return Err(format!("[rt] predict_max_delay_ms must be 1..={}", u32::MAX / 1_000_000));
+            return Err(ConfigError::range("[rt] predict_max_delay_ms", format!("1..={}", u32::MAX / 1_000_000)));
         }
         if self.predict_max_share_permille == 0 || self.predict_max_share_permille > 1000 {
-            return Err("[rt] predict_max_share_permille must be 1..=1000".into());
+            return Err(ConfigError::range("[rt] predict_max_share_permille", "1..=1000"));
         }
         Ok(())
     }
@@ -392,9 +394,9 @@ impl CpuPolicy {
         id: VmId,
         ceiling: u8,
         out: &mut Vec<Action>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         check_priority("ceiling", ceiling)?;
-        let name = sh.vm(id).ok_or("no such VM")?.name.clone();
+        let name = sh.vm(id).ok_or(Error::NoSuchVm(id))?.name.clone();
         self.rt.ceilings.insert(name, ceiling);
         if self.regrant_cpu(sh, id) {
             sh.reapply(self, id, out);

@@ -95,7 +95,7 @@ fn defaults_are_the_seeds() {
     assert_eq!((c.n_limit, c.cycle_ms, c.vms), (1, 10, EventVms::NoAgent));
     c.validate().unwrap();
     let bad = FeasConfig { slice_us: 20_000, ..FeasConfig::default() };
-    assert!(bad.validate().unwrap_err().contains("at most one cycle"));
+    assert!(bad.validate().unwrap_err().to_string().contains("at most one cycle"));
     assert!(FeasConfig { n_limit: 0, ..FeasConfig::default() }.validate().is_err());
 }
 

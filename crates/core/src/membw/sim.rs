@@ -12,7 +12,18 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Regulator, RegulatorConfig, Throttle};
-use crate::{VmId, NS_PER_MS, NS_PER_S};
+use crate::{ConfigError, MembwError, VmId, NS_PER_MS, NS_PER_S};
+
+/// Why a scenario does not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    /// A setting of the model or the regulator out of range.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The regulator refuses a VM's share.
+    #[error("{name}: {error}")]
+    Share { name: String, error: MembwError },
+}
 
 /// What a VM wants from some time on.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -101,9 +112,9 @@ struct State {
 }
 
 /// Runs the model; see the module documentation.
-pub fn run(cfg: &SimConfig, vms: &[SimVm]) -> Result<Report, String> {
+pub fn run(cfg: &SimConfig, vms: &[SimVm]) -> Result<Report, SimError> {
     if cfg.capacity_mbps == 0 || cfg.duration_ms == 0 || cfg.checks_per_period == 0 {
-        return Err("capacity_mbps, duration_ms and checks_per_period must be > 0".into());
+        return Err(ConfigError::range("capacity_mbps, duration_ms and checks_per_period", "> 0").into());
     }
     let period_ns = match &cfg.regulator {
         Some(r) => {
@@ -116,7 +127,7 @@ pub fn run(cfg: &SimConfig, vms: &[SimVm]) -> Result<Report, String> {
     let mut reg = cfg.regulator.map(|r| Regulator::new(r, 0));
     if let Some(reg) = reg.as_mut() {
         for (i, v) in vms.iter().enumerate() {
-            reg.add(VmId(i as u64), v.share).map_err(|e| format!("{}: {e}", v.name))?;
+            reg.add(VmId(i as u64), v.share).map_err(|error| SimError::Share { name: v.name.clone(), error })?;
         }
     }
     let mut st: Vec<State> = vms

@@ -142,7 +142,7 @@ fn best_effort_lets_everyone_run_once_the_guaranteed_bandwidth_is_used() {
 fn admission_never_commits_more_than_the_guaranteed_bandwidth() {
     let mut r = reg(true, true, 600, 200);
     assert_eq!(r.committed(), 800);
-    let e = r.add(VmId(3), 300).unwrap_err();
+    let e = r.add(VmId(3), 300).unwrap_err().to_string();
     assert!(e.contains("300‰ does not fit") && e.contains("800‰"), "{e}");
     assert_eq!(r.vm(VmId(3)).unwrap().share, 0, "regulated with no share");
     // A guest asks: granted what is free, at most what it asked.

@@ -1,9 +1,10 @@
 //! How a boosted VM's threads are scheduled (config `[boost]`) and the kernel's limits on it.
 
-use cosched_core::{Grant, Level};
+use cosched_core::{ConfigError as CoreError, Grant, Level};
 use cosched_procfs::ThreadRole;
 use serde::{Deserialize, Serialize};
 
+use crate::config::ConfigError;
 use crate::sched::{SchedAttr, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK, SCHED_RR};
 
 /// The scheduling class of a boost (config `[boost] policy`).
@@ -62,14 +63,14 @@ impl Default for BoostClass {
 }
 
 impl BoostClass {
-    pub fn validate(&self) -> Result<(), String> {
-        for (name, v) in [("guard_nice", self.guard_nice), ("boost_nice", self.boost_nice)] {
-            if !(-20..=19).contains(&v) {
-                return Err(format!("{name} = {v} out of range -20..=19"));
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (key, value) in [("guard_nice", self.guard_nice), ("boost_nice", self.boost_nice)] {
+            if !(-20..=19).contains(&value) {
+                return Err(ConfigError::Nice { key, value });
             }
         }
         if self.other_threads_priority_offset > 10 {
-            return Err("other_threads_priority_offset must be 0..=10".into());
+            return Err(CoreError::range("other_threads_priority_offset", "0..=10").into());
         }
         // The running kernel's sysctls only matter when the reservation is used; the fixed
         // limits always do (a value that can never work is a typo).
@@ -77,38 +78,49 @@ impl BoostClass {
             BoostPolicy::Deadline => DeadlineLimits::of_running_kernel(),
             _ => DeadlineLimits { period_min_us: 1, period_max_us: u64::MAX / 1000, max_bandwidth: None },
         };
-        self.validate_deadline(&limits)
+        Ok(self.validate_deadline(&limits)?)
     }
 
     /// The checks `sched_setattr(2)` makes on a `SCHED_DEADLINE` reservation
     /// (`__checkparam_dl()` and the admission test in kernel/sched/deadline.c), so that a
     /// reservation the kernel would always refuse is an error at config load, not at every boost.
-    pub fn validate_deadline(&self, k: &DeadlineLimits) -> Result<(), String> {
+    pub fn validate_deadline(&self, k: &DeadlineLimits) -> Result<(), CoreError> {
         let (runtime_us, period_us) = (self.deadline_runtime_us, self.deadline_period_us);
         if runtime_us * 1000 < DL_MIN_RUNTIME_NS {
-            return Err(format!(
-                "deadline_runtime_us = {runtime_us}: below the kernel's minimum SCHED_DEADLINE runtime of \
-                 {DL_MIN_RUNTIME_NS} ns (2^DL_SCALE); use at least {} µs",
-                DL_MIN_RUNTIME_NS.div_ceil(1000)
+            return Err(CoreError::invalid(
+                "deadline_runtime_us",
+                runtime_us,
+                format!(
+                    "below the kernel's minimum SCHED_DEADLINE runtime of {DL_MIN_RUNTIME_NS} ns (2^DL_SCALE); use \
+                     at least {} µs",
+                    DL_MIN_RUNTIME_NS.div_ceil(1000)
+                ),
             ));
         }
         if period_us < k.period_min_us || period_us > k.period_max_us {
-            return Err(format!(
-                "deadline_period_us = {period_us}: outside the kernel's {}..={} µs \
-                 (/proc/sys/kernel/sched_deadline_period_min_us, _max_us)",
-                k.period_min_us, k.period_max_us
+            return Err(CoreError::invalid(
+                "deadline_period_us",
+                period_us,
+                format!(
+                    "outside the kernel's {}..={} µs (/proc/sys/kernel/sched_deadline_period_min_us, _max_us)",
+                    k.period_min_us, k.period_max_us
+                ),
             ));
         }
         if runtime_us > period_us {
-            return Err(format!("deadline_runtime_us = {runtime_us} must be at most deadline_period_us = {period_us}"));
+            let rule = format!("at most deadline_period_us = {period_us}");
+            return Err(CoreError::conflict("deadline_runtime_us", runtime_us, rule));
         }
         if let Some((rt_runtime_us, rt_period_us)) = k.max_bandwidth {
             // One reservation may use at most sched_rt_runtime_us / sched_rt_period_us of a CPU.
             if runtime_us as u128 * rt_period_us as u128 > rt_runtime_us as u128 * period_us as u128 {
-                return Err(format!(
-                    "deadline_runtime_us / deadline_period_us = {runtime_us}/{period_us}: above the kernel's \
-                     admission limit of {rt_runtime_us}/{rt_period_us} of a CPU (sched_rt_runtime_us / \
-                     sched_rt_period_us)"
+                return Err(CoreError::invalid(
+                    "deadline_runtime_us / deadline_period_us",
+                    format!("{runtime_us}/{period_us}"),
+                    format!(
+                        "above the kernel's admission limit of {rt_runtime_us}/{rt_period_us} of a CPU \
+                         (sched_rt_runtime_us / sched_rt_period_us)"
+                    ),
                 ));
             }
         }

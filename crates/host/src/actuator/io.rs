@@ -19,6 +19,9 @@
 //! restore logic ([`crate::store`]), after `kill -9` too. The actuator is a [`LeverActuator`]
 //! with one of these levers.
 
+use std::path::PathBuf;
+
+use cosched_core::ConfigError;
 use cosched_procfs::{TaskId, ThreadInfo, ThreadRole};
 use cosched_proto::Resource;
 use serde::{Deserialize, Serialize};
@@ -78,12 +81,12 @@ impl Default for IoBoost {
 }
 
 impl IoBoost {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.ioprio_level > 7 {
-            return Err(format!("[io] ioprio_level = {}: must be 0..=7", self.ioprio_level));
+            return Err(ConfigError::invalid("[io] ioprio_level", self.ioprio_level, "must be 0..=7"));
         }
         if !(1..=1000).contains(&self.weight) {
-            return Err(format!("[io] weight = {}: must be 1..=1000 (BFQ's range)", self.weight));
+            return Err(ConfigError::invalid("[io] weight", self.weight, "must be 1..=1000 (BFQ's range)"));
         }
         Ok(())
     }
@@ -103,25 +106,37 @@ pub enum WeightHierarchy {
     V2,
 }
 
+/// Why the `weight` lever cannot act here: where it looked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WeightUnsupported {
+    /// A v1 `blkio` hierarchy without BFQ's files.
+    #[error(
+        "the blkio hierarchy at {} has no BFQ weights ({V1_WEIGHT}): the kernel has no BFQ with cgroup support",
+        .blkio.display()
+    )]
+    NoBfq { blkio: PathBuf },
+    /// Neither a v1 `blkio` hierarchy nor a v2 `io` controller.
+    #[error(
+        "no cgroup v1 blkio hierarchy at {} and no io controller in the cgroup v2 hierarchy at {}",
+        .blkio.display(),
+        .v2_root.display()
+    )]
+    NoHierarchy { blkio: PathBuf, v2_root: PathBuf },
+}
+
 /// Finds where the `weight` lever can act, or says why it cannot.
-pub fn weight_hierarchy(cg: &CgroupFs) -> Result<WeightHierarchy, String> {
+pub fn weight_hierarchy(cg: &CgroupFs) -> Result<WeightHierarchy, WeightUnsupported> {
+    let blkio = cg.dir(BLKIO, "/");
     if cg.has_hierarchy(BLKIO) {
         if bfq_v1_files(cg) {
             return Ok(WeightHierarchy::V1);
         }
-        return Err(format!(
-            "the blkio hierarchy at {} has no BFQ weights ({V1_WEIGHT}): the kernel has no BFQ with cgroup support",
-            cg.dir(BLKIO, "/").display()
-        ));
+        return Err(WeightUnsupported::NoBfq { blkio });
     }
     if cg.v2_controllers().iter().any(|c| c == "io") {
         return Ok(WeightHierarchy::V2);
     }
-    Err(format!(
-        "no cgroup v1 blkio hierarchy at {} and no io controller in the cgroup v2 hierarchy at {}",
-        cg.dir(BLKIO, "/").display(),
-        cg.root().display()
-    ))
+    Err(WeightUnsupported::NoHierarchy { blkio, v2_root: cg.root().to_path_buf() })
 }
 
 /// Whether BFQ's files are in the v1 hierarchy: the root group has no `blkio.bfq.weight` (a

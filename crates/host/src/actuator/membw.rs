@@ -24,6 +24,8 @@
 //! the frozen group removed. The actuator is [`LeverActuator::throttle`], a
 //! [`LeverActuator`] with one of these levers.
 
+use std::path::PathBuf;
+
 use cosched_procfs::ThreadInfo;
 use cosched_proto::Resource;
 
@@ -82,21 +84,38 @@ impl ThrottleLever {
 /// `freezer` controller where it is bound (it stops the vCPU threads alone, leaving QEMU's main
 /// loop and I/O threads running), else the v2 hierarchy's `cgroup.freeze` (the VM's whole
 /// group). On a hybrid host both are real: `[membw] freezer = "v2"` takes the v2 one.
-pub fn freezer(cg: &CgroupFs, choice: FreezerChoice) -> Result<FreezerKind, String> {
+pub fn freezer(cg: &CgroupFs, choice: FreezerChoice) -> Result<FreezerKind, FreezerUnsupported> {
     let v1 = cg.has_hierarchy(FREEZER);
     // Every non-root v2 group has cgroup.freeze (Linux 5.2+); the root has none to look at.
     let v2 = cg.has_hierarchy("");
-    let no_v1 = || format!("no cgroup v1 freezer hierarchy at {}", cg.dir(FREEZER, "/").display());
-    let no_v2 = || format!("no cgroup v2 hierarchy at {}", cg.v2_root().display());
+    let (v1_dir, v2_root) = (cg.dir(FREEZER, "/"), cg.v2_root());
     match choice {
         FreezerChoice::Auto if v1 => Ok(FreezerKind::V1),
         FreezerChoice::Auto if v2 => Ok(FreezerKind::V2),
-        FreezerChoice::Auto => Err(format!("{} and {}: nothing can stop a VM's vCPUs", no_v1(), no_v2())),
+        FreezerChoice::Auto => Err(FreezerUnsupported::None { v1: v1_dir, v2: v2_root }),
         FreezerChoice::V1 if v1 => Ok(FreezerKind::V1),
-        FreezerChoice::V1 => Err(format!("[membw] freezer = \"v1\" but there is {}", no_v1())),
+        FreezerChoice::V1 => Err(FreezerUnsupported::NoV1 { v1: v1_dir }),
         FreezerChoice::V2 if v2 => Ok(FreezerKind::V2),
-        FreezerChoice::V2 => Err(format!("[membw] freezer = \"v2\" but there is {}", no_v2())),
+        FreezerChoice::V2 => Err(FreezerUnsupported::NoV2 { v2: v2_root }),
     }
+}
+
+/// Why there is no freezer to throttle with: where it looked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FreezerUnsupported {
+    /// `auto`, and neither hierarchy.
+    #[error(
+        "no cgroup v1 freezer hierarchy at {} and no cgroup v2 hierarchy at {}: nothing can stop a VM's vCPUs",
+        .v1.display(),
+        .v2.display()
+    )]
+    None { v1: PathBuf, v2: PathBuf },
+    /// `[membw] freezer = "v1"`, and no v1 hierarchy.
+    #[error("[membw] freezer = \"v1\" but there is no cgroup v1 freezer hierarchy at {}", .v1.display())]
+    NoV1 { v1: PathBuf },
+    /// `[membw] freezer = "v2"`, and no v2 hierarchy.
+    #[error("[membw] freezer = \"v2\" but there is no cgroup v2 hierarchy at {}", .v2.display())]
+    NoV2 { v2: PathBuf },
 }
 
 fn vcpus(t: &ThreadInfo, vcpus_known: bool) -> bool {

@@ -49,11 +49,11 @@ use serde::Serialize;
 
 pub use class::{BoostClass, BoostPolicy, DeadlineLimits, DL_MIN_RUNTIME_NS};
 pub use cpu::{CpuActuator, EVENT_REPAY_NICE};
-pub use io::{weight_hierarchy, IoBoost, IoLever, WeightHierarchy, IO_LAYER};
+pub use io::{weight_hierarchy, IoBoost, IoLever, WeightHierarchy, WeightUnsupported, IO_LAYER};
 /// The daemon's name for the actuator of one lever (the I/O boost, the throttle).
 pub use lever::LeverActuator as KnobActuator;
 pub use lever::LeverActuator;
-pub use membw::{freezer, FreezerKind, ThrottleLever};
+pub use membw::{freezer, FreezerKind, FreezerUnsupported, ThrottleLever};
 pub use statics::{ShieldPlan, StaticActuator, StaticPlan};
 
 pub use crate::sched::{RealSched, SchedOps};

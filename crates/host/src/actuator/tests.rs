@@ -325,7 +325,7 @@ fn deadline_and_nice_classes() {
         }
     }
     let bad = BoostClass { deadline_runtime_us: 2000, ..dl };
-    assert!(bad.validate().unwrap_err().contains("deadline_runtime_us"));
+    assert!(bad.validate().unwrap_err().to_string().contains("deadline_runtime_us"));
 }
 
 #[test]
@@ -455,13 +455,13 @@ fn deadline_reservations_the_kernel_would_refuse_are_config_errors() {
     };
     assert_eq!(dl(10, 1000).validate_deadline(&k), Ok(()));
     assert_eq!(dl(2, 100).validate_deadline(&k), Ok(()), "2 µs = 2000 ns >= 1024 ns");
-    let e = dl(1, 1000).validate_deadline(&k).unwrap_err();
+    let e = dl(1, 1000).validate_deadline(&k).unwrap_err().to_string();
     assert!(e.contains("deadline_runtime_us = 1") && e.contains("1024 ns"), "{e}");
-    let e = dl(10, 50).validate_deadline(&k).unwrap_err();
+    let e = dl(10, 50).validate_deadline(&k).unwrap_err().to_string();
     assert!(e.contains("deadline_period_us = 50") && e.contains("100..=4194304"), "{e}");
-    let e = dl(10, 5_000_000).validate_deadline(&k).unwrap_err();
+    let e = dl(10, 5_000_000).validate_deadline(&k).unwrap_err().to_string();
     assert!(e.contains("deadline_period_us = 5000000"), "{e}");
-    let e = dl(960, 1000).validate_deadline(&k).unwrap_err();
+    let e = dl(960, 1000).validate_deadline(&k).unwrap_err().to_string();
     assert!(e.contains("admission limit of 950000/1000000"), "{e}");
     let unlimited = DeadlineLimits { max_bandwidth: None, ..k.clone() };
     assert_eq!(dl(1000, 1000).validate_deadline(&unlimited), Ok(()));

@@ -263,14 +263,14 @@ fn weight_lever_v2_refuses_a_group_the_vm_shares() {
 fn the_weight_lever_finds_its_hierarchy_or_says_why_not() {
     let w = World::new();
     let cg = w.sched.cgroups().clone();
-    let why = weight_hierarchy(&cg).unwrap_err();
+    let why = weight_hierarchy(&cg).unwrap_err().to_string();
     assert!(why.contains("no cgroup v1 blkio hierarchy") && why.contains("no io controller"), "{why}");
     w.v2_tree("");
     assert_eq!(weight_hierarchy(&cg), Ok(WeightHierarchy::V2));
     w.v1_tree();
     assert_eq!(weight_hierarchy(&cg), Ok(WeightHierarchy::V1), "v1 blkio wins where both are mounted");
     fs::remove_file(w.cg().join("blkio/blkio.bfq.weight")).unwrap();
-    assert!(weight_hierarchy(&cg).unwrap_err().contains("no BFQ weights"));
+    assert!(weight_hierarchy(&cg).unwrap_err().to_string().contains("no BFQ weights"));
 }
 
 #[test]
@@ -450,13 +450,19 @@ fn the_freezer_is_v1_where_bound_else_v2_unless_the_config_says() {
     use crate::membw::FreezerChoice::{Auto, V1, V2};
     let w = World::new();
     let cg = w.sched.cgroups().clone();
-    let why = freezer(&cg, Auto).unwrap_err();
+    let why = freezer(&cg, Auto).unwrap_err().to_string();
     assert!(why.contains("no cgroup v1 freezer hierarchy") && why.contains("no cgroup v2 hierarchy"), "{why}");
-    assert!(freezer(&cg, V2).unwrap_err().starts_with("[membw] freezer = \"v2\" but there is no cgroup v2"));
+    assert!(freezer(&cg, V2)
+        .unwrap_err()
+        .to_string()
+        .starts_with("[membw] freezer = \"v2\" but there is no cgroup v2"));
     fs::create_dir_all(w.cg().join("unified")).unwrap();
     fs::write(w.cg().join("unified/cgroup.controllers"), "").unwrap();
     assert_eq!((freezer(&cg, Auto), freezer(&cg, V2)), (Ok(FreezerKind::V2), Ok(FreezerKind::V2)));
-    assert!(freezer(&cg, V1).unwrap_err().starts_with("[membw] freezer = \"v1\" but there is no cgroup v1 freezer"));
+    assert!(freezer(&cg, V1)
+        .unwrap_err()
+        .to_string()
+        .starts_with("[membw] freezer = \"v1\" but there is no cgroup v1 freezer"));
     fs::create_dir_all(w.cg().join("freezer")).unwrap();
     fs::write(w.cg().join("freezer/tasks"), "").unwrap();
     assert_eq!(freezer(&cg, Auto), Ok(FreezerKind::V1), "a hybrid host: v1 where it is bound");

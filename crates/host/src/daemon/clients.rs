@@ -16,7 +16,7 @@ use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Interest, Poll, Token};
 
 use super::os;
-use crate::control::{Reply, Request};
+use crate::control::{Reply, Request, RequestError};
 
 /// Control and metrics clients at once, and how long one may take.
 const MAX_CLIENTS: usize = 64;
@@ -29,7 +29,7 @@ pub const FIRST_CLIENT: usize = 1 << 40;
 /// A complete request from a client.
 pub enum Ask {
     /// A control request (or why the line is not one).
-    Control(Result<Request, String>),
+    Control(Result<Request, RequestError>),
     /// A metrics scrape.
     Metrics,
 }

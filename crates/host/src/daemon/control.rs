@@ -15,7 +15,7 @@ impl Daemon {
         let Some(ask) = self.clients.on_event(token, &self.poll) else { return };
         let answer = match ask {
             Ask::Control(Ok(req)) => Answer::Control(self.handle(req)),
-            Ask::Control(Err(e)) => Answer::Control(Reply::err(e)),
+            Ask::Control(Err(e)) => Answer::Control(Reply::err(e.to_string())),
             Ask::Metrics => Answer::Metrics(self.metrics()),
         };
         self.clients.answer(token, answer, &self.poll);

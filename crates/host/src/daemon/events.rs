@@ -12,6 +12,7 @@ use mio::unix::SourceFd;
 use mio::{Interest, Poll, Token};
 
 use super::vms::{VmEntry, Vms};
+use crate::error::Why;
 
 /// What the BPF side was told of one VM.
 #[derive(Debug, Default)]
@@ -47,13 +48,11 @@ fn role(r: ThreadRole) -> Option<Role> {
 impl EventBoost {
     /// Loads the event detection (registered with `poll` under `token`); `Err` says why it
     /// cannot run here. `zero`: the daemon's time zero, as `CLOCK_MONOTONIC` ns.
-    pub fn open(cfg: &FeasConfig, poll: &Poll, token: Token, zero: u64) -> Result<EventBoost, String> {
+    pub fn open(cfg: &FeasConfig, poll: &Poll, token: Token, zero: u64) -> Result<EventBoost, Why> {
         let params =
             FeasParams { epoch_ns: zero, cycle_ns: cfg.cycle_ns(), slice_ns: cfg.slice_ns(), n_limit: cfg.n_limit };
-        let watch = FeasWatch::open(params).map_err(|e| e.to_string())?;
-        poll.registry()
-            .register(&mut SourceFd(&watch.fd()), token, Interest::READABLE)
-            .map_err(|e| format!("registering the FEAS ring buffer: {e}"))?;
+        let watch = FeasWatch::open(params)?;
+        poll.registry().register(&mut SourceFd(&watch.fd()), token, Interest::READABLE).map_err(Why::FeasRing)?;
         info!(
             "event boosting (FEAS) for {} VMs: {} boost(s) per {} ms cycle, slices of {} µs, charging {}; \
              detection on {}{}",

@@ -4,6 +4,7 @@
 
 use cosched_core::{MembwPolicy, VmId};
 use cosched_procfs::TaskId;
+use cosched_proto::Resource;
 use cosched_status as st;
 
 use super::vms::Vms;
@@ -11,7 +12,7 @@ use super::Daemon;
 use crate::actuator::class::is_vcpu;
 use crate::actuator::ThrottleLever;
 use crate::config::HostConfig;
-use crate::error::Error;
+use crate::error::{Error, Unavailable, Why};
 use crate::membw::{BackendChoice, CounterSource};
 
 /// Memory-bandwidth regulation where a backend was found.
@@ -32,8 +33,8 @@ impl Membw {
         cfg: &HostConfig,
         cgroups: &crate::cgroup::CgroupFs,
         proc_root: &std::path::Path,
-    ) -> Result<Membw, String> {
-        let found = crate::membw::probe(&cfg.membw, &cfg.resctrl_root, proc_root).and_then(|p| {
+    ) -> Result<Membw, Unavailable> {
+        let found = crate::membw::probe(&cfg.membw, &cfg.resctrl_root, proc_root).map_err(Why::from).and_then(|p| {
             let lever = match &p.mba {
                 Some(m) => ThrottleLever::Mba {
                     schemata: m.schemata(cfg.membw.guaranteed_mbps),
@@ -72,7 +73,7 @@ impl Membw {
                 if cfg.membw.backend != BackendChoice::Off {
                     warn!("memory-bandwidth coordination is unsupported here: {why}");
                 }
-                Err(why)
+                Err(Unavailable::new(Resource::Membw, why))
             }
         }
     }
@@ -98,7 +99,7 @@ impl Daemon {
     /// Operator: VM `key`'s guaranteed share (permille), kept by its name.
     pub(super) fn set_membw_share(&mut self, key: &str, share: u64) -> Result<(), Error> {
         if let Err(why) = &self.membw {
-            return Err(Error::Refused(format!("membw: {why}")));
+            return Err(Error::Unavailable(why.clone()));
         }
         let id = self.vms.find(key)?;
         self.coord.set_membw_share(id, share).map_err(Error::Refused)?;
@@ -116,10 +117,10 @@ impl Daemon {
         best_effort: Option<bool>,
     ) -> Result<(), Error> {
         if let Err(why) = &self.membw {
-            return Err(Error::Refused(format!("membw: {why}")));
+            return Err(Error::Unavailable(why.clone()));
         }
         let reg = self.coord.policy_of::<MembwPolicy>().map(|m| *m.regulator().config());
-        let mut c = reg.ok_or_else(|| Error::Refused("membw: not regulated".into()))?;
+        let mut c = reg.ok_or(Error::NotRegulated)?;
         if let Some(p) = period_ms {
             c.period_ns = p * cosched_core::NS_PER_MS;
         }
@@ -137,7 +138,7 @@ impl Daemon {
 }
 
 /// `[membw]` and what it runs on here (or why not), host-wide.
-pub fn status(cfg: &HostConfig, membw: &Result<Membw, String>, policy: Option<&MembwPolicy>) -> st::MembwStatus {
+pub fn status(cfg: &HostConfig, membw: &Result<Membw, Unavailable>, policy: Option<&MembwPolicy>) -> st::MembwStatus {
     use crate::membw::{FreezerChoice, MembwConfig, ThrottleChoice};
     let MembwConfig {
         backend,
@@ -183,7 +184,7 @@ pub fn status(cfg: &HostConfig, membw: &Result<Membw, String>, policy: Option<&M
     let (m, p) = match (membw, policy) {
         (Ok(m), Some(p)) => (m, p),
         (Err(why), _) => {
-            out.unsupported = Some(why.clone());
+            out.unsupported = Some(why.to_string());
             return out;
         }
         (Ok(_), None) => {

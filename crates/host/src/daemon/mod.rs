@@ -48,6 +48,7 @@ use self::events::EventBoost;
 use self::vms::Vms;
 use crate::actuator::{Actuator, CpuActuator, Host, KnobActuator, RealSched, WeightHierarchy};
 use crate::config::HostConfig;
+use crate::error::Unavailable;
 use crate::metrics::Latency;
 use crate::store::ThreadOps;
 
@@ -126,11 +127,11 @@ pub struct Daemon {
     next_refresh_ns: u64,
     /// Whether I/O coordination can act here: with the `weight` lever, on which cgroup
     /// hierarchy; or why not.
-    io: Result<Option<WeightHierarchy>, String>,
+    io: Result<Option<WeightHierarchy>, Unavailable>,
     /// Event boosting (FEAS), or why it does not run here.
-    events: Result<EventBoost, String>,
+    events: Result<EventBoost, Unavailable>,
     /// Memory-bandwidth regulation, or why it does not run here.
-    membw: Result<membw::Membw, String>,
+    membw: Result<membw::Membw, Unavailable>,
     /// Static tunings per VM name (`[vm.NAME.static]`, then the operator's commands).
     statics: std::collections::BTreeMap<String, crate::config::StaticConfig>,
     /// Memory-bandwidth shares the operator set by command, per VM name.

@@ -16,6 +16,7 @@ use super::os::lock_state_dir;
 use super::FEAS;
 use crate::actuator::{weight_hierarchy, IoLever, RealSched, WeightHierarchy};
 use crate::config::HostConfig;
+use crate::error::{Unavailable, Why};
 use crate::sched::{SchedAttr, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK};
 use crate::store::{restore_all, StateDir, ThreadOps};
 
@@ -80,10 +81,10 @@ pub(super) fn set_own_priority(priority: u8) -> anyhow::Result<()> {
 pub(super) fn io_support(
     cfg: &HostConfig,
     cgroups: &crate::cgroup::CgroupFs,
-) -> Result<Option<WeightHierarchy>, String> {
+) -> Result<Option<WeightHierarchy>, Unavailable> {
     let found = match cfg.io.lever {
         IoLever::Ioprio => Ok(None),
-        IoLever::Weight => weight_hierarchy(cgroups).map(Some),
+        IoLever::Weight => weight_hierarchy(cgroups).map(Some).map_err(|why| Unavailable::new(Resource::Io, why)),
     };
     match &found {
         Ok(h) => info!(
@@ -104,13 +105,13 @@ pub(super) fn io_support(
 }
 
 /// Event boosting (FEAS) if `[event]` asks for it and the kernel allows its BPF; logged either way.
-pub(super) fn event_support(cfg: &HostConfig, poll: &Poll, zero: u64) -> Result<EventBoost, String> {
+pub(super) fn event_support(cfg: &HostConfig, poll: &Poll, zero: u64) -> Result<EventBoost, Unavailable> {
     if cfg.event.vms == cosched_core::EventVms::None {
-        return Err("off: [event] vms = \"none\"".into());
+        return Err(Unavailable::new(Resource::Event, Why::Off { setting: "[event] vms = \"none\"" }));
     }
-    EventBoost::open(&cfg.event, poll, FEAS, zero).map_err(|e| {
-        warn!("event boosting (FEAS) is unsupported here: {e}");
-        e
+    EventBoost::open(&cfg.event, poll, FEAS, zero).map_err(|why| {
+        warn!("event boosting (FEAS) is unsupported here: {why}");
+        Unavailable::new(Resource::Event, why)
     })
 }
 

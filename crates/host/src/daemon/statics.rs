@@ -8,8 +8,8 @@ use cosched_core::{GuardRule, VmId};
 
 use crate::actuator::{ShieldPlan, StaticPlan};
 use crate::config::StaticConfig;
-use crate::error::Error;
-use crate::shield::{format_cpus, parse_cpus, Cpus};
+use crate::error::{Error, StaticError};
+use crate::shield::{parse_cpus, Cpus};
 
 use super::Daemon;
 
@@ -28,17 +28,17 @@ impl Daemon {
     }
 
     /// `cfg` resolved for VM `name`: CPUs checked against the host and the other VMs' shields.
-    fn resolve_static(&self, name: &str, cfg: &StaticConfig) -> Result<StaticPlan, String> {
+    fn resolve_static(&self, name: &str, cfg: &StaticConfig) -> Result<StaticPlan, StaticError> {
         let mut plan = fifo_plan(cfg);
         let Some(list) = &cfg.shield else { return Ok(plan) };
         let vcpus = parse_cpus(list)?;
         let host = crate::shield::host_cpus(self.host.sched.cgroups());
         if !host.is_empty() && !vcpus.is_subset(&host) {
-            return Err(format!("shield {list}: this host has CPUs {}", format_cpus(&host)));
+            return Err(StaticError::NotOnHost { list: list.clone(), host });
         }
         let others = self.shielded_except(name);
-        if let Some(c) = vcpus.iter().find(|c| others.contains_key(c)) {
-            return Err(format!("shield {list}: CPU {c} is already shielded for VM {}", others[c]));
+        if let Some(&cpu) = vcpus.iter().find(|c| others.contains_key(c)) {
+            return Err(StaticError::Taken { list: list.clone(), cpu, other: others[&cpu].clone() });
         }
         let mut all: Cpus = others.keys().copied().collect();
         all.extend(vcpus.iter().copied());
@@ -48,7 +48,7 @@ impl Daemon {
     }
 
     /// Applies VM `token`'s static tunings (at adoption, and when the operator changes them).
-    pub(super) fn apply_statics(&mut self, token: usize) -> Result<(), String> {
+    pub(super) fn apply_statics(&mut self, token: usize) -> Result<(), StaticError> {
         let Some(vm) = self.vms.get(token) else { return Ok(()) };
         let name = vm.name().to_string();
         let cfg = self.statics.get(&name).cloned().unwrap_or_default();
@@ -87,7 +87,7 @@ impl Daemon {
                 warn!("{name}: not shielded: {e}");
                 Err(e)
             }
-            None if !out.errors.is_empty() => Err(out.errors.join("; ")),
+            None if !out.errors.is_empty() => Err(StaticError::Apply(out.errors)),
             None => Ok(()),
         }
     }
@@ -153,14 +153,18 @@ impl Daemon {
         }
         if let Some(g) = guard {
             if g && self.cfg.policy.rt_guard().is_none() {
-                return Err(Error::Refused("the guard's rule is off: [policy] rt_guard_max_share_permille = 0".into()));
+                return Err(Error::NoGuardRule);
             }
             cfg.guard = g;
         }
-        cfg.validate(&format!("vm {name}:"), self.cfg.daemon_priority).map_err(|e| Error::Refused(format!("{e:#}")))?;
+        cfg.validate(&format!("vm {name}:"), self.cfg.daemon_priority)?;
         if let Some(list) = &cfg.shield {
             // Refuse before changing anything: the whole request or nothing.
-            self.resolve_static(&name, &cfg).map_err(|e| Error::Refused(format!("vm {name}: {e} ({list})")))?;
+            self.resolve_static(&name, &cfg).map_err(|error| Error::Shield {
+                vm: name.clone(),
+                list: list.clone(),
+                error,
+            })?;
         }
         info!(
             "operator: {name}: static tuning fifo {} guard {} shield {}",
@@ -169,7 +173,7 @@ impl Daemon {
             cfg.shield.as_deref().unwrap_or("off")
         );
         self.statics.insert(name, cfg);
-        self.apply_statics(token).map_err(Error::Refused)
+        Ok(self.apply_statics(token)?)
     }
 }
 

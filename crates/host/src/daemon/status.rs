@@ -16,6 +16,7 @@ use super::channels::Channels;
 use super::vms::{VmEntry, Vms};
 use super::Cost;
 use crate::config::HostConfig;
+use crate::error::Unavailable;
 use crate::metrics::Latency;
 
 /// What the snapshot reads.
@@ -29,9 +30,9 @@ pub struct View<'a> {
     pub metrics_addr: Option<String>,
     pub cost: &'a Cost,
     pub latency: &'a Latency,
-    pub io: &'a Result<Option<crate::actuator::WeightHierarchy>, String>,
-    pub events: &'a Result<super::events::EventBoost, String>,
-    pub membw: &'a Result<super::membw::Membw, String>,
+    pub io: &'a Result<Option<crate::actuator::WeightHierarchy>, Unavailable>,
+    pub events: &'a Result<super::events::EventBoost, Unavailable>,
+    pub membw: &'a Result<super::membw::Membw, Unavailable>,
     pub shield: &'a crate::shield::HostShield,
     pub caps: &'a Option<crate::caps::Caps>,
 }
@@ -136,7 +137,7 @@ fn io_status(v: &View) -> st::IoStatus {
         ioprio_level,
         weight,
         acts_through: acts_through.map(str::to_string),
-        unsupported: v.io.as_ref().err().cloned(),
+        unsupported: v.io.as_ref().err().map(Unavailable::to_string),
     }
 }
 
@@ -173,7 +174,7 @@ fn event_status(v: &View) -> st::EventStatus {
                 dropped,
             });
         }
-        Err(why) => out.unsupported = Some(why.clone()),
+        Err(why) => out.unsupported = Some(why.to_string()),
     }
     out
 }

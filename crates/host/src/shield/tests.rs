@@ -105,10 +105,10 @@ fn a_restarted_daemon_puts_back_what_a_killed_one_left() {
     assert_eq!(irq(&f, 24), "0-2");
     drop(s); // kill -9: nothing restored
     let mut again = shield(&f, &["/hostjobs"]);
-    assert_eq!(again.restore_leftover(), Ok(2));
+    assert_eq!(again.restore_leftover().map_err(|e| e.to_string()), Ok(2));
     assert_eq!(irq(&f, 24), "0-3");
     assert_eq!(f.cg.read("cpuset", "/hostjobs", "cpuset.cpus").unwrap(), "0-3");
-    assert_eq!(again.restore_leftover(), Ok(0));
+    assert_eq!(again.restore_leftover().map_err(|e| e.to_string()), Ok(0));
 }
 
 #[test]
@@ -130,4 +130,41 @@ fn a_shield_that_leaves_no_housekeeping_cpu_is_refused_and_changes_nothing() {
     assert!(r.errors[0].contains("no CPU"), "{r:?}");
     assert_eq!(irq(&f, 24), "0-3");
     assert!(!f.state.join(RECORD_FILE).exists());
+}
+
+/// The typed errors say what the strings said, word for word (the status and the log show them).
+#[test]
+fn errors_say_what_and_where() {
+    let f = fake(true);
+    assert_eq!(parse_cpus("2-1").unwrap_err().to_string(), r#""2-1" is not a CPU list like "1", "2-3" or "0,4-5""#);
+    let s = shield(&f, &[]);
+    assert_eq!(
+        s.housekeeping(&parse_cpus("0-3").unwrap()).unwrap_err().to_string(),
+        "shielding CPUs 0-3 would leave the host no CPU for everything else"
+    );
+    let mut cfg = ShieldConfig { housekeeping_cpus: Some("1-2".into()), ..Default::default() };
+    let s = HostShield::new(cfg.clone(), f.cg.clone(), &f.proc, &f.state);
+    assert_eq!(
+        s.housekeeping(&parse_cpus("2").unwrap()).unwrap_err().to_string(),
+        "housekeeping CPU 2 is also shielded"
+    );
+    cfg.housekeeping_cpus = Some("x".into());
+    let s = HostShield::new(cfg, f.cg.clone(), &f.proc, &f.state);
+    assert_eq!(
+        s.housekeeping(&parse_cpus("2").unwrap()).unwrap_err().to_string(),
+        r#"[shield] housekeeping_cpus: "x" is not a CPU list like "1", "2-3" or "0,4-5""#
+    );
+    let record = f.state.join(RECORD_FILE);
+    fs::write(&record, r#"{"version": 7, "changed": []}"#).unwrap();
+    let mut s = shield(&f, &[]);
+    let e = s.restore_leftover().unwrap_err().to_string();
+    assert_eq!(e, format!("{}: format 7 (this cosched reads 1), kept", record.display()));
+    fs::write(&record, "{").unwrap();
+    let e = s.restore_leftover().unwrap_err().to_string();
+    assert!(e.starts_with(&format!("{}: corrupt, kept for you: ", record.display())), "{e}");
+    let two = ShieldError::NotRestored(vec![
+        ShieldError::HousekeepingShielded { cpu: 1 },
+        ShieldError::HousekeepingShielded { cpu: 2 },
+    ]);
+    assert_eq!(two.to_string(), "housekeeping CPU 1 is also shielded; housekeeping CPU 2 is also shielded");
 }

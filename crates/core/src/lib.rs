@@ -32,6 +32,7 @@
 pub mod cpu;
 pub mod error;
 pub mod feas;
+mod frame;
 pub mod guard;
 pub mod io;
 pub mod membw;
@@ -43,7 +44,7 @@ pub mod window;
 
 use std::collections::BTreeMap;
 
-use cosched_proto::{DenyReason, Frame, Kind, Resource};
+use cosched_proto::{DenyReason, Frame, Resource};
 use serde::Serialize;
 
 pub use cpu::rt::{self, PriorityMap, RtConfig, RtStatus};
@@ -102,7 +103,7 @@ pub struct Coordinator {
 }
 
 /// Which VMs the policies follow after a call ([`ResourcePolicy::follow`]).
-enum Touched {
+pub(crate) enum Touched {
     One(VmId),
     All,
     /// The VMs of the actions appended from this index on.
@@ -186,7 +187,7 @@ impl Coordinator {
 
     /// After any call: the boosts other resources' takeovers ended are told to their policies,
     /// and the policies follow the VMs it touched.
-    fn finish(&mut self, touched: Touched, now: u64, out: &mut Vec<Action>) {
+    pub(crate) fn finish(&mut self, touched: Touched, now: u64, out: &mut Vec<Action>) {
         for (vm, r, at) in std::mem::take(&mut self.sh.stopped_others) {
             if let Some(p) = self.resources.get_mut(&r) {
                 p.stopped(vm, at);
@@ -277,97 +278,6 @@ impl Coordinator {
         }
     }
 
-    /// A well-formed frame from VM `id`.
-    pub fn frame(&mut self, id: VmId, f: Frame, now: u64, out: &mut Vec<Action>) {
-        self.on_frame(id, f, now, out);
-        self.finish(Touched::One(id), now, out);
-    }
-
-    fn on_frame(&mut self, id: VmId, f: Frame, now: u64, out: &mut Vec<Action>) {
-        if !f.kind.is_guest_to_host() {
-            // Host-to-guest kinds coming from a guest are a protocol violation.
-            return self.on_malformed(id, Some(f.seq), 0, now, out);
-        }
-        let Some(vm) = self.sh.vms.get_mut(&id) else { return };
-        vm.counters.frames += 1;
-        match f.kind {
-            Kind::Register => self.register(id, f, now, out),
-            Kind::Deregister => {
-                self.end_agent_boosts(id, now, out);
-                let vm = self.sh.vms.get_mut(&id).expect("checked above");
-                vm.registered = None;
-                vm.told_disabled = 0;
-                out.push(Action::Send { vm: id, frame: Frame::ack(f.seq, 0) });
-            }
-            kind => {
-                // A resource's request kind, or another kind a resource answers (the CPU's WAKE).
-                let Some(r) = Resource::of_kind(kind)
-                    .or_else(|| self.resources.iter().find(|(_, p)| p.frame_kinds().contains(&kind)).map(|(r, _)| *r))
-                else {
-                    return self.on_malformed(id, Some(f.seq), 0, now, out);
-                };
-                if Resource::of_kind(kind).is_some() {
-                    let granted = vm.registered;
-                    let reason = match granted {
-                        None => Some(DenyReason::NotRegistered),
-                        Some(g) if g & r.cap() == 0 || !vm.slots.contains_key(&r) => Some(DenyReason::Unsupported),
-                        Some(_) => None,
-                    };
-                    if let Some(reason) = reason {
-                        self.sh.count_denied(id, r, reason);
-                        out.push(Action::Send { vm: id, frame: Frame::deny_for(f.seq, r, reason) });
-                        return;
-                    }
-                }
-                let Some(policy) = self.resources.get_mut(&r) else {
-                    self.sh.count_denied(id, r, DenyReason::Unsupported);
-                    out.push(Action::Send { vm: id, frame: Frame::deny_for(f.seq, r, DenyReason::Unsupported) });
-                    return;
-                };
-                if let Some(value) = policy.frame(&mut self.sh, id, &f, now, out) {
-                    let _ = self.sh.request(policy.as_mut(), id, value, now, Some(f.seq), out);
-                }
-            }
-        }
-    }
-
-    /// `REGISTER`: grants the resources asked for that the host supports. Those the operator
-    /// turned off are granted too but not acknowledged: the agent is told `ENABLE` when they
-    /// come back on. A registration with nothing on is refused with `DENY(disabled)`.
-    fn register(&mut self, id: VmId, f: Frame, now: u64, out: &mut Vec<Action>) {
-        let vm = self.sh.vms.get_mut(&id).expect("caller checked");
-        if !vm.frames.take(now) {
-            *vm.counters.denied.entry(DenyReason::RateLimited.name()).or_default() += 1;
-            out.push(Action::Send { vm: id, frame: Frame::deny(f.seq, DenyReason::RateLimited) });
-            return;
-        }
-        // A (re-)registering agent starts from scratch: nothing is boosted on its side.
-        self.end_agent_boosts(id, now, out);
-        let granted = f.value & self.grantable();
-        let on = self.sh.on_bits(&self.sh.vms[&id]) & granted;
-        let vm = self.sh.vms.get_mut(&id).expect("caller checked");
-        vm.registered = None; // a refused registration replaces the previous one too
-        let reply = if granted == 0 {
-            vm.told_disabled = 0;
-            Err(DenyReason::Unsupported)
-        } else if on == 0 {
-            vm.told_disabled = granted;
-            Err(DenyReason::Disabled)
-        } else {
-            vm.registered = Some(granted);
-            vm.told_disabled = granted & !on;
-            Ok(on)
-        };
-        let frame = match reply {
-            Ok(on) => Frame::ack(f.seq, on),
-            Err(reason) => {
-                *vm.counters.denied.entry(reason.name()).or_default() += 1;
-                Frame::deny(f.seq, reason)
-            }
-        };
-        out.push(Action::Send { vm: id, frame });
-    }
-
     /// A host-originated request (no frame, no agent needed): the value granted or why not,
     /// with the same switches, rate limit and budgets as a guest's request.
     pub fn host_request(
@@ -408,40 +318,6 @@ impl Coordinator {
     /// Adds `n` to one of a resource's own counters of a VM.
     pub fn count(&mut self, id: VmId, r: Resource, name: &'static str, n: u64) {
         self.sh.count(id, r, name, n);
-    }
-
-    /// Ends the boosts the VM's agent asked for (its registration is over).
-    fn end_agent_boosts(&mut self, id: VmId, now: u64, out: &mut Vec<Action>) {
-        for (r, p) in self.resources.iter_mut() {
-            p.agent_gone(&mut self.sh, id);
-            if r.request_kind().is_none() {
-                continue;
-            }
-            if let Some(s) = self.sh.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(r)) {
-                s.wants = 0;
-            }
-            self.sh.end_boost(p.as_mut(), id, now, out);
-        }
-    }
-
-    /// A malformed frame (`seq` if its header was readable) or `garbage_bytes` skipped while
-    /// resynchronising. Replies `DENY(malformed)`; past `malformed_rate` the VM is deregistered.
-    pub fn malformed(&mut self, id: VmId, seq: Option<u32>, garbage_bytes: u64, now: u64, out: &mut Vec<Action>) {
-        self.on_malformed(id, seq, garbage_bytes, now, out);
-        self.finish(Touched::One(id), now, out);
-    }
-
-    fn on_malformed(&mut self, id: VmId, seq: Option<u32>, garbage_bytes: u64, now: u64, out: &mut Vec<Action>) {
-        let Some(vm) = self.sh.vms.get_mut(&id) else { return };
-        vm.counters.malformed += 1;
-        vm.counters.garbage_bytes += garbage_bytes;
-        *vm.counters.denied.entry(DenyReason::Malformed.name()).or_default() += 1;
-        out.push(Action::Send { vm: id, frame: Frame::deny(seq.unwrap_or(0), DenyReason::Malformed) });
-        if !vm.malformed.take(now) && vm.registered.is_some() {
-            vm.registered = None;
-            vm.counters.malformed_deregistrations += 1;
-            self.end_agent_boosts(id, now, out);
-        }
     }
 
     /// Earliest time at which [`Coordinator::tick`] has something to do.

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use cosched_proto::{DenyReason, Frame, Resource};
 
 use crate::policy::{Limits, Policy};
-use crate::resource::{Level, ResourcePolicy, VmFacts};
+use crate::resource::{Level, ResourcePolicy};
 use crate::vm::Vm;
 use crate::{Action, VmId};
 
@@ -150,103 +150,11 @@ impl Shared {
     }
 
     /// The action bringing `id`'s threads to `level` on `policy`'s resource at what was granted.
-    fn apply(policy: &dyn ResourcePolicy, vm: &Vm, id: VmId, level: Level) -> Action {
+    pub(crate) fn apply(policy: &dyn ResourcePolicy, vm: &Vm, id: VmId, level: Level) -> Action {
         let r = policy.resource();
         let granted = vm.slots.get(&r).map_or(0, |s| s.granted);
         let grant = policy.grant(granted, vm.settings.priority);
         Action::Apply { vm: id, resource: r, level, grant }
-    }
-
-    /// The path every request for `policy`'s resource takes; `seq` is the guest frame's, if any
-    /// (then the reply is sent).
-    pub fn request(
-        &mut self,
-        policy: &mut dyn ResourcePolicy,
-        id: VmId,
-        value: u64,
-        now: u64,
-        seq: Option<u32>,
-        out: &mut Vec<Action>,
-    ) -> Result<u64, DenyReason> {
-        let r = policy.resource();
-        if !self.vms.get(&id).is_some_and(|vm| vm.slots.contains_key(&r)) {
-            return Err(DenyReason::Unsupported);
-        }
-        let result = self.decide(policy, id, value, now, out);
-        if let Err(reason) = result {
-            self.count_denied(id, r, reason);
-        }
-        if let Some(seq) = seq {
-            let frame = match result {
-                Ok(v) => Frame::ack(seq, v),
-                Err(reason) => Frame::deny_for(seq, r, reason),
-            };
-            out.push(Action::Send { vm: id, frame });
-        }
-        result
-    }
-
-    fn decide(
-        &mut self,
-        policy: &mut dyn ResourcePolicy,
-        id: VmId,
-        value: u64,
-        now: u64,
-        out: &mut Vec<Action>,
-    ) -> Result<u64, DenyReason> {
-        let r = policy.resource();
-        let on = self.on_for(&self.vms[&id], r);
-        let limits = self.limits[&r];
-        let vm = self.vms.get_mut(&id).expect("caller checked");
-        let facts = VmFacts { vcpus: vm.vcpus };
-        let slot = vm.slots.get_mut(&r).expect("caller checked");
-        slot.counters.requests += 1;
-        // A request that lowers a privilege is never refused.
-        if !slot.requests.take(now) && value != 0 {
-            return Err(DenyReason::RateLimited);
-        }
-        if value == 0 {
-            slot.wants = 0;
-            self.end_boost(policy, id, now, out);
-            return Ok(0);
-        }
-        if !on {
-            return Err(DenyReason::Disabled);
-        }
-        if slot.in_cooldown(now) || limits.share_limit_ns().is_some_and(|limit| slot.boosted.used(now) >= limit) {
-            return Err(DenyReason::Budget);
-        }
-        if slot.level.is_changed() && slot.granted == value {
-            slot.wants = value;
-            return Ok(value);
-        }
-        let granted = policy.admit(id, facts, value, now)?;
-        slot.wants = value;
-        if slot.level.is_changed() {
-            // A new value while boosted (a new RT priority, a memory-bandwidth share that changes).
-            slot.granted = granted;
-            if policy.acts_on_grant() {
-                let level = slot.level;
-                out.push(Shared::apply(policy, &self.vms[&id], id, level));
-            }
-            return Ok(granted);
-        }
-        if let Some(other) = policy.takes_over() {
-            // That resource lets go of the threads before this one takes them.
-            self.end_other(id, other, now, out);
-        }
-        let vm = self.vms.get_mut(&id).expect("caller checked");
-        let slot = vm.slots.get_mut(&r).expect("caller checked");
-        slot.boosted.start(now);
-        slot.counters.boosts += 1;
-        slot.granted = granted;
-        slot.level = policy.started(id, facts, now, &mut slot.counters);
-        if policy.acts_on_grant() {
-            let level = slot.level;
-            out.push(Shared::apply(policy, &self.vms[&id], id, level));
-        }
-        self.reschedule(policy, id, now);
-        Ok(granted)
     }
 
     /// Ends `id`'s boost on `policy`'s resource, if any.
@@ -299,7 +207,7 @@ impl Shared {
 
     /// Recomputes when a boosted slot next needs a tick: a budget running out, or the
     /// resource's own deadline.
-    fn reschedule(&mut self, policy: &mut dyn ResourcePolicy, id: VmId, now: u64) {
+    pub(crate) fn reschedule(&mut self, policy: &mut dyn ResourcePolicy, id: VmId, now: u64) {
         let r = policy.resource();
         let limits = self.limits[&r];
         let Some(slot) = self.vms.get_mut(&id).and_then(|vm| vm.slots.get_mut(&r)) else { return };

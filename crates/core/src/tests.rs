@@ -1,7 +1,7 @@
 //! Coordinator tests with a fake clock: time is a plain number of ns.
 
 use super::*;
-use cosched_proto::{caps, DenyReason, Frame, Resource};
+use cosched_proto::{caps, DenyReason, Frame, Kind, Resource};
 
 const CPU: Resource = Resource::Cpu;
 

@@ -188,16 +188,24 @@ impl Coordinator {
     /// After any call: the boosts other resources' takeovers ended are told to their policies,
     /// and the policies follow the VMs it touched.
     pub(crate) fn finish(&mut self, touched: Touched, now: u64, out: &mut Vec<Action>) {
-        for (vm, r, at) in std::mem::take(&mut self.sh.stopped_others) {
-            if let Some(p) = self.resources.get_mut(&r) {
-                p.stopped(vm, at);
+        if !self.sh.stopped_others.is_empty() {
+            for (vm, r, at) in std::mem::take(&mut self.sh.stopped_others) {
+                if let Some(p) = self.resources.get_mut(&r) {
+                    p.stopped(vm, at);
+                }
             }
         }
-        let vms: Vec<VmId> = match touched {
-            Touched::One(vm) => vec![vm],
-            Touched::All => self.sh.vms.keys().copied().collect(),
+        match touched {
+            // A frame's VM: the hot path, nothing allocated.
+            Touched::One(vm) => self.follow(vm, now, out),
+            Touched::All => {
+                let ids: Vec<VmId> = self.sh.vms.keys().copied().collect();
+                for vm in ids {
+                    self.follow(vm, now, out);
+                }
+            }
             Touched::Actions(from) => {
-                let mut v: Vec<VmId> = out[from..]
+                let mut ids: Vec<VmId> = out[from..]
                     .iter()
                     .map(|a| match a {
                         Action::Send { vm, .. }
@@ -206,15 +214,19 @@ impl Coordinator {
                         | Action::StaticGuard { vm, .. } => *vm,
                     })
                     .collect();
-                v.sort_unstable();
-                v.dedup();
-                v
+                ids.sort_unstable();
+                ids.dedup();
+                for vm in ids {
+                    self.follow(vm, now, out);
+                }
             }
-        };
-        for vm in vms {
-            for p in self.resources.values_mut() {
-                p.follow(&mut self.sh, vm, now, out);
-            }
+        }
+    }
+
+    /// Every policy follows VM `vm` ([`ResourcePolicy::follow`]).
+    fn follow(&mut self, vm: VmId, now: u64, out: &mut Vec<Action>) {
+        for p in self.resources.values_mut() {
+            p.follow(&mut self.sh, vm, now, out);
         }
     }
 

@@ -77,22 +77,8 @@ const READS_PER_WAKEUP: usize = 8;
 /// turn's share, so that a burst within it is read at once.
 const READ_BURST_FRAMES: u64 = (READS_PER_WAKEUP * 4096 / cosched_proto::FRAME_LEN) as u64;
 
-/// Where the daemon's time goes, in total since it started (the `scale` experiment divides by
-/// `frames`): reading, decoding, the coordinator, the actuators (of which `syscall_ns` in
-/// the system calls making the changes), encoding and writing replies, and the whole of each
-/// loop turn but the wait.
-#[derive(Debug, Default, Clone, serde::Serialize)]
-pub struct Cost {
-    pub frames: u64,
-    pub read_ns: u64,
-    pub decode_ns: u64,
-    pub coordinator_ns: u64,
-    pub actuate_ns: u64,
-    pub syscall_ns: u64,
-    pub encode_ns: u64,
-    pub write_ns: u64,
-    pub loop_ns: u64,
-}
+/// Where the daemon's time goes (what `cosched status` shows as `daemon.cost`).
+pub use cosched_status::Cost;
 
 fn ns_since(t: Instant) -> u64 {
     t.elapsed().as_nanos() as u64

@@ -74,14 +74,9 @@ fn daemon(v: &View) -> st::DaemonInfo {
         state_dir: v.cfg.state_dir.clone(),
         metrics_addr: v.metrics_addr.clone(),
         thread_events: v.thread_events.map(str::to_string),
-        cost: cost(v.cost),
+        cost: v.cost.clone(),
         read_rate_per_vm: v.cfg.policy.read_rate(),
     }
-}
-
-fn cost(c: &Cost) -> st::Cost {
-    let Cost { frames, read_ns, decode_ns, coordinator_ns, actuate_ns, syscall_ns, encode_ns, write_ns, loop_ns } = *c;
-    st::Cost { frames, read_ns, decode_ns, coordinator_ns, actuate_ns, syscall_ns, encode_ns, write_ns, loop_ns }
 }
 
 fn resource(coord: &Coordinator, r: Resource) -> st::ResourceStatus {

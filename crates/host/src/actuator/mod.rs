@@ -423,11 +423,18 @@ impl VmThreads {
                     settings: BTreeMap::new(),
                     changed_by: Vec::new(),
                 };
+                // Several actuators keep the same setting (the CPU and event layers both keep
+                // "sched"): the one that set it shows what the thread has; another shows only
+                // the original it read, so it never hides the value in force.
+                let mut set_by_us = Vec::new();
                 for a in &self.actuators {
                     if let Some((setting, value, ours)) = a.show(t.task.id) {
-                        v.settings.insert(setting, value);
                         if ours {
                             v.changed_by.push(a.resource().name());
+                            set_by_us.push(setting);
+                            v.settings.insert(setting, value);
+                        } else if !set_by_us.contains(&setting) {
+                            v.settings.entry(setting).or_insert(value);
                         }
                     }
                 }

@@ -10,6 +10,7 @@ use std::io;
 
 use super::*;
 use crate::sched::{SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK, SCHED_OTHER, SCHED_RR};
+use crate::settings::{Kind, SchedKind};
 use crate::store::{restore_all, Entry, Setting, VmRecord};
 
 /// A scheduler that keeps attributes in a map; threads not in the map do not exist. Shared
@@ -644,4 +645,25 @@ fn cgroup_membership_in_each_hierarchy_is_restored_exactly_after_a_crash() {
     assert_eq!(group(502, ""), "/", "each hierarchy on its own");
     assert_eq!(group(503, "blkio"), "/operators", "someone else's move stays");
     assert!(w.host.store.load_all().unwrap().is_empty());
+}
+
+#[test]
+fn a_thread_shows_the_sched_value_in_force_whichever_layer_set_it() {
+    // The CPU and event layers both keep "sched"; status showed the event layer's original
+    // (SCHED_OTHER) for threads the CPU layer had raised.
+    let mut w = World::new();
+    let process = w.host.procfs.process(PID).unwrap().task;
+    let acts: Vec<Box<dyn Actuator>> =
+        vec![Box::new(CpuActuator::new(w.class.clone())), Box::new(CpuActuator::event())];
+    let mut vm = VmThreads::new("vm1", process, &mut w.host, acts).unwrap();
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
+    let boosted = SchedKind.show(&rr(1));
+    for view in vm.threads() {
+        assert_eq!(view.settings["sched"], boosted, "tid {}: {view:?}", view.tid);
+        assert_eq!(view.changed_by, ["cpu"], "tid {}", view.tid);
+    }
+    vm.set_level(&mut w.host, Resource::Cpu, Level::Normal, 1);
+    let view = vm.threads().into_iter().find(|t| t.tid == 501).unwrap();
+    assert_eq!(view.settings["sched"], SchedKind.show(&SchedAttr::other(5, 0)), "{view:?}");
+    assert!(view.changed_by.is_empty(), "{view:?}");
 }

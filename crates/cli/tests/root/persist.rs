@@ -20,6 +20,12 @@ fn refused(d: &Daemon, args: &[&str]) -> String {
     String::from_utf8(out.stderr).unwrap()
 }
 
+/// Whether every setting in `from` (a status's `settings_from`) is the config's: then the
+/// status leaves it out.
+fn by_config(from: &Value) -> bool {
+    from.is_null()
+}
+
 fn pid_of(d: &Daemon) -> i32 {
     d.child.as_ref().unwrap().id() as i32
 }
@@ -99,7 +105,7 @@ fn operator_settings_survive_a_daemon_restart_and_a_sigkill_until_reset() {
     let out = ok(&d, &["vm", "reset", "vm1"]);
     assert_eq!(out, "changed: vm1: priority 7 -> 1\n");
     assert!(vm1.boosted_soon(1), "the boost in force at the config's priority: {:?}", vm1.attrs());
-    assert!(d.vm_status("vm1").unwrap()["settings_from"].is_null());
+    assert!(by_config(&d.vm_status("vm1").unwrap()["settings_from"]));
     let out = ok(&d, &["reset"]);
     assert!(
         out.contains("changed: io: off -> on (whole host)") && out.contains("changed: vm2: priority 5 -> 2"),
@@ -107,7 +113,7 @@ fn operator_settings_survive_a_daemon_restart_and_a_sigkill_until_reset() {
     );
     assert!(out.contains("changed: vm2: cpu off -> on"), "{out}");
     let st = d.status();
-    assert!(st["settings_from"].is_null() && st["resources"]["io"]["enabled"] == true, "{st:#}");
+    assert!(by_config(&st["settings_from"]) && st["resources"]["io"]["enabled"] == true, "{st:#}");
     assert!(!w.state_dir().join(cosched_host::operator::OPERATOR_FILE).exists(), "nothing kept: no file");
     assert_eq!(ok(&d, &["reset"]), "no change\n");
 }
@@ -136,7 +142,12 @@ fn reload_and_sighup_apply_a_changed_vm_priority_to_a_boosted_vm_and_touch_no_ot
     for how in ["cosched reload", "SIGHUP"] {
         let w = World::new();
         let (d, vm1, vm2) = reload_world(&w);
-        let vm2_before = vm2.attrs();
+        // vm2's threads as they are, and how often the daemon boosted and deboosted them.
+        let vm2_changes = |d: &Daemon| {
+            let c = &d.vm_status("vm2").unwrap()["resources"]["cpu"]["counters"];
+            (c["boosts"].as_u64(), c["deboosts"].as_u64())
+        };
+        let (vm2_before, vm2_changes_before) = (vm2.attrs(), vm2_changes(&d));
         // The operator's setting on vm2, which the reload must keep too.
         std::fs::write(
             w.p("host.toml"),
@@ -167,10 +178,12 @@ fn reload_and_sighup_apply_a_changed_vm_priority_to_a_boosted_vm_and_touch_no_ot
         assert!(vm1.boosted_soon(6), "{how}: vm1 at its new priority: {:?}", vm1.attrs());
         assert_eq!(vm2.attrs(), vm2_before, "{how}: vm2's threads untouched");
         assert!(vm2.all_boosted(4));
+        assert_eq!(vm2_changes(&d), vm2_changes_before, "{how}: vm2 neither deboosted nor boosted again");
         let st = d.status();
         assert_eq!(d.vm_status("vm1").unwrap()["priority"], 6);
         assert_eq!(d.vm_status("vm2").unwrap()["priority"], 4);
-        assert!(st["settings_from"].is_null(), "a reload is the config's: {st:#}");
+        assert!(by_config(&st["settings_from"]), "a reload is the config's: {st:#}");
+        assert!(by_config(&d.vm_status("vm1").unwrap()["settings_from"]), "{how}");
         // Nothing more to do: a second reload changes nothing (and still names the key).
         assert_eq!(ok(&d, &["reload"]), "needs a restart: rescan_ms\n", "{how}");
         // SIGHUP still rescans the socket directory.
@@ -301,8 +314,9 @@ fn disable_leaves_the_static_tunings_and_disable_all_takes_them_off_across_a_res
     assert!(e.contains("static tunings are off for the whole host (cosched disable --all)"), "{e}");
     d.signal(libc::SIGKILL);
     d = w.daemon(&config);
-    d.wait_vm("vm1");
-    std::thread::sleep(Duration::from_millis(300));
+    // The static tunings are applied (or not) as the VM is adopted, before it is in the status.
+    let st = d.wait_vm("vm1");
+    assert_eq!(st["static"]["tuning"], "none", "{st:#}");
     assert!(vm.none_realtime(), "still off after a restart: {:?}", vm.attrs());
     let st = d.status();
     assert_eq!(
@@ -313,4 +327,39 @@ fn disable_leaves_the_static_tunings_and_disable_all_takes_them_off_across_a_res
     ok(&d, &["enable"]);
     wait_for("static FIFO again", Duration::from_secs(5), || static_fifo(&vm).then_some(()));
     assert_eq!(d.status()["resources"]["cpu"]["enabled"], true);
+}
+
+#[test]
+fn a_corrupt_operator_file_is_reported_and_ignored_and_blocks_neither_restore_nor_start() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let config = format!("{QUIET_POLICY}{TWO_VMS}");
+    let mut d = w.daemon(&config);
+    let mut vm1 = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    vm1.register();
+    vm1.request(Kind::Cpu, 1);
+    assert!(vm1.boosted_soon(3));
+    ok(&d, &["vm", "priority", "vm1", "7"]);
+    assert!(vm1.boosted_soon(7));
+    d.signal(libc::SIGKILL);
+    let file = w.state_dir().join(cosched_host::operator::OPERATOR_FILE);
+    std::fs::write(&file, "{\"version\": 1, \"vm\": {").unwrap();
+    // The restore after a crash puts every thread back, whatever the file says.
+    let out = w.restore();
+    assert!(out.status.success(), "restore with a corrupt operator file: {out:?}");
+    assert!(vm1.none_realtime(), "restored: {:?}", vm1.attrs());
+    // A new daemon says so, runs by the config alone, and the operator's next command replaces it.
+    let d = w.daemon(&config);
+    let vm = d.wait_vm("vm1");
+    assert!(by_config(&vm["settings_from"]) && vm["priority"] == 3, "{vm:#}");
+    let log = std::fs::read_to_string(w.p("daemon.log")).unwrap();
+    assert!(log.contains("operator.state: corrupt") && log.contains("not applied"), "{log}");
+    boost_again(&mut vm1);
+    assert!(vm1.boosted_soon(3), "the config's priority: {:?}", vm1.attrs());
+    ok(&d, &["vm", "priority", "vm1", "5"]);
+    let kept: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!((&kept["version"], &kept["vm"]["vm1"]["priority"]), (&Value::from(1), &Value::from(5)));
 }

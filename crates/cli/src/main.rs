@@ -8,6 +8,7 @@ use cosched_host::config::HostConfig;
 use cosched_host::control::{request, MetricsReply, Request};
 
 mod guest_config;
+mod runtime;
 mod status;
 
 #[derive(Parser, Debug)]
@@ -286,14 +287,6 @@ fn control(config: Option<&Path>, explicit: Option<PathBuf>) -> anyhow::Result<P
     })
 }
 
-/// `cosched reload`, `cosched reset`, `cosched vm reset`: sends `req`, prints what changed.
-fn changes(socket: &Path, req: &Request) -> anyhow::Result<()> {
-    let data = request(socket, req)?.context("empty reply")?;
-    let c: cosched_host::reload::Changes = serde_json::from_value(data).context("reading the daemon's reply")?;
-    print!("{}", status::changes_text(&c));
-    Ok(())
-}
-
 /// `cosched generate man DIR`: the top page and one per visible subcommand, nested ones too
 /// (`cosched-vm-membw.1`).
 fn generate_man(dir: &Path) -> anyhow::Result<()> {
@@ -346,10 +339,10 @@ fn main() {
         Cmd::Disable { resource, all, control_socket } => {
             request(&control(config, control_socket)?, &Request::Disable { vm: None, resource, all }).map(drop)
         }
-        Cmd::Reload { control_socket } => changes(&control(config, control_socket)?, &Request::Reload),
-        Cmd::Reset { control_socket } => changes(&control(config, control_socket)?, &Request::Reset { vm: None }),
+        Cmd::Reload { control_socket } => runtime::reload(&control(config, control_socket)?),
+        Cmd::Reset { control_socket } => runtime::reset(&control(config, control_socket)?, None),
         Cmd::Vm { cmd: VmCmd::Reset { vm }, control_socket } => {
-            changes(&control(config, control_socket)?, &Request::Reset { vm: Some(vm) })
+            runtime::reset(&control(config, control_socket)?, Some(vm))
         }
         Cmd::Vm { cmd, control_socket } => {
             let req = match cmd {

@@ -363,3 +363,41 @@ fn a_corrupt_operator_file_is_reported_and_ignored_and_blocks_neither_restore_no
     let kept: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!((&kept["version"], &kept["vm"]["vm1"]["priority"]), (&Value::from(1), &Value::from(5)));
 }
+
+#[test]
+fn the_units_exec_reload_finds_the_daemon_through_the_config_and_applies_it() {
+    if !have_root() {
+        return;
+    }
+    // The unit's own line, run here with this test's config in place of /etc/cosched/host.toml.
+    let unit = include_str!("../../../../packaging/cosched-host.service");
+    assert!(unit.contains("\nExecReload=/usr/bin/cosched --config /etc/cosched/host.toml reload\n"), "{unit}");
+    let w = World::new();
+    let cfg = w.p("only.toml");
+    let base = format!(
+        "socket_dir = {:?}\nstate_dir = {:?}\ncontrol_socket = {:?}\n{QUIET_POLICY}",
+        w.socket_dir(),
+        w.state_dir(),
+        w.control()
+    );
+    std::fs::write(&cfg, format!("{base}[vm.vm1]\npriority = 3\n")).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_cosched"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["host", "-v"])
+        .stderr(Stdio::from(std::fs::File::create(w.p("daemon.log")).unwrap()))
+        .spawn()
+        .unwrap();
+    let d = Daemon { child: Some(child), control: w.control(), log: w.p("daemon.log") };
+    wait_for("the daemon's control socket", Duration::from_secs(10), || d.try_status());
+    let mut vm1 = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    vm1.register();
+    vm1.request(Kind::Cpu, 1);
+    assert!(vm1.boosted_soon(3), "{:?}", vm1.attrs());
+    std::fs::write(&cfg, format!("{base}[vm.vm1]\npriority = 6\n")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cosched")).arg("--config").arg(&cfg).arg("reload").output().unwrap();
+    assert!(out.status.success(), "{out:?}\n{}", d.log_tail());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "changed: vm1: priority 3 -> 6\n");
+    assert!(vm1.boosted_soon(6), "{:?}", vm1.attrs());
+}

@@ -8,6 +8,7 @@ use cosched_host::config::HostConfig;
 use cosched_host::control::{request, MetricsReply, Request};
 
 mod guest_config;
+mod runtime;
 mod status;
 
 #[derive(Parser, Debug)]
@@ -64,7 +65,8 @@ enum Cmd {
         control_socket: Option<PathBuf>,
     },
     /// Turn coordination on for the whole host, for every resource or one (VMs told DISABLE get
-    /// ENABLE)
+    /// ENABLE); for every resource, the static tunings `disable --all` took off come back too.
+    /// Kept in the state directory across daemon restarts, over the config, until `cosched reset`
     Enable {
         /// cpu, io, membw or event [default: every resource]
         resource: Option<String>,
@@ -73,15 +75,40 @@ enum Cmd {
         control_socket: Option<PathBuf>,
     },
     /// Turn coordination off for the whole host, for every resource or one: every VM is deboosted
-    /// on it and its agent told DISABLE
+    /// on it and its agent told DISABLE. The static tunings ([vm.NAME.static] FIFO, shield) stay
+    /// on unless --all. Kept in the state directory across daemon restarts (not a reboot), over
+    /// the config, until `cosched enable` or `cosched reset`
     Disable {
         /// cpu, io, membw or event [default: every resource]
         resource: Option<String>,
+        /// Every static tuning off too (FIFO, shield, guard), until `cosched enable`
+        #[arg(long, conflicts_with = "resource")]
+        all: bool,
         /// [default: control_socket from the config, /run/cosched/control.sock]
         #[arg(long)]
         control_socket: Option<PathBuf>,
     },
-    /// Per-VM operator settings
+    /// Read the daemon's config file again and apply what changed, printed one line each:
+    /// [vm.NAME] keys, enabled and [resources], the [policy] budgets and default_priority,
+    /// [membw] period_ms, reclaim, best_effort and default_share_permille, discover_*. Other keys
+    /// are listed as needing a restart and left as they run; a setting the operator changed stays
+    /// (`cosched reset`). A config that does not load or validate changes nothing. Also SIGHUP
+    Reload {
+        /// [default: control_socket from the config, /run/cosched/control.sock]
+        #[arg(long)]
+        control_socket: Option<PathBuf>,
+    },
+    /// Drop every setting the operator changed (enable, disable, membw, vm ...), host-wide and
+    /// for every VM: back to the config; prints what changed
+    Reset {
+        /// [default: control_socket from the config, /run/cosched/control.sock]
+        #[arg(long)]
+        control_socket: Option<PathBuf>,
+    },
+    /// Per-VM operator settings. Each is kept by VM name in the state directory, so it survives
+    /// a restart of the daemon (not a reboot: /run), and wins over [vm.NAME] in the config, even
+    /// after a reload, until `cosched vm reset NAME`. A VM that is not running can be named by
+    /// its [vm.NAME] in the config: it gets the setting when it appears
     Vm {
         #[command(subcommand)]
         cmd: VmCmd,
@@ -166,8 +193,8 @@ enum VmCmd {
     },
     /// Real-time priority of this VM's threads when boosted (1..=98; ranks VMs against each other)
     Priority { vm: String, priority: u8 },
-    /// Static real-time tunings for as long as the VM runs (seed 002), kept by VM name until
-    /// the daemon stops; undone exactly when turned off, when the VM exits or the daemon stops.
+    /// Static real-time tunings for as long as the VM runs (seed 002), kept by VM name like
+    /// every `vm` setting; undone exactly when turned off, when the VM exits or the daemon stops.
     /// Config: [vm.NAME.static]
     Static {
         vm: String,
@@ -194,6 +221,12 @@ enum VmCmd {
         vm: String,
         #[arg(value_parser = clap::value_parser!(u64).range(0..=1000))]
         share: u64,
+    },
+    /// Drop every setting the operator changed for this VM: back to its [vm.NAME] in the config;
+    /// prints what changed
+    Reset {
+        /// VM name or QEMU pid
+        vm: String,
     },
 }
 
@@ -232,24 +265,18 @@ fn run_host(config: Option<&Path>, a: HostArgs) -> anyhow::Result<()> {
              capabilities each feature needs are in the README, \"Least privilege\""
         );
     }
-    let mut cfg = HostConfig::load(config)?;
-    if let Some(d) = a.socket_dir {
-        cfg.socket_dir = d;
-    }
-    if let Some(d) = a.state_dir {
-        cfg.state_dir = d;
-    }
-    if let Some(s) = a.control_socket {
-        cfg.control_socket = s;
-    }
-    if a.metrics_listen.is_some() {
-        cfg.metrics_listen = a.metrics_listen;
-    }
-    if a.disabled {
-        cfg.enabled = false;
-    }
+    // The file and the command line's overrides: what a reload reads again.
+    let source = cosched_host::reload::Source {
+        path: config.map(Path::to_path_buf),
+        socket_dir: a.socket_dir,
+        state_dir: a.state_dir,
+        control_socket: a.control_socket,
+        metrics_listen: a.metrics_listen,
+        disabled: a.disabled,
+    };
+    let cfg = source.load()?;
     cosched_host::log::set_verbosity(if a.quiet { 0 } else { 1 + a.verbose });
-    cosched_host::daemon::Daemon::new(cfg)?.run()
+    cosched_host::daemon::Daemon::new(cfg)?.with_source(source).run()
 }
 
 /// The control socket: given on the command line, or the config's.
@@ -309,13 +336,18 @@ fn main() {
         Cmd::Enable { resource, control_socket } => {
             request(&control(config, control_socket)?, &Request::Enable { vm: None, resource }).map(drop)
         }
-        Cmd::Disable { resource, control_socket } => {
-            request(&control(config, control_socket)?, &Request::Disable { vm: None, resource }).map(drop)
+        Cmd::Disable { resource, all, control_socket } => {
+            request(&control(config, control_socket)?, &Request::Disable { vm: None, resource, all }).map(drop)
+        }
+        Cmd::Reload { control_socket } => runtime::reload(&control(config, control_socket)?),
+        Cmd::Reset { control_socket } => runtime::reset(&control(config, control_socket)?, None),
+        Cmd::Vm { cmd: VmCmd::Reset { vm }, control_socket } => {
+            runtime::reset(&control(config, control_socket)?, Some(vm))
         }
         Cmd::Vm { cmd, control_socket } => {
             let req = match cmd {
                 VmCmd::Enable { vm, resource } => Request::Enable { vm: Some(vm), resource },
-                VmCmd::Disable { vm, resource } => Request::Disable { vm: Some(vm), resource },
+                VmCmd::Disable { vm, resource } => Request::Disable { vm: Some(vm), resource, all: false },
                 VmCmd::Priority { vm, priority } => Request::Priority { vm, priority },
                 VmCmd::Static { vm, fifo, shield, guard } => {
                     if fifo.is_none() && shield.is_none() && guard.is_none() {
@@ -325,6 +357,7 @@ fn main() {
                 }
                 VmCmd::Ceiling { vm, ceiling } => Request::Ceiling { vm, ceiling },
                 VmCmd::Membw { vm, share } => Request::MembwShare { vm, share },
+                VmCmd::Reset { .. } => unreachable!("answered above"),
             };
             request(&control(config, control_socket)?, &req).map(drop)
         }

@@ -10,6 +10,9 @@ use cosched_host::control::{request, Request};
 use cosched_proto::Resource;
 use cosched_status::{MembwStatus, RtStatus, Status, VmStatus};
 
+mod origin;
+pub use origin::changes_text;
+
 /// The daemon's status, as it sent it.
 pub fn json(socket: &Path) -> anyhow::Result<serde_json::Value> {
     request(socket, &Request::Status)?.context("empty status")
@@ -57,6 +60,7 @@ pub fn text(s: &Status) -> String {
     }
     out += &membw_text(&s.membw);
     host(&mut out, s);
+    origin::host(&mut out, s);
     let l = &s.latency;
     let _ = writeln!(
         out,
@@ -199,6 +203,7 @@ fn vm_rows(out: &mut String, vm: &VmStatus) {
 
 /// Under a VM's rows: RT co-scheduling, memory bandwidth, threads, static tunings, disks.
 fn vm_details(out: &mut String, vm: &VmStatus) {
+    origin::vm(out, vm);
     if let Some(rt) = vm.resources.get(Resource::Cpu.name()).and_then(|r| r.rt.as_ref()) {
         rt_text(out, rt);
     }

@@ -21,6 +21,10 @@ use cosched_proto::{caps, DenyReason, Event, Frame, Kind, Resource, StreamDecode
 const CPU: Resource = Resource::Cpu;
 use serde_json::Value;
 
+/// Runtime control that persists: operator settings across restarts, reload, `disable --all`.
+#[path = "root/persist.rs"]
+mod persist;
+
 /// `cosched-fake-qemu` (crate `cosched-testtools`), built beside `cosched` by `cargo test
 /// --workspace` (or `cargo build -p cosched-testtools`): a test tool, not shipped with the CLI.
 fn fake_qemu_bin() -> PathBuf {

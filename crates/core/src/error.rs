@@ -86,6 +86,9 @@ pub enum Error {
     /// No memory-bandwidth policy among the coordinator's resources.
     #[error("memory bandwidth is not regulated here")]
     NoMembwPolicy,
+    /// Policy keys a running coordinator cannot take ([`crate::Policy::needs_restart`]).
+    #[error("needs a restart: {}", .keys.join(", "))]
+    NeedsRestart { keys: Vec<String> },
 }
 
 #[cfg(test)]

@@ -442,6 +442,33 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Operator or config reload: `[policy]` anew, the keys a running coordinator can take
+    /// (the VMs' default priority, the continuous and share budgets and the cooldown, globally
+    /// and per resource); any other key that differs refuses the whole change
+    /// ([`Error::NeedsRestart`]), as does a policy that does not validate. A boost in force
+    /// is held to the new budgets: its deadline is computed again (one already past ends it at
+    /// the next tick). A VM's priority is its own ([`Coordinator::set_vm_priority`]).
+    pub fn set_policy(&mut self, policy: Policy, now: u64) -> Result<(), Error> {
+        let keys = self.sh.policy.needs_restart(&policy);
+        if !keys.is_empty() {
+            return Err(Error::NeedsRestart { keys });
+        }
+        policy.validate()?;
+        for (r, limits) in self.sh.limits.iter_mut() {
+            *limits = policy.limits(*r);
+        }
+        self.sh.policy = policy;
+        let ids: Vec<VmId> = self.sh.vms.keys().copied().collect();
+        for (r, p) in self.resources.iter_mut() {
+            for id in &ids {
+                if self.sh.boosted(*id, *r) {
+                    self.sh.reschedule(p.as_mut(), *id, now);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `[rt]` for the CPU (the default is [`RtConfig::default`]).
     pub fn set_rt(&mut self, cfg: RtConfig) {
         let window = self.sh.limits(Resource::Cpu).map_or(self.sh.policy.budget_window_ms * NS_PER_MS, |l| l.window_ns);

@@ -21,6 +21,13 @@ pub fn check_priority(what: &str, p: u8) -> Result<(), ConfigError> {
     }
 }
 
+/// The `[policy]` keys a running coordinator takes ([`crate::Coordinator::set_policy`]); the
+/// others need a restart ([`Policy::needs_restart`]).
+pub const HOT_KEYS: [&str; 4] =
+    ["default_priority", "max_continuous_boost_ms", "max_boost_share_permille", "budget_cooldown_ms"];
+/// The keys of `[policy.resource.<name>]` a running coordinator takes.
+pub const HOT_RESOURCE_KEYS: [&str; 3] = ["max_continuous_boost_ms", "max_boost_share_permille", "budget_cooldown_ms"];
+
 /// Coordination policy. Durations in ms as they appear in the config file. The budget and rate
 /// keys are the defaults of every resource; `[policy.resource.<name>]` overrides them for one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -192,6 +199,70 @@ impl Policy {
         }
         let requests: u64 = Resource::ALL.iter().map(|r| self.limits(*r).frame_rate).sum();
         2 * (2 * requests + self.frame_rate + self.malformed_rate)
+    }
+
+    /// The keys of `self` (in force) and `new` that differ and that a running coordinator
+    /// cannot take ([`crate::Coordinator::set_policy`]): the budget windows and rates are
+    /// built into every VM's slots, the guard and the host reserve into the CPU's policy. Named
+    /// as in the config (`[policy] frame_rate`, `[policy.resource.io] budget_window_ms`).
+    pub fn needs_restart(&self, new: &Policy) -> Vec<String> {
+        // Whole, so that a key added to `Policy` says here whether it can change at run time.
+        let Policy {
+            default_priority: _,
+            max_continuous_boost_ms: _,
+            max_boost_share_permille: _,
+            budget_window_ms,
+            budget_cooldown_ms: _,
+            rt_guard_max_share_permille,
+            rt_guard_window_ms,
+            rt_guard_hysteresis_ms,
+            host_reserve_cpus,
+            max_boosted_vcpus,
+            frame_rate,
+            frame_burst,
+            malformed_rate,
+            read_rate,
+            resource,
+        } = self;
+        let mut out = Vec::new();
+        let mut key = |name: &str, differs: bool| {
+            if differs {
+                out.push(format!("[policy] {name}"));
+            }
+        };
+        key("budget_window_ms", *budget_window_ms != new.budget_window_ms);
+        key("rt_guard_max_share_permille", *rt_guard_max_share_permille != new.rt_guard_max_share_permille);
+        key("rt_guard_window_ms", *rt_guard_window_ms != new.rt_guard_window_ms);
+        key("rt_guard_hysteresis_ms", *rt_guard_hysteresis_ms != new.rt_guard_hysteresis_ms);
+        key("host_reserve_cpus", *host_reserve_cpus != new.host_reserve_cpus);
+        key("max_boosted_vcpus", *max_boosted_vcpus != new.max_boosted_vcpus);
+        key("frame_rate", *frame_rate != new.frame_rate);
+        key("frame_burst", *frame_burst != new.frame_burst);
+        key("malformed_rate", *malformed_rate != new.malformed_rate);
+        key("read_rate", *read_rate != new.read_rate);
+        let names: std::collections::BTreeSet<&String> = resource.keys().chain(new.resource.keys()).collect();
+        for name in names {
+            let (old, new) =
+                (resource.get(name).cloned().unwrap_or_default(), new.resource.get(name).cloned().unwrap_or_default());
+            let LimitsOverride {
+                max_continuous_boost_ms: _,
+                max_boost_share_permille: _,
+                budget_window_ms,
+                budget_cooldown_ms: _,
+                frame_rate,
+                frame_burst,
+            } = old;
+            for (k, differs) in [
+                ("budget_window_ms", budget_window_ms != new.budget_window_ms),
+                ("frame_rate", frame_rate != new.frame_rate),
+                ("frame_burst", frame_burst != new.frame_burst),
+            ] {
+                if differs {
+                    out.push(format!("[policy.resource.{name}] {k}"));
+                }
+            }
+        }
+        out
     }
 
     /// With the guard on: (real-time allowance per window, share to fall back to before

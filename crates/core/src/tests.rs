@@ -239,6 +239,74 @@ fn continuous_boost_budget_deboosts_denies_and_cools_down() {
     assert_eq!(s.level(), Level::Boosted);
 }
 
+/// A reload's `[policy]`: new budgets hold a boost in force (its deadline moves, one already
+/// past ends it at the next tick); keys built into the slots are refused, with nothing changed.
+#[test]
+fn a_new_policy_holds_the_boost_in_force_to_its_budgets_and_refuses_what_needs_a_restart() {
+    let mut s = Sim::new(no_budget_no_guard());
+    s.register();
+    s.send(Kind::Cpu, 1);
+    assert_eq!((s.level(), s.c.next_deadline()), (Level::Boosted, None));
+    s.now = 500 * MS;
+    let before = s.c.policy().clone();
+    let window = Policy { budget_window_ms: 5_000, frame_rate: 10, ..before.clone() };
+    let e = s.c.set_policy(window, s.now).unwrap_err();
+    assert_eq!(e.to_string(), "needs a restart: [policy] budget_window_ms, [policy] frame_rate");
+    let mut per_resource = before.clone();
+    per_resource.resource.insert("cpu".into(), LimitsOverride { frame_burst: Some(3), ..Default::default() });
+    assert_eq!(
+        s.c.set_policy(per_resource, s.now).unwrap_err().to_string(),
+        "needs a restart: [policy.resource.cpu] frame_burst"
+    );
+    assert!(s.c.set_policy(Policy { max_boost_share_permille: 0, ..before.clone() }, s.now).is_err());
+    assert_eq!((s.c.policy(), s.c.next_deadline()), (&before, None), "refused: nothing changed");
+    // 300 ms at a time from now on: the boost under way (500 ms old) is over it.
+    let tighter = Policy { max_continuous_boost_ms: 300, budget_cooldown_ms: 50, default_priority: 4, ..before };
+    s.c.set_policy(tighter, s.now).unwrap();
+    assert_eq!(s.c.next_deadline(), Some(300 * MS));
+    assert_eq!(s.c.limits(CPU).unwrap().max_continuous_ns, 300 * MS);
+    assert_eq!(s.c.default_settings().priority, 4);
+    let out = s.advance(s.now);
+    assert_eq!(
+        out,
+        vec![set_cpu(Level::Normal, 1), Action::Send { vm: VM, frame: Frame::deny_for(0, CPU, DenyReason::Budget) }]
+    );
+    s.now = 549 * MS;
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::deny_for(3, CPU, DenyReason::Budget), "the new cooldown");
+    s.now = 550 * MS;
+    assert_eq!(s.reply(Kind::Cpu, 1), Frame::ack(4, 1));
+}
+
+/// Every `[policy]` key (and every per-resource one) is either one a running coordinator takes
+/// ([`policy::HOT_KEYS`], what a reload applies) or one [`Policy::needs_restart`] names.
+#[test]
+fn each_policy_key_is_hot_or_needs_a_restart() {
+    let base = Policy::default();
+    let toml::Value::Table(table) = toml::Value::try_from(&base).unwrap() else { panic!("a table") };
+    let keys: Vec<&String> = table.keys().filter(|k| *k != "resource").collect();
+    assert_eq!(keys.len(), 14, "{keys:?}");
+    for key in keys {
+        let mut t = table.clone();
+        let v = t.get_mut(key).unwrap();
+        *v = toml::Value::Integer(v.as_integer().unwrap() + 1);
+        let changed: Policy = toml::Value::Table(t).try_into().unwrap();
+        let restart = base.needs_restart(&changed);
+        assert_eq!(restart.is_empty(), policy::HOT_KEYS.contains(&key.as_str()), "{key}: {restart:?}");
+    }
+    let one = |f: fn(&mut LimitsOverride)| {
+        let mut p = base.clone();
+        f(p.resource.entry("io".into()).or_default());
+        base.needs_restart(&p)
+    };
+    assert!(one(|o| o.max_continuous_boost_ms = Some(1)).is_empty());
+    assert!(one(|o| o.max_boost_share_permille = Some(1)).is_empty());
+    assert!(one(|o| o.budget_cooldown_ms = Some(1)).is_empty());
+    assert_eq!(one(|o| o.budget_window_ms = Some(1)), ["[policy.resource.io] budget_window_ms"]);
+    assert_eq!(one(|o| o.frame_rate = Some(1)), ["[policy.resource.io] frame_rate"]);
+    assert_eq!(one(|o| o.frame_burst = Some(1)), ["[policy.resource.io] frame_burst"]);
+    assert_eq!(policy::HOT_RESOURCE_KEYS.len(), 3);
+}
+
 #[test]
 fn share_budget_counts_boosted_time_in_the_window() {
     // 30% of 1 s: 300 ms boosted per second at most.

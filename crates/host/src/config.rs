@@ -288,6 +288,16 @@ impl HostConfig {
         self.resources.get(r.name()).copied().unwrap_or(self.enabled)
     }
 
+    /// `[policy]` as the coordinator gets it: no real-time guard where the boost class puts no
+    /// vCPU at a real-time class (`SCHED_DEADLINE`, nice).
+    pub fn coordinator_policy(&self) -> Policy {
+        let mut policy = self.policy.clone();
+        if !self.boost.policy.needs_rt_guard() {
+            policy.rt_guard_max_share_permille = 0;
+        }
+        policy
+    }
+
     /// The settings of the VM named `name` (its `[vm.<name>]`, or the defaults).
     pub fn vm_settings(&self, name: &str) -> VmSettings {
         self.vm.get(name).cloned().unwrap_or_default().settings(self.policy.default_priority)

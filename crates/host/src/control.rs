@@ -24,10 +24,23 @@ pub enum Request {
         #[serde(default)]
         resource: Option<String>,
     },
+    /// With `all` (host-wide only): every VM's static tunings off too, until `Enable` of every
+    /// resource.
     Disable {
         vm: Option<String>,
         #[serde(default)]
         resource: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        all: bool,
+    },
+    /// Read the config file again and apply what changed (`cosched reload`, SIGHUP); the reply
+    /// is a `cosched_host::reload::Changes`.
+    Reload,
+    /// Drop the operator's settings of one VM (name or QEMU pid) or, without `vm`, every one,
+    /// host-wide too: back to the config. The reply is a `cosched_host::reload::Changes`.
+    Reset {
+        #[serde(default)]
+        vm: Option<String>,
     },
     Priority {
         vm: String,

@@ -41,7 +41,7 @@ pub enum Error {
     Threads { pid: i32, source: io::Error },
     #[error("epoll: {0}")]
     Poll(#[source] io::Error),
-    #[error("no VM named {key:?} (connected: {known})")]
+    #[error("no VM named {key:?} (connected: {known}) and no [vm.{key}] in the config")]
     NoVm { key: String, known: String },
     #[error("unknown resource {name:?} (supported: {supported})")]
     UnknownResource { name: String, supported: String },
@@ -70,6 +70,15 @@ pub enum Error {
     /// A static tuning was applied in part.
     #[error(transparent)]
     Static(#[from] StaticError),
+    /// The operator's settings could not be written to the state directory: nothing changed.
+    #[error("keeping the operator's settings: {0}; nothing changed")]
+    Keep(#[source] crate::operator::OperatorError),
+    /// A VM's static tuning while `cosched disable --all` holds every one off.
+    #[error("static tunings are off for the whole host (cosched disable --all): cosched enable first")]
+    StaticsOff,
+    /// `--all` for one VM.
+    #[error("--all is for the whole host (cosched disable --all)")]
+    AllForVm,
 }
 
 /// Why a resource's coordination does not run on this host: the resource, and the reason

@@ -8,7 +8,10 @@
 //!   default feature `bpf`);
 //! - [`control`]: the operator protocol and its client;
 //! - [`peer`]: which QEMU process is at the other end of a chardev socket;
-//! - [`config`]: the TOML configuration.
+//! - [`config`]: the TOML configuration;
+//! - [`operator`]: the operator's settings over it, kept in the state directory;
+//! - [`reload`]: a new config or operator's setting while running: what changes, and what needs
+//!   a restart.
 
 #[macro_use]
 pub mod log;
@@ -23,7 +26,9 @@ pub mod daemon;
 pub mod error;
 pub mod membw;
 pub mod metrics;
+pub mod operator;
 pub mod peer;
+pub mod reload;
 pub mod sched;
 pub mod settings;
 pub mod shield;

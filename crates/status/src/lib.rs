@@ -14,6 +14,7 @@ extern crate self as cosched_status;
 
 pub mod config;
 pub mod metric;
+pub mod origin;
 pub mod vm;
 
 use std::collections::BTreeMap;
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 pub use config::{BoostConfig, DetectionCounters, EventStatus, IoStatus, MembwStatus};
 use metric::{Metrics, Sample};
+pub use origin::{Origin, SettingsFrom};
 pub use vm::{
     CpuCounters, Disk, EventCounters, PredictCounters, PriorityMap, RtStatus, SamplesSummary, ShieldPlan, SlotCounters,
     StaticPlan, ThreadStatus, VmBwStats, VmCounters, VmMembw, VmResource, VmStatic, VmStatus,
@@ -59,6 +61,14 @@ pub struct Status {
     pub vms: Vec<VmStatus>,
     /// Sockets of the socket directory not connected (refused, or not answering).
     pub unconnected_sockets: Vec<PathBuf>,
+    /// Where each host-wide setting comes from (`enabled.cpu`, `static`, `membw.period_ms`):
+    /// only while one of them is the operator's.
+    #[serde(skip_serializing_if = "SettingsFrom::by_config_alone")]
+    pub settings_from: SettingsFrom,
+    /// The operator's settings kept for VMs that are not running, by VM name (setting: value):
+    /// they apply when the VM appears.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings_waiting: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// The daemon itself.

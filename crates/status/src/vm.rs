@@ -55,6 +55,10 @@ pub struct VmStatus {
     pub membw: Option<VmMembw>,
     #[serde(rename = "static")]
     pub statics: VmStatic,
+    /// Where each of its settings comes from (`enabled.cpu`, `priority`, `rt_ceiling`,
+    /// `membw_share`, `static`): only while one of them is the operator's.
+    #[serde(skip_serializing_if = "crate::SettingsFrom::by_config_alone")]
+    pub settings_from: crate::SettingsFrom,
 }
 
 /// VM-wide counters: the channel and the registration.

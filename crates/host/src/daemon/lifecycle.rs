@@ -56,7 +56,8 @@ impl Daemon {
             }
         };
         let now = self.now();
-        let settings = *self.vms.settings.entry(name.to_string()).or_insert_with(|| self.coord.default_settings());
+        // Its settings by name: the config's, with the operator's over them.
+        let settings = self.cfg.vm_settings(name);
         if self.io.is_ok() {
             let images = crate::blockdev::images(&self.host.procfs.cmdline(process.id).unwrap_or_default());
             let disks = crate::blockdev::disks(Path::new("/sys"), &images);
@@ -72,7 +73,7 @@ impl Daemon {
         let (id, vcpus) = (vm.id, vm.threads.vcpu_count());
         self.coord.vm_found(id, name, settings, now);
         if self.membw.is_ok() {
-            let share = self.membw_shares.get(name).copied().unwrap_or_else(|| self.cfg.membw_share(name));
+            let share = self.cfg.membw_share(name);
             if let Err(e) = self.coord.set_membw_share(id, share) {
                 warn!("{name}: {e}; it is regulated with no guaranteed share");
             }

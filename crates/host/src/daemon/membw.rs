@@ -96,16 +96,21 @@ impl Membw {
 }
 
 impl Daemon {
-    /// Operator: VM `key`'s guaranteed share (permille), kept by its name.
+    /// Operator: VM `key`'s guaranteed share (permille), kept by its name ([`crate::operator`]);
+    /// a VM that is not running gets it when it appears.
     pub(super) fn set_membw_share(&mut self, key: &str, share: u64) -> Result<(), Error> {
         if let Err(why) = &self.membw {
             return Err(Error::Unavailable(why.clone()));
         }
-        let id = self.vms.find(key)?;
-        self.coord.set_membw_share(id, share).map_err(Error::Refused)?;
-        let name = self.vms.get(id.0 as usize).map(|v| v.name().to_string()).unwrap_or_default();
+        let (name, id) = self.named(key)?;
+        let old = self.keep(|o| o.vm_mut(&name).membw_share = Some(share))?;
+        if let Some(id) = id {
+            if let Err(e) = self.coord.set_membw_share(id, share) {
+                self.revert(old);
+                return Err(Error::Refused(e));
+            }
+        }
         info!("operator: {name}: membw share {share}‰");
-        self.membw_shares.insert(name, share);
         Ok(())
     }
 
@@ -126,7 +131,16 @@ impl Daemon {
         }
         c.reclaim = reclaim.unwrap_or(c.reclaim);
         c.best_effort = best_effort.unwrap_or(c.best_effort);
-        self.coord.set_membw_config(c).map_err(Error::Refused)?;
+        c.validate().map_err(|e| Error::Refused(e.into()))?;
+        let old = self.keep(|o| {
+            o.membw.period_ms = period_ms.or(o.membw.period_ms);
+            o.membw.reclaim = reclaim.or(o.membw.reclaim);
+            o.membw.best_effort = best_effort.or(o.membw.best_effort);
+        })?;
+        if let Err(e) = self.coord.set_membw_config(c) {
+            self.revert(old);
+            return Err(Error::Refused(e));
+        }
         info!(
             "operator: membw period {} ms, reclaim {}, best effort {}",
             c.period_ns / cosched_core::NS_PER_MS,

@@ -16,7 +16,9 @@ mod discovery;
 mod events;
 mod lifecycle;
 mod membw;
+mod operator;
 mod os;
+mod reload;
 mod setup;
 mod statics;
 mod status;
@@ -85,7 +87,15 @@ fn ns_since(t: Instant) -> u64 {
 }
 
 pub struct Daemon {
+    /// The settings in force: the config with the operator's settings over it.
     cfg: HostConfig,
+    /// The config as loaded (file and command line), with the keys that need a restart as
+    /// they run: what a reset goes back to.
+    config: HostConfig,
+    /// The operator's settings, kept in the state directory ([`crate::operator`]).
+    ops: crate::operator::Operator,
+    /// Where a reload reads the config again (`None`: given directly, nothing to reload).
+    source: Option<crate::reload::Source>,
     /// /proc, the system calls and the state directory: what the actuators use.
     host: Host,
     coord: Coordinator,
@@ -118,10 +128,6 @@ pub struct Daemon {
     events: Result<EventBoost, Unavailable>,
     /// Memory-bandwidth regulation, or why it does not run here.
     membw: Result<membw::Membw, Unavailable>,
-    /// Static tunings per VM name (`[vm.NAME.static]`, then the operator's commands).
-    statics: std::collections::BTreeMap<String, crate::config::StaticConfig>,
-    /// Memory-bandwidth shares the operator set by command, per VM name.
-    membw_shares: std::collections::BTreeMap<String, u64>,
     /// The daemon's uid and capabilities, read at start (`None`: unreadable).
     caps: Option<crate::caps::Caps>,
     /// CPU shielding's host-wide side (IRQs, the operator's host groups).
@@ -142,6 +148,9 @@ impl Daemon {
     pub fn with_sched(cfg: HostConfig, procfs: ProcFs, mut sched: Box<dyn ThreadOps>) -> anyhow::Result<Daemon> {
         cfg.validate()?;
         let (store, lock) = restore_at_start(&cfg, &procfs, sched.as_mut())?;
+        // The operator's settings a previous daemon kept, over the config.
+        let ops = setup::operator_settings(&cfg, store.path());
+        let (config, cfg) = (cfg.clone(), ops.over(&cfg));
         let mut shield =
             crate::shield::HostShield::new(cfg.shield.clone(), sched.cgroups().clone(), procfs.root(), store.path());
         match shield.restore_leftover() {
@@ -183,15 +192,16 @@ impl Daemon {
             verify: Duration::from_millis(cfg.thread_verify_ms),
             syscall_ns: 0,
         };
-        let vms = Vms::new(cfg.vm.keys().map(|name| (name.clone(), cfg.vm_settings(name))).collect());
-        let cfg_statics = cfg.vm.iter().map(|(name, v)| (name.clone(), v.statics.clone())).collect();
         Ok(Daemon {
             cfg,
+            config,
+            ops,
+            source: None,
             host,
             coord,
             poll,
             start,
-            vms,
+            vms: Vms::default(),
             channels,
             discovery,
             clients,
@@ -210,13 +220,17 @@ impl Daemon {
             io,
             events,
             membw,
-            statics: cfg_statics,
-            membw_shares: Default::default(),
             caps,
             shield,
             timer,
             _lock: lock,
         })
+    }
+
+    /// A reload (`cosched reload`, SIGHUP) reads the config again from `source`.
+    pub fn with_source(mut self, source: crate::reload::Source) -> Daemon {
+        self.source = Some(source);
+        self
     }
 
     fn now(&self) -> u64 {
@@ -372,7 +386,8 @@ impl Daemon {
         for chunk in bytes.chunks(std::mem::size_of::<libc::signalfd_siginfo>()) {
             let signo = u32::from_ne_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]) as i32;
             if signo == libc::SIGHUP {
-                info!("SIGHUP: rescanning {}", self.cfg.socket_dir.display());
+                info!("SIGHUP: reloading the config, rescanning {}", self.cfg.socket_dir.display());
+                self.sighup_reload();
                 self.channels.retry_all();
                 let opened = self.channels.scan(self.now(), &self.host.procfs);
                 self.open(opened);

@@ -17,6 +17,7 @@ use super::FEAS;
 use crate::actuator::{weight_hierarchy, IoLever, RealSched, WeightHierarchy};
 use crate::config::HostConfig;
 use crate::error::{Unavailable, Why};
+use crate::operator::Operator;
 use crate::sched::{SchedAttr, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK};
 use crate::store::{restore_all, StateDir, ThreadOps};
 
@@ -41,6 +42,39 @@ pub(super) fn restore_at_start(
         warn!("restore: {e}");
     }
     Ok((store, lock))
+}
+
+/// The operator's settings a previous daemon kept in the state directory `dir`, to lay over
+/// `cfg`: those that make a valid config with it (the config may have changed since: a VM's
+/// settings that no longer fit are left out, and said so); none if the file cannot be read.
+pub(super) fn operator_settings(cfg: &HostConfig, dir: &Path) -> Operator {
+    let ops = match Operator::load(dir) {
+        Ok(o) => o,
+        Err(e) => {
+            warn!("operator settings: {e}: not applied (the operator's next command replaces the file)");
+            return Operator::default();
+        }
+    };
+    let mut kept = Operator { vm: Default::default(), ..ops.clone() };
+    if let Err(e) = kept.over(cfg).validate() {
+        warn!("operator settings: the host-wide ones do not fit the config, not applied: {e}");
+        kept = Operator::default();
+    }
+    for (name, v) in ops.vm {
+        let mut with = kept.clone();
+        with.vm.insert(name.clone(), v);
+        match with.over(cfg).validate() {
+            Ok(()) => kept = with,
+            Err(e) => warn!("operator settings of VM {name} do not fit the config, not applied: {e}"),
+        }
+    }
+    if !kept.is_empty() {
+        info!(
+            "operator settings kept in {} apply over the config (cosched reset goes back to the config)",
+            dir.join(crate::operator::OPERATOR_FILE).display()
+        );
+    }
+    kept
 }
 
 /// The daemon's privileges, logged: the features it lost for want of a capability (it keeps
@@ -118,17 +152,14 @@ pub(super) fn event_support(cfg: &HostConfig, poll: &Poll, zero: u64) -> Result<
 /// The coordinator for `cfg`: the resources this daemon can change, switched as configured.
 pub(super) fn coordinator(cfg: &HostConfig, io: bool, events: bool, membw: bool) -> Coordinator {
     let host_cpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
-    let mut policy = cfg.policy.clone();
+    // SCHED_DEADLINE and nice boosts put no vCPU at an RT class: nothing to guard.
+    let policy = cfg.coordinator_policy();
     if cfg.boost.policy == crate::actuator::BoostPolicy::Deadline {
         warn!(
             "[boost] policy = \"deadline\" is experimental: on some kernels (seen on Linux 6.18) a \
              thread that leaves SCHED_DEADLINE while asleep never returns its bandwidth, so after a \
              few deboosts no SCHED_DEADLINE reservation is admitted on this host until it reboots"
         );
-    }
-    if !cfg.boost.policy.needs_rt_guard() {
-        // SCHED_DEADLINE and nice boosts put no vCPU at an RT class: nothing to guard.
-        policy.rt_guard_max_share_permille = 0;
     }
     let cpu = cosched_core::CpuPolicy::new(&policy, host_cpus);
     if cpu.capacity() == 0 {

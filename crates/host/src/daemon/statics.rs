@@ -1,6 +1,6 @@
-//! Static per-VM tunings in the loop: resolved from `[vm.NAME.static]` or the operator's
-//! `cosched vm static`, applied when the VM is found, undone with it; the host-wide shield
-//! follows the union of the shielded VMs' CPUs.
+//! Static per-VM tunings in the loop: resolved from `[vm.NAME.static]` with the operator's
+//! `cosched vm static` over it (kept by name, [`crate::operator`]), applied when the VM is
+//! found, undone with it; the host-wide shield follows the union of the shielded VMs' CPUs.
 
 use std::collections::BTreeMap;
 
@@ -28,7 +28,7 @@ impl Daemon {
     }
 
     /// `cfg` resolved for VM `name`: CPUs checked against the host and the other VMs' shields.
-    fn resolve_static(&self, name: &str, cfg: &StaticConfig) -> Result<StaticPlan, StaticError> {
+    pub(super) fn resolve_static(&self, name: &str, cfg: &StaticConfig) -> Result<StaticPlan, StaticError> {
         let mut plan = fifo_plan(cfg);
         let Some(list) = &cfg.shield else { return Ok(plan) };
         let vcpus = parse_cpus(list)?;
@@ -47,19 +47,26 @@ impl Daemon {
         Ok(plan)
     }
 
-    /// Applies VM `token`'s static tunings (at adoption, and when the operator changes them).
+    /// Applies VM `token`'s static tunings in force (at adoption, and when the operator changes
+    /// them).
     pub(super) fn apply_statics(&mut self, token: usize) -> Result<(), StaticError> {
         let Some(vm) = self.vms.get(token) else { return Ok(()) };
+        let cfg = self.cfg.vm.get(vm.name()).map(|v| v.statics.clone()).unwrap_or_default();
+        self.apply_static(token, &cfg)
+    }
+
+    /// Brings VM `token`'s static tunings to `cfg`.
+    pub(super) fn apply_static(&mut self, token: usize, cfg: &StaticConfig) -> Result<(), StaticError> {
+        let Some(vm) = self.vms.get(token) else { return Ok(()) };
         let name = vm.name().to_string();
-        let cfg = self.statics.get(&name).cloned().unwrap_or_default();
         if cfg.is_empty() && vm.threads.static_plan().is_empty() {
             return Ok(());
         }
-        let plan = self.resolve_static(&name, &cfg);
+        let plan = self.resolve_static(&name, cfg);
         // A shield that cannot be had: the rest (FIFO) still applies, and the error is told.
         let (plan, err) = match plan {
             Ok(p) => (p, None),
-            Err(e) => (fifo_plan(&cfg), Some(e)),
+            Err(e) => (fifo_plan(cfg), Some(e)),
         };
         if let Some(sh) = &plan.shield {
             // The host leaves the CPUs before the VM's vCPU group claims them (v1 refuses an
@@ -128,8 +135,10 @@ impl Daemon {
         }
     }
 
-    /// `cosched vm static NAME ...`: changes what was set (`None`: kept), applies it, and keeps
-    /// it by name across the VM's restarts.
+    /// `cosched vm static NAME ...`: changes what was set (`None`: kept), applies it to the VM if
+    /// it runs, and keeps it by name ([`crate::operator`]). Refused whole before anything
+    /// changes, as far as can be known; threads that could not be changed are told, and the
+    /// setting stays.
     pub(super) fn set_static(
         &mut self,
         key: &str,
@@ -137,28 +146,23 @@ impl Daemon {
         shield: Option<String>,
         guard: Option<bool>,
     ) -> Result<(), Error> {
-        let id = self.vms.find(key)?;
-        let token = id.0 as usize;
-        let name = self.vms.get(token).map(|v| v.name().to_string()).unwrap_or_default();
-        let old = self.statics.get(&name).cloned().unwrap_or_default();
-        let mut cfg = old.clone();
-        if let Some(f) = fifo {
-            cfg.fifo = f;
+        if self.ops.statics == Some(false) {
+            return Err(Error::StaticsOff);
         }
-        if let Some(s) = shield {
-            cfg.shield = match s.trim() {
-                "" | "off" | "none" => None,
-                list => Some(list.to_string()),
-            };
-        }
+        let (name, id) = self.named(key)?;
+        let mut over = self.ops.vm.get(&name).map(|v| v.statics.clone()).unwrap_or_default();
+        over.fifo = fifo.or(over.fifo);
+        over.shield = shield.or(over.shield);
         if let Some(g) = guard {
             if g && self.cfg.policy.rt_guard().is_none() {
                 return Err(Error::NoGuardRule);
             }
-            cfg.guard = g;
+            over.guard = Some(g);
         }
+        let mut cfg = self.config.vm.get(&name).map(|v| v.statics.clone()).unwrap_or_default();
+        over.over(&mut cfg);
         cfg.validate(&format!("vm {name}:"), self.cfg.daemon_priority)?;
-        if let Some(list) = &cfg.shield {
+        if let (Some(list), Some(_)) = (&cfg.shield, id) {
             // Refuse before changing anything: the whole request or nothing.
             self.resolve_static(&name, &cfg).map_err(|error| Error::Shield {
                 vm: name.clone(),
@@ -166,14 +170,18 @@ impl Daemon {
                 error,
             })?;
         }
+        self.keep(|o| o.vm_mut(&name).statics = over)?;
         info!(
-            "operator: {name}: static tuning fifo {} guard {} shield {}",
+            "operator: {name}: static tuning fifo {} guard {} shield {}{}",
             cfg.fifo,
             cfg.guard,
-            cfg.shield.as_deref().unwrap_or("off")
+            cfg.shield.as_deref().unwrap_or("off"),
+            if id.is_some() { "" } else { " (not running: when it appears)" }
         );
-        self.statics.insert(name, cfg);
-        Ok(self.apply_statics(token)?)
+        match id {
+            Some(id) => Ok(self.apply_statics(id.0 as usize)?),
+            None => Ok(()),
+        }
     }
 }
 

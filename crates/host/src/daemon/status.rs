@@ -35,6 +35,8 @@ pub struct View<'a> {
     pub membw: &'a Result<super::membw::Membw, Unavailable>,
     pub shield: &'a crate::shield::HostShield,
     pub caps: &'a Option<crate::caps::Caps>,
+    /// The operator's settings over the config: where each setting comes from.
+    pub ops: &'a crate::operator::Operator,
 }
 
 /// How much of the status to build.
@@ -63,6 +65,14 @@ pub fn snapshot(v: &View, detail: Detail) -> st::Status {
         latency: v.latency.summary(),
         vms: v.vms.iter().filter_map(|(token, e)| vm(v, token, e, detail)).collect(),
         unconnected_sockets: v.channels.pending().cloned().collect(),
+        settings_from: v.ops.host_origins(coord.resources()),
+        settings_waiting: v
+            .ops
+            .vm
+            .iter()
+            .filter(|(name, _)| v.vms.named(name).is_empty())
+            .map(|(name, o)| (name.clone(), o.describe()))
+            .collect(),
     }
 }
 
@@ -222,6 +232,7 @@ fn vm(v: &View, token: usize, e: &VmEntry, detail: Detail) -> Option<st::VmStatu
             notes: e.threads.static_notes().to_vec(),
             guard: v.coord.static_guard_status(e.id, v.now),
         },
+        settings_from: v.ops.vm_origins(&vm.name, v.coord.resources()),
     })
 }
 

@@ -1,9 +1,9 @@
 //! The VMs the daemon knows, with or without an agent: each one's threads and actuators, its
-//! latency and error counts, and the operator's settings kept by name across reconnects.
+//! latency and error counts. (Their settings are kept by name in the daemon's config in force.)
 
 use std::collections::{BTreeMap, HashMap};
 
-use cosched_core::{VmId, VmSettings, NS_PER_MS};
+use cosched_core::{VmId, NS_PER_MS};
 use cosched_procfs::TaskId;
 
 use crate::actuator::{Actuator, Host, Outcome, VmThreads};
@@ -58,15 +58,15 @@ pub struct Vms {
     /// QEMU pid -> its VM's token.
     by_pid: HashMap<i32, usize>,
     next_token: usize,
-    /// Operator settings per VM name, kept across reconnects.
-    pub settings: BTreeMap<String, VmSettings>,
+}
+
+impl Default for Vms {
+    fn default() -> Vms {
+        Vms { map: BTreeMap::new(), by_pid: HashMap::new(), next_token: FIRST_VM }
+    }
 }
 
 impl Vms {
-    pub fn new(settings: BTreeMap<String, VmSettings>) -> Vms {
-        Vms { map: BTreeMap::new(), by_pid: HashMap::new(), next_token: FIRST_VM, settings }
-    }
-
     pub fn get(&self, token: usize) -> Option<&VmEntry> {
         self.map.get(&token)
     }
@@ -117,6 +117,17 @@ impl Vms {
         let vm = self.map.remove(&token)?;
         self.by_pid.remove(&vm.pid());
         Some(vm)
+    }
+
+    /// The tokens of the running VMs named `name`.
+    pub fn named(&self, name: &str) -> Vec<usize> {
+        self.map.iter().filter(|(_, vm)| vm.name() == name).map(|(t, _)| *t).collect()
+    }
+
+    /// The names of the running VMs.
+    pub fn names(&self) -> Vec<String> {
+        let names: std::collections::BTreeSet<&str> = self.map.values().map(|vm| vm.name()).collect();
+        names.into_iter().map(str::to_string).collect()
     }
 
     /// Finds a VM by name or QEMU pid.

@@ -142,6 +142,20 @@ enum GenerateCmd {
     Man { dir: PathBuf },
     /// Prints the completion script for SHELL
     Completions { shell: clap_complete::Shell },
+    /// Prints the reference of every key of the host configuration, from the daemon's own
+    /// definitions: docs/configuration.md (markdown), packaging/host.toml (toml) or
+    /// cosched-host.toml(5) (man)
+    ConfigReference {
+        #[arg(long, value_enum, default_value_t = ReferenceFormat::Markdown)]
+        format: ReferenceFormat,
+    },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum ReferenceFormat {
+    Markdown,
+    Toml,
+    Man,
 }
 
 #[derive(Subcommand, Debug)]
@@ -341,6 +355,16 @@ fn main() {
             Ok(())
         }
         Cmd::Generate(GenerateCmd::Man { dir }) => generate_man(&dir),
+        Cmd::Generate(GenerateCmd::ConfigReference { format }) => {
+            use cosched_host::config_reference::{render, Format};
+            let format = match format {
+                ReferenceFormat::Markdown => Format::Markdown,
+                ReferenceFormat::Toml => Format::Toml,
+                ReferenceFormat::Man => Format::Man,
+            };
+            print!("{}", render(format));
+            Ok(())
+        }
         Cmd::Generate(GenerateCmd::Completions { shell }) => {
             use clap::CommandFactory;
             let mut script = Vec::new();

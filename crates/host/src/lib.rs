@@ -8,7 +8,8 @@
 //!   default feature `bpf`);
 //! - [`control`]: the operator protocol and its client;
 //! - [`peer`]: which QEMU process is at the other end of a chardev socket;
-//! - [`config`]: the TOML configuration.
+//! - [`config`]: the TOML configuration, and [`config_reference`], every key of it described
+//!   (docs/configuration.md, packaging/host.toml and cosched-host.toml(5) are generated from it).
 
 #[macro_use]
 pub mod log;
@@ -17,6 +18,7 @@ pub mod blockdev;
 pub mod caps;
 pub mod cgroup;
 pub mod config;
+pub mod config_reference;
 pub mod control;
 #[cfg(feature = "bpf")]
 pub mod daemon;

@@ -25,6 +25,7 @@ pub mod daemon;
 pub mod error;
 pub mod membw;
 pub mod metrics;
+pub mod metrics_reference;
 pub mod peer;
 pub mod sched;
 pub mod settings;

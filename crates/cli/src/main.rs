@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use cosched_host::config::HostConfig;
 use cosched_host::control::{request, MetricsReply, Request};
 
+mod guest_config;
 mod status;
 
 #[derive(Parser, Debug)]
@@ -142,6 +143,9 @@ enum GenerateCmd {
     Man { dir: PathBuf },
     /// Prints the completion script for SHELL
     Completions { shell: clap_complete::Shell },
+    /// Prints the guest agent's config file, every key commented out at its default
+    /// (packaging/guest.toml, /etc/cosched/guest.toml)
+    GuestConfig,
     /// Prints the reference of every key of the host configuration, from the daemon's own
     /// definitions: docs/configuration.md (markdown), packaging/host.toml (toml) or
     /// cosched-host.toml(5) (man)
@@ -297,7 +301,12 @@ fn main() {
     let config = cli.config.as_deref();
     let result: anyhow::Result<()> = (|| match cli.cmd {
         Cmd::Host(a) => run_host(config, a),
-        Cmd::Guest(opts) => cosched_agent::run(opts),
+        Cmd::Guest(_) => {
+            // The config file's options, then the command line's (which win).
+            let argv: Vec<String> = std::env::args().collect();
+            let opts = guest_config::options(config, &guest_config::guest_args(&argv))?;
+            cosched_agent::run(opts)
+        }
         Cmd::Status { watch: true, interval_ms, count, control_socket, .. } => {
             status::watch(&control(config, control_socket)?, interval_ms, count)
         }
@@ -355,6 +364,10 @@ fn main() {
             Ok(())
         }
         Cmd::Generate(GenerateCmd::Man { dir }) => generate_man(&dir),
+        Cmd::Generate(GenerateCmd::GuestConfig) => {
+            print!("{}", guest_config::commented_default());
+            Ok(())
+        }
         Cmd::Generate(GenerateCmd::ConfigReference { format }) => {
             use cosched_host::config_reference::{render, Format};
             let format = match format {

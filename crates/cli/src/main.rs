@@ -8,6 +8,7 @@ use cosched_host::config::HostConfig;
 use cosched_host::control::{request, MetricsReply, Request};
 
 mod guest_config;
+mod guest_reference;
 mod status;
 
 #[derive(Parser, Debug)]
@@ -146,9 +147,9 @@ enum GenerateCmd {
     /// Prints the guest agent's config file, every key commented out at its default
     /// (packaging/guest.toml, /etc/cosched/guest.toml)
     GuestConfig,
-    /// Prints the reference of every key of the host configuration, from the daemon's own
-    /// definitions: docs/configuration.md (markdown), packaging/host.toml (toml) or
-    /// cosched-host.toml(5) (man)
+    /// Prints the reference of every key of the configuration, from the code's own definitions:
+    /// docs/configuration.md (markdown: the host's keys and the guest agent's), packaging/host.toml
+    /// (toml) or cosched-host.toml(5) (man)
     ConfigReference {
         #[arg(long, value_enum, default_value_t = ReferenceFormat::Markdown)]
         format: ReferenceFormat,
@@ -370,12 +371,15 @@ fn main() {
         }
         Cmd::Generate(GenerateCmd::ConfigReference { format }) => {
             use cosched_host::config_reference::{render, Format};
-            let format = match format {
-                ReferenceFormat::Markdown => Format::Markdown,
-                ReferenceFormat::Toml => Format::Toml,
-                ReferenceFormat::Man => Format::Man,
-            };
-            print!("{}", render(format));
+            print!(
+                "{}",
+                match format {
+                    // The host's keys, then the guest agent's.
+                    ReferenceFormat::Markdown => guest_reference::configuration_md(),
+                    ReferenceFormat::Toml => render(Format::Toml),
+                    ReferenceFormat::Man => render(Format::Man),
+                }
+            );
             Ok(())
         }
         Cmd::Generate(GenerateCmd::Completions { shell }) => {

@@ -181,7 +181,7 @@ enum VmCmd {
     },
     /// Real-time priority of this VM's threads when boosted (1..=98; ranks VMs against each other)
     Priority { vm: String, priority: u8 },
-    /// Static real-time tunings for as long as the VM runs (seed 002), kept by VM name until
+    /// Static real-time tunings for as long as the VM runs, kept by VM name until
     /// the daemon stops; undone exactly when turned off, when the VM exits or the daemon stops.
     /// Config: [vm.NAME.static]
     Static {

@@ -184,6 +184,7 @@ class Package(unittest.TestCase):
         for f in [GUEST_UNIT, UDEV_RULE, "/etc/cosched/guest.toml"]:
             self.assertFalse(os.path.exists(f), f"the host role installed {f}, a part of the guest agent")
         self.assertLessEqual({"cosched", "cosched-host", "cosched-vm-membw"}, man_pages())
+        self.assertTrue(Path("/usr/share/man/man5/cosched-host.toml.5.gz").is_file(), "cosched-host.toml(5)")
         self.assertIn("/etc/cosched/host.toml", run("dpkg-query", "-W", "-f=${Conffiles}", "cosched-host").stdout)
         # The unit, against the installed binary and man page.
         r = run("systemd-analyze", "verify", HOST_UNIT, check=False)

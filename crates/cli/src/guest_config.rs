@@ -29,12 +29,12 @@ pub enum GuestConfigError {
 }
 
 /// The agent's options as a command of their own.
-fn command() -> clap::Command {
+pub(crate) fn command() -> clap::Command {
     Options::augment_args(clap::Command::new("cosched guest"))
 }
 
 /// The file's keys: the agent's long options, as TOML keys.
-fn keys() -> Vec<(String, clap::Arg)> {
+pub(crate) fn keys() -> Vec<(String, clap::Arg)> {
     command()
         .get_arguments()
         .filter_map(|a| a.get_long().filter(|l| *l != "help").map(|l| (l.replace('-', "_"), a.clone())))

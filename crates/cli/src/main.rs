@@ -8,6 +8,7 @@ use cosched_host::config::HostConfig;
 use cosched_host::control::{request, MetricsReply, Request};
 
 mod guest_config;
+mod guest_reference;
 mod runtime;
 mod status;
 
@@ -173,6 +174,20 @@ enum GenerateCmd {
     /// Prints the guest agent's config file, every key commented out at its default
     /// (packaging/guest.toml, /etc/cosched/guest.toml)
     GuestConfig,
+    /// Prints the reference of every key of the configuration, from the code's own definitions:
+    /// docs/configuration.md (markdown: the host's keys and the guest agent's), packaging/host.toml
+    /// (toml) or cosched-host.toml(5) (man)
+    ConfigReference {
+        #[arg(long, value_enum, default_value_t = ReferenceFormat::Markdown)]
+        format: ReferenceFormat,
+    },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum ReferenceFormat {
+    Markdown,
+    Toml,
+    Man,
 }
 
 #[derive(Subcommand, Debug)]
@@ -193,7 +208,7 @@ enum VmCmd {
     },
     /// Real-time priority of this VM's threads when boosted (1..=98; ranks VMs against each other)
     Priority { vm: String, priority: u8 },
-    /// Static real-time tunings for as long as the VM runs (seed 002), kept by VM name like
+    /// Static real-time tunings for as long as the VM runs, kept by VM name like
     /// every `vm` setting; undone exactly when turned off, when the VM exits or the daemon stops.
     /// Config: [vm.NAME.static]
     Static {
@@ -385,6 +400,19 @@ fn main() {
         Cmd::Generate(GenerateCmd::Man { dir }) => generate_man(&dir),
         Cmd::Generate(GenerateCmd::GuestConfig) => {
             print!("{}", guest_config::commented_default());
+            Ok(())
+        }
+        Cmd::Generate(GenerateCmd::ConfigReference { format }) => {
+            use cosched_host::config_reference::{render, Format};
+            print!(
+                "{}",
+                match format {
+                    // The host's keys, then the guest agent's.
+                    ReferenceFormat::Markdown => guest_reference::configuration_md(),
+                    ReferenceFormat::Toml => render(Format::Toml),
+                    ReferenceFormat::Man => render(Format::Man),
+                }
+            );
             Ok(())
         }
         Cmd::Generate(GenerateCmd::Completions { shell }) => {

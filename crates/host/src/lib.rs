@@ -8,7 +8,8 @@
 //!   default feature `bpf`);
 //! - [`control`]: the operator protocol and its client;
 //! - [`peer`]: which QEMU process is at the other end of a chardev socket;
-//! - [`config`]: the TOML configuration;
+//! - [`config`]: the TOML configuration, and [`config_reference`], every key of it described
+//!   (docs/configuration.md, packaging/host.toml and cosched-host.toml(5) are generated from it);
 //! - [`operator`]: the operator's settings over it, kept in the state directory;
 //! - [`reload`]: a new config or operator's setting while running: what changes, and what needs
 //!   a restart.
@@ -20,12 +21,14 @@ pub mod blockdev;
 pub mod caps;
 pub mod cgroup;
 pub mod config;
+pub mod config_reference;
 pub mod control;
 #[cfg(feature = "bpf")]
 pub mod daemon;
 pub mod error;
 pub mod membw;
 pub mod metrics;
+pub mod metrics_reference;
 pub mod operator;
 pub mod peer;
 pub mod reload;

@@ -36,6 +36,8 @@ pub struct Metric<T> {
     pub help: &'static str,
     /// Labels every sample carries after its container's (`resource=""`), or empty.
     pub labels: &'static str,
+    /// The label of each sample's own key (`reason`, `quantile`), or empty: a map, or quantiles.
+    pub by: &'static str,
     /// One sample for a number, one per key of a map, `_bucket`/`_sum`/`_count` lines for a
     /// histogram.
     pub samples: Samples<T>,

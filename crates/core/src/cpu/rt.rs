@@ -127,8 +127,9 @@ impl RtConfig {
                 format!("at most predict_hold_max_us = {}", self.predict_hold_max_us),
             ));
         }
+        // A WAKE's delay is a u32 of µs.
         if self.predict_max_delay_ms == 0 || self.predict_max_delay_ms > u32::MAX as u64 / 1000 {
-            return Err(ConfigError::range("[rt] predict_max_delay_ms", format!("1..={}", u32::MAX / 1_000_000)));
+            return Err(ConfigError::range("[rt] predict_max_delay_ms", format!("1..={}", u32::MAX / 1000)));
         }
         if self.predict_max_share_permille == 0 || self.predict_max_share_permille > 1000 {
             return Err(ConfigError::range("[rt] predict_max_share_permille", "1..=1000"));

@@ -141,6 +141,7 @@ fn entry(field: &syn::Ident, s: &Spec) -> syn::Result<proc_macro2::TokenStream> 
             kind: ::cosched_status::metric::Kind::#kind,
             help: #help,
             labels: #labels,
+            by: #by,
             samples: |s: &Self, out: &mut dyn FnMut(&str, &str, f64)| {
                 ::cosched_status::metric::Sample::each(&#value, #by, &mut |suffix: &str, labels: &str, v: f64| {
                     out(suffix, labels, v / #divisor)

@@ -1,5 +1,5 @@
 """Experiment io-startup: cold start-up time of an application in the guest under guest and host
-readers (seed 003, Virtual-BFQ: Fig. 1-3 and 10-11).
+readers (Virtual-BFQ, Fig. 1-3 and 10-11).
 
 The disk is emulated (experiments.slowdisk): a single-threaded FUSE model of a disk (8 ms per
 seek beyond 512 KiB, 40 MB/s) under a loop device with direct I/O running BFQ, with an ext4 on it
@@ -50,7 +50,7 @@ AIO = "native"
 SLICE_IDLE_MS = 100
 COLUMNS = ["mode", "host_readers", "guest_workload", "launches", "timeouts", "mean_s", "min_s", "max_s",
            "x_idle", "io_boosts", "io_boosted_s"]
-# Seed 003, Fig. 10/11 (start-up of a large application, seconds): 5 sequential readers on the
+# Virtual-BFQ, Fig. 10/11 (start-up of a large application, seconds): 5 sequential readers on the
 # host, 1 sequential reader in the guest.
 PAPER = {"idle": 2.2, "bfq": 8.5, "vbfq": 2.8}
 
@@ -307,7 +307,7 @@ def summary(rows, hosts, idle, quick):
 
 {chr(10).join(checks) or "- (the target cells are not in this run)"}
 
-**The paper** (seed 003, Fig. 10/11, 5 sequential readers on the host, 1 in the guest): BFQ
+**The paper** (Virtual-BFQ, Fig. 10/11, 5 sequential readers on the host, 1 in the guest): BFQ
 {PAPER['bfq']} s, V-BFQ {PAPER['vbfq']} s, idle {PAPER['idle']} s (1.27x idle).
 
 {table}

@@ -49,7 +49,7 @@ pub struct Options {
     #[arg(long)]
     pub port: Option<PathBuf>,
     /// MIN_BOOST_TIME: a boost lasts at least this long after the last task that needed it
-    /// (seed 000 sec. VIII uses 500 µs)
+    /// (the Coordinated Task Scheduling paper, sec. VIII, uses 500 µs)
     #[arg(long, default_value_t = 500)]
     pub min_boost_us: u64,
     /// When needs recur with a period below this, hold the boost for 2 periods + MIN_BOOST_TIME
@@ -90,8 +90,9 @@ pub struct Options {
     /// Predictive boost: right after each `CPU 0`, tell the host when the guest's next RT wake-up
     /// is due (`WAKE`), from the timer an RT task sleeps on (else from the period of recurring RT
     /// needs), so that it can boost the VM just before. Meant for `--hold-periodic-max-us 0
-    /// --idle-deboost-ms 1` (seed 002: deboosted between activations). Stops by itself when the
-    /// host refuses `WAKE` as unsupported, until the next registration
+    /// --idle-deboost-ms 1` (the Performance Tuning paper's RT co-scheduling: deboosted between
+    /// activations). Stops by itself when the host refuses `WAKE` as unsupported, until the next
+    /// registration
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
     pub predict: bool,
     /// Predict only wake-ups due within this many ms; a later one is not sent (and a standing one

@@ -296,7 +296,7 @@ def summary(rows, hosts, idle, quick):
         checks.append(f"- Over every cell with host readers ({', '.join(map(str, loaded))}), the start-up is on "
                       f"average {levers['ioprio']:.2f}x idle with the ioprio lever, {levers['weight']:.2f}x with "
                       f"the weight lever and {mean_x('none', loaded):.2f}x uncoordinated: {best} wins "
-                      f"(cosched's default lever is ioprio, chosen from this comparison: README)")
+                      f"(cosched's default lever is ioprio, chosen from this comparison: docs/evaluation.md)")
     shown = [{**r, "mean_s": f"X (> {TIMEOUT_S} s)" if r["timeouts"] else r["mean_s"],
               "min_s": "-" if r["timeouts"] else r["min_s"], "max_s": "-" if r["timeouts"] else r["max_s"]}
              for r in rows]

@@ -144,7 +144,7 @@ catches up on when it can. Judged from 100 ms on, leaving out the first period a
 Our setup: this host has neither resctrl nor PMU counters, so the counters are the model's; the
 policy code is the daemon's own (`cosched-membw-sim` runs `cosched_core::membw::sim`). Command:
 `/usr/bin/python3 bench/experiment.py membw` (the same with `--quick`: it is fast). On a host with
-PMU counters, `bench/experiment.py membw --real G` measures real guests (see the README); it has
+PMU counters, `bench/experiment.py membw --real G` measures real guests (see docs/evaluation.md); it has
 never run here.
 
 {md}

@@ -4,12 +4,12 @@ the guest's timer wake-up latency with cyclictest.
 
   cosched_bench.py demo            idle / loaded uncoordinated / loaded coordinated, one run each
   cosched_bench.py bench --runs 3  the same plus QEMU statically at SCHED_RR 1, repeated, with
-                                   the ratios the targets are stated in (README, "Benchmark")
+                                   the ratios the targets are stated in (docs/evaluation.md)
 
-Scenarios (seed 000 sec. III, DESIGN.md "Test guest and experiments"): the guest has 1 vCPU and
+Scenarios (Coordinated Task Scheduling, sec. III; docs/evaluation.md): the guest has 1 vCPU and
 runs one CPU hog and `cyclictest -p 80 -i 1000`; the host is idle or runs 2 CPU hogs; the QEMU
 threads are left alone, boosted by `cosched host` on the guest agent's request, or set to
-SCHED_RR 1 for the whole run. Needs root (the daemon, chrt) and a built tree (README).
+SCHED_RR 1 for the whole run. Needs root (the daemon, chrt) and a built tree (scripts/setup.sh).
 """
 
 import argparse

@@ -10,21 +10,22 @@ build/results-quick/NAME/ (--quick: a few points, to check that everything works
 the effect). Needs root and a built tree (scripts/setup.sh). An interrupted full run resumes: the
 points it finished are kept in results/NAME/points.jsonl and are not measured again.
 
-Experiments (full-run time on the 2-core development machine, TCG guest):
-  latency-vs-load  seed 000 Fig. 1/7: cyclictest vs 0-6 CPU hogs, host and guest    30 min
-  histogram        seed 000 Fig. 8: latency distribution, 2 host + 1 guest hog       2.5 min
-  startup          seed 000 Fig. 4/9: start-up vs load, 4 heuristics, forking guest  ~1.5 h
-  rt-vs-static     seed 002 Fig. 11/12: host jobs and guest RT latency by policy     8 min
-  overhead         seed 001 Table 2: the agent's cost to CPU- and switch-bound jobs  2.5 min
-  scale            daemon CPU and hint-to-applied latency, 1-256 synthetic VMs       3.5 min
-  boost-classes    SCHED_RR / FIFO / DEADLINE / nice -20 as the boost                3.5 min
-  io-startup       seed 003 Fig. 1-3/10-11: guest app start-up, guest/host readers  40 min
-  membw            seed 004 §2: MemGuard regulation, simulated memory system          10 s
+Experiments (full-run time on the 2-core development machine, TCG guest; the papers are
+named as in docs/references.md):
+  latency-vs-load  Coordinated Task Scheduling Fig. 1/7: cyclictest vs 0-6 CPU hogs    30 min
+  histogram        Coordinated Task Scheduling Fig. 8: latency distribution            2.5 min
+  startup          Coordinated Task Scheduling Fig. 4/9: start-up vs load, heuristics  ~1.5 h
+  rt-vs-static     Performance Tuning (KVM RT) Fig. 11/12: host jobs, guest RT latency 8 min
+  overhead         FEAS Table 2: the agent's cost to CPU- and switch-bound jobs         2.5 min
+  scale            daemon CPU and hint-to-applied latency, 1-256 synthetic VMs          3.5 min
+  boost-classes    SCHED_RR / FIFO / DEADLINE / nice -20 as the boost                   3.5 min
+  io-startup       Virtual-BFQ Fig. 1-3/10-11: guest app start-up, guest/host readers   40 min
+  membw            DREAMS D2.2.3 §2: MemGuard regulation, simulated memory system        10 s
                    (--real MBPS: real guests on a host with PMU counters, 5 x 30 s)
-  feas-fairness    seed 001 Fig. 5: CPU shares of 4 busy agentless VMs, one served   ~5 min
-  feas-latency     seed 001 Fig. 6: ping a busy VM sharing its CPU with 3 VMs         ~3 min
-  feas-throughput  seed 001 Fig. 7/8: download speed from busy VMs                    ~5 min
-  feas-overhead    seed 001 Table 2: prime search with event boosting on and off     ~5 min
+  feas-fairness    FEAS Fig. 5: CPU shares of 4 busy agentless VMs, one served          ~5 min
+  feas-latency     FEAS Fig. 6: ping a busy VM sharing its CPU with 3 VMs                ~3 min
+  feas-throughput  FEAS Fig. 7/8: download speed from busy VMs                           ~5 min
+  feas-overhead    FEAS Table 2: prime search with event boosting on and off            ~5 min
   (feas-*: estimated from the quick runs, 25-40 s each)
 """
 

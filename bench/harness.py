@@ -48,7 +48,8 @@ HIST_US = 30000  # cyclictest histogram range; longer samples count as overflows
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 NCPUS = os.cpu_count() or 1
 
-# Host policies for the QEMU threads (seed 000 sec. VI, seed 002 sec. 5.4).
+# Host policies for the QEMU threads (Coordinated Task Scheduling sec. VI, Performance Tuning
+# (KVM real-time) sec. 5.4; docs/references.md).
 POLICIES = ("none", "cosched", "static_rr", "static_fifo", "shield", "shield_fifo")
 # Daemon configuration without budgets: a run that needs its boost for 20 s or more measures the
 # mechanism, not the budget that an operator would set (the defaults cut a boost after 10 s).
@@ -340,8 +341,8 @@ def is_vcpu(comm):
 
 def apply_static(pid, policy):
     """The static host policies, applied to every QEMU thread:
-    static_rr   all SCHED_RR 1 (seed 000 sec. VI.A);
-    static_fifo vCPU SCHED_FIFO 97, the other threads 98 (seed 002 sec. 5.4; under TCG the main
+    static_rr   all SCHED_RR 1 (Coordinated Task Scheduling sec. VI.A);
+    static_fifo vCPU SCHED_FIFO 97, the other threads 98 (Performance Tuning sec. 5.4; under TCG the main
                 loop delivers the guest's timer interrupts, it is the "I/O thread");
     shield      vCPU threads pinned to the last CPU, every other QEMU thread to the others (the host
                 load is confined to those too, see `run`);
@@ -820,7 +821,7 @@ def run(body, host_hogs_n=0, guest_hogs=0, policy="none", daemon_config="", agen
 
 
 def host_cyclictest(host_hogs_n, args, loops):
-    """cyclictest on the host itself ("no guest" in seed 000's figures), under `host_hogs_n` hogs."""
+    """cyclictest on the host itself ("no guest" in Coordinated Task Scheduling's figures), under `host_hogs_n` hogs."""
     with tempfile.TemporaryDirectory(prefix="cosched-hostcyc-") as tmp, host_hogs(host_hogs_n):
         hist = Path(tmp) / "hist"
         subprocess.run(["cyclictest", *args.split(), "-l", str(loops), "-q", "-m", "-h", str(HIST_US),

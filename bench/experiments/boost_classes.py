@@ -1,7 +1,7 @@
 """Experiment 7: which scheduling class should a boost use?
 
 At latency-vs-load's hardest point (2 host hogs, 1 guest hog, cyclictest -p 80 in the guest) we
-compare the boost classes `cosched host` offers: SCHED_RR 1 (seed 000's, the default),
+compare the boost classes `cosched host` offers: SCHED_RR 1 (the Coordinated Task Scheduling paper's, the default),
 SCHED_FIFO 1, SCHED_DEADLINE for the vCPU (900 µs every 1 ms, the other threads FIFO), and
 nice -20 (no real-time class at all). Besides the guest's latency we measure host fairness: the
 CPU time the two host hogs got meanwhile, against what they got with no coordination.
@@ -110,10 +110,10 @@ the measurement, as a share of the 2 CPUs):
           ["boost class", "avg µs", "p99 µs", "max µs", "host hogs' CPU %", "actuation errors"])}
 
 {decision}
-{"The kernel refused SCHED_DEADLINE here (" + ", ".join(refused) + "): its admission control said busy, so those runs measure a VM whose vCPU stayed at its normal class (see the README on SCHED_DEADLINE on Linux 6.18)." if refused else ""}
+{"The kernel refused SCHED_DEADLINE here (" + ", ".join(refused) + "): its admission control said busy, so those runs measure a VM whose vCPU stayed at its normal class (see docs/limitations.md on SCHED_DEADLINE on Linux 6.18)." if refused else ""}
 
-**The papers** boost with SCHED_RR priority 1 (seed 000) or set SCHED_FIFO 97/98 statically
-(seed 002); DESIGN.md measured SCHED_DEADLINE 900 µs/1 ms for the vCPU with FIFO 98 for the other
+**The papers** boost with SCHED_RR priority 1 (Coordinated Task Scheduling) or set SCHED_FIFO 97/98 statically
+(Performance Tuning); a design-time test measured SCHED_DEADLINE 900 µs/1 ms for the vCPU with FIFO 98 for the other
 threads at 152 / 4 693 µs (avg / max) with the threads set by hand for the whole run.
 """)
     return o.dir

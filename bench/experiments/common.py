@@ -66,7 +66,7 @@ def setup_line():
     return (f"Our setup: {os.cpu_count()} x86 cores ({platform.processor() or platform.machine()}, "
             f"Linux {platform.release()}, a shared VM), a 1-vCPU {name} guest running Debian's "
             f"Linux 6.1, QEMU 7.2 (accelerator: {reason}; {harness.boot_text()}); the papers used a 2-core Cortex-A15 (Samsung Chromebook) with "
-            "KVM/ARM and Linux 3.17 (seed 000), Xen (seed 001) or a Core i5 with KVM (seed 002).")
+            "KVM/ARM and Linux 3.17 (Coordinated Task Scheduling), Xen (FEAS) or a Core i5 with KVM (Performance Tuning).")
 
 
 class Output:

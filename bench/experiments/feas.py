@@ -1,7 +1,7 @@
 """Experiments feas-fairness, feas-latency, feas-throughput, feas-overhead: event-aware boosting
-of guests that run no agent (seed 001, FEAS, section 4), on the test guest.
+of guests that run no agent (the FEAS paper, section 4), on the test guest.
 
-Set-up (seed 001 sec. 4): 4 VMs with 1 vCPU each, no agent, whose vCPU threads share ONE host CPU
+Set-up (FEAS, sec. 4): 4 VMs with 1 vCPU each, no agent, whose vCPU threads share ONE host CPU
 (VCPU_CPUS); the client (busybox ping, curl) runs on the other (CLIENT_CPUS). Each VM i has a tap
 device cosfeas<i> (host 10.77.i.1, guest 10.77.i.2), and runs busybox httpd serving files of
 several sizes and a CGI (/cgi-bin/ctl) through which the host starts and stops its CPU hog (a
@@ -10,9 +10,9 @@ set-ups ("all busy": every VM runs a hog; "others busy": all but VM 4; "all idle
 the modes are switched while they run. VM 4 is the one the client talks to.
 
 Every QEMU thread that is not a vCPU (the main loop, which under TCG and without vhost reads and
-writes the tap, the RCU thread, I/O workers) runs on CLIENT_CPUS with the client, as seed 001's
+writes the tap, the RCU thread, I/O workers) runs on CLIENT_CPUS with the client, as the FEAS paper's
 Domain 0 had its own core: the device side of the I/O then never waits behind the busy vCPUs,
-so what is measured is the vCPU's scheduling, which is what FEAS changes (seed 001's Fig. 3
+so what is measured is the vCPU's scheduling, which is what FEAS changes (the FEAS paper's Fig. 3
 delays D1/D2 are Domain 0's, D3 the guest's; FEAS acts on D3). On one CPU with the vCPUs the main
 loop would still be served quickly (it sleeps most of the time, and CFS/EEVDF favours a waking
 sleeper) but it would add its own wait to every packet, in both modes alike. The daemon is
@@ -50,7 +50,7 @@ MODES = ("none", "feas")
 MODE_LABEL = {"none": "uncoordinated", "feas": "FEAS"}
 MODE_COLOR = {"none": "tab:red", "feas": "tab:green"}
 SETUPS = ("all busy", "others busy", "all idle")
-# The daemon's configuration in mode feas (seed 001's defaults: 1 boost per 10 ms cycle).
+# The daemon's configuration in mode feas (the FEAS paper's defaults: 1 boost per 10 ms cycle).
 FEAS_CONFIG = """discover_processes = true
 [event]
 vms = "no-agent"
@@ -323,7 +323,7 @@ def alternating(rounds):
     return [MODES if r % 2 == 0 else MODES[::-1] for r in range(rounds)]
 
 
-PAPER_NOTE = ("Seed 001 ran Xen 4.0.1's credit scheduler against FEAS on a Core 2 Duo: Domain 0 on core 1, "
+PAPER_NOTE = ("The FEAS paper ran Xen 4.0.1's credit scheduler against FEAS on a Core 2 Duo: Domain 0 on core 1, "
               "the 4 guests' VCPUs on core 2, the client on a separate machine over 100 Mbit/s.")
 
 
@@ -391,7 +391,7 @@ class Fairness:
                         + f"; VM {TARGET} served {rs[-1]['requests']} requests")
         o.csv(rows, cls.COLUMNS)
         o.png(cls.plot(rows, requests))
-        o.summary(f"{cls.NAME}: CPU shares of 4 busy VMs while VM {TARGET} is served (seed 001 Fig. 5)",
+        o.summary(f"{cls.NAME}: CPU shares of 4 busy VMs while VM {TARGET} is served (FEAS, Fig. 5)",
                   cls.summary(rows, requests, seconds))
         return o.dir
 
@@ -413,7 +413,7 @@ class Fairness:
             ax.set_title(f"all busy, VM {TARGET} receives {what}", fontsize=10)
             ax.set_ylim(0, 40)
             ax.legend(fontsize=8, loc="lower right")
-        fig.suptitle("CPU time distribution (seed 001 Fig. 5)")
+        fig.suptitle("CPU time distribution (FEAS, Fig. 5)")
         return fig
 
     @staticmethod
@@ -441,7 +441,7 @@ thread's (`/proc/<pid>/task/<tid>/schedstat`) over {seconds} s; "vs equal" is it
 
 {table}
 
-**The paper** (seed 001 Fig. 5, sec. 4.1): under FEAS "every domain can receive roughly equal
+**The paper** (FEAS, Fig. 5, sec. 4.1): under FEAS "every domain can receive roughly equal
 amount of physical CPU time", in all experiments where all guests hog the CPU and guest 4
 constantly receives ping or download requests (the guaranteed-slice module, sec. 3.2.3).
 {PAPER_NOTE}
@@ -504,7 +504,7 @@ class Latency:
                         f"p99 {rows[-1]['p99_us']:.0f} µs, lost {c['lost']}, boosts {rows[-1]['boosts']}")
         o.csv(rows, cls.COLUMNS)
         o.png(cls.plot(rows, rtts))
-        o.summary(f"{cls.NAME}: ping latency of VM {TARGET} over tap (seed 001 Fig. 6)",
+        o.summary(f"{cls.NAME}: ping latency of VM {TARGET} over tap (FEAS, Fig. 6)",
                   cls.summary(rows, pings, rounds))
         return o.dir
 
@@ -538,7 +538,7 @@ class Latency:
         cdf.grid(True, alpha=0.3)
         cdf.legend(fontsize=8)
         cdf.set_title("distribution, all busy", fontsize=10)
-        fig.suptitle(f"Ping latency to VM {TARGET} (1 vCPU, TCG) sharing a host CPU with 3 VMs (seed 001 Fig. 6)")
+        fig.suptitle(f"Ping latency to VM {TARGET} (1 vCPU, TCG) sharing a host CPU with 3 VMs (FEAS, Fig. 6)")
         return fig
 
     @staticmethod
@@ -571,10 +571,10 @@ yet booted), measured in the same run.
 
 {table}
 
-Measured earlier on this host (issue 11; one busy TCG guest, 250 pings 20 ms apart, avg / p50 /
+Measured earlier on this host (one busy TCG guest, 250 pings 20 ms apart, avg / p50 /
 p99 µs): idle host 862 / 689 / 3624; 2 host hogs 2801 / 3689 / 7796.
 
-**The paper** (seed 001 Fig. 6, sec. 4.2): 100 pings, one per second, to a busy guest 4; under the
+**The paper** (FEAS, Fig. 6, sec. 4.2): 100 pings, one per second, to a busy guest 4; under the
 credit scheduler the latency is "high and unpredictable", under FEAS the busy domain "can always
 respond to ping requests immediately" (one boost per 10 ms, pings 1 s apart). {PAPER_NOTE}
 """
@@ -597,7 +597,7 @@ class Throughput:
 
     @staticmethod
     def s_n(times, size_kb):
-        """Seed 001's s_n (KiB/s): n * size / (latest finish - earliest start)."""
+        """The FEAS paper's s_n (KiB/s): n * size / (latest finish - earliest start)."""
         span = max(f for _, f in times.values()) - min(s for s, _ in times.values())
         return len(times) * size_kb / span, span
 
@@ -622,7 +622,7 @@ class Throughput:
                                         **ev_fields(ev, mode))
                         rows.append(o.point(f"single/{setup}/{size}/{mode}", measure))
                         log(f"{setup} {size} KiB {mode}: {rows[-1]['kb_per_s']:.0f} KiB/s")
-            # seed 001 Fig. 8: n VMs (all busy) serve the file at the same time.
+            # FEAS, Fig. 8: n VMs (all busy) serve the file at the same time.
             tb.set_busy(busy_set("all busy"))
             for n in counts:
                 for mode in MODES:
@@ -643,7 +643,7 @@ class Throughput:
                     log(f"{n} VMs at once {mode}: s_n = {rows[-1]['kb_per_s']:.0f} KiB/s")
         o.csv(rows, cls.COLUMNS)
         o.png(cls.plot(rows, setups))
-        o.summary(f"{cls.NAME}: download speed from busy VMs (seed 001 Fig. 7 and 8)",
+        o.summary(f"{cls.NAME}: download speed from busy VMs (FEAS, Fig. 7 and 8)",
                   cls.summary(rows, setups, reps, big))
         return o.dir
 
@@ -671,11 +671,11 @@ class Throughput:
         ax.set_xticks(sorted({r["vms"] for r in rows if r["part"] == "concurrent"}))
         ax.set_xlabel("VMs downloaded from at once (all busy)")
         ax.set_ylabel("s_n (MiB/s)")
-        ax.set_title("seed 001 Fig. 8: n * size / (last finish - first start)", fontsize=10)
+        ax.set_title("FEAS, Fig. 8: n * size / (last finish - first start)", fontsize=10)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-        fig.suptitle("Download speed from VMs that share one host CPU (seed 001 Fig. 7 and 8)")
+        fig.suptitle("Download speed from VMs that share one host CPU (FEAS, Fig. 7 and 8)")
         return fig
 
     @staticmethod
@@ -702,13 +702,13 @@ class Throughput:
         return f"""The client (curl, on the client CPU) downloads a file from busybox httpd in VM {TARGET} over
 its tap device, {reps} times per cell; KiB/s = bytes / time (curl's own). Then n VMs (all busy) are
 downloaded from at once ({big} KiB each), {reps} times, and s_n = n * size / (last finish - first
-start), seed 001's formula, is averaged over those.
+start), the FEAS paper's formula, is averaged over those.
 
 {chr(10).join(lines)}
 
 {table}
 
-**The paper** (seed 001 Fig. 7, sec. 4.3: FTP downloads from guest 4): both schedulers are alike
+**The paper** (FEAS, Fig. 7, sec. 4.3: FTP downloads from guest 4): both schedulers are alike
 when guest 4 is idle, whether or not the others are busy; when guest 4 is busy too, "the download
 speed under FEAS doubles that under credit scheduler". Fig. 8 (sec. 4.4: 1-5 busy guests
 each serving a 16384 KB file at once): the total speed grows with the number of VMs, and FEAS
@@ -770,7 +770,7 @@ class Overhead:
                         log(f"{setup} round {r + 1} {mode}: {rows[-1]['job_s']:.3f} s")
         o.csv(rows, cls.COLUMNS)
         o.png(cls.plot(rows, setups))
-        o.summary(f"{cls.NAME}: cost of event boosting to a CPU-bound guest job (seed 001 Table 2)",
+        o.summary(f"{cls.NAME}: cost of event boosting to a CPU-bound guest job (FEAS, Table 2)",
                   cls.summary(rows, setups, rounds, limit))
         return o.dir
 
@@ -800,7 +800,7 @@ class Overhead:
                          f"{statistics.mean(rat):.3f}" if rat else setup, fontsize=10)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=8)
-        fig.suptitle("Prime search with FEAS on and off, paired rounds (seed 001 Table 2)")
+        fig.suptitle("Prime search with FEAS on and off, paired rounds (FEAS, Table 2)")
         return fig
 
     @classmethod
@@ -834,9 +834,9 @@ class Overhead:
         table = md_table(table_rows, ["setup", "rounds", "none", "feas", "ratio", "sd", "res", "paper"],
                          ["set-up", "rounds", "uncoordinated s", "FEAS s", "FEAS/none (mean of pairs)", "sd of pairs",
                           "2 SE", "paper (Table 2)"])
-        return f"""The prime search of seed 001 (trial division, primes below {limit}; `cosched-tools primes`)
+        return f"""The prime search of the FEAS paper (trial division, primes below {limit}; `cosched-tools primes`)
 runs in VM {TARGET} (through its control CGI; its own clock times it) while the other VMs are busy
-or all are idle, and on the host's client CPU ("host", seed 001's Domain 0 column) with the VMs
+or all are idle, and on the host's client CPU ("host", the FEAS paper's Domain 0 column) with the VMs
 idle. Each round runs it once per mode, in alternating order; the daemon is started for the
 FEAS run and stopped after it. data.csv has VM {TARGET}'s event counters over each FEAS job (the
 control request that starts the job is one event).
@@ -845,7 +845,7 @@ control request that starts the job is one event).
 
 {table}
 
-**The paper** (seed 001 Table 2, primes below 10^7): others busy 32.44 -> 32.59 s, all idle
+**The paper** (FEAS, Table 2, primes below 10^7): others busy 32.44 -> 32.59 s, all idle
 8.78 -> 8.80 s, Domain 0 8.12 -> 8.15 s: "less than 1%". {PAPER_NOTE}
 """
 

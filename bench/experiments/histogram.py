@@ -1,4 +1,4 @@
-"""Experiment 2: the latency histogram (seed 000, Fig. 8): 2 host hogs and 1 guest hog,
+"""Experiment 2: the latency histogram (Coordinated Task Scheduling, Fig. 8): 2 host hogs and 1 guest hog,
 uncoordinated vs coordinated, log-log, from cyclictest's -h histogram."""
 
 import matplotlib.pyplot as plt
@@ -56,7 +56,7 @@ def plot(hists, summaries):
         ax.set_title("cyclictest " + ("(SCHED_OTHER, as in the paper)" if cm == "other" else "-p 80"), fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("Latency with 2 host hogs and 1 guest hog (seed 000 Fig. 8)")
+    fig.suptitle("Latency with 2 host hogs and 1 guest hog (Coordinated Task Scheduling, Fig. 8)")
     return fig
 
 
@@ -71,7 +71,7 @@ def main(quick, out=None, verbose=False, fresh=False):
                      ["cyclictest", "policy", "avg", "p50", "p99", "p999", "max", "n", "boosted_pct"],
                      ["cyclictest", "QEMU threads", "avg µs", "p50 µs", "p99 µs", "p99.9 µs", "max µs", "samples",
                       "VM boosted, % of the run"])
-    o.summary("Latency histogram, 2 host hogs + 1 guest hog (seed 000 Fig. 8)", f"""
+    o.summary("Latency histogram, 2 host hogs + 1 guest hog (Coordinated Task Scheduling, Fig. 8)", f"""
 The distribution of {loops} wake-up latencies per curve, 2 host CPU hogs and 1 guest CPU hog.
 The daemon runs without budgets (`max_continuous_boost_ms = 0`, `max_boost_share_permille =
 1000`): with the defaults (10 s at a time, 90% of 20 s) a run this long is cut by the budget, which
@@ -80,7 +80,7 @@ is what budgets are for but not what this figure measures.
 
 {table}
 
-**The paper** (seed 000 Fig. 8, CFS, SCHED_OTHER cyclictest): average 1921 µs without and 87.5 µs
+**The paper** (Coordinated Task Scheduling, Fig. 8, CFS, SCHED_OTHER cyclictest): average 1921 µs without and 87.5 µs
 with coordinated scheduling; "there are less overall values in the high range".
 """)
     return o.dir

@@ -1,5 +1,5 @@
 """Experiment io-startup: cold start-up time of an application in the guest under guest and host
-readers (seed 003, Virtual-BFQ: Fig. 1-3 and 10-11).
+readers (Virtual-BFQ, Fig. 1-3 and 10-11).
 
 The disk is emulated (experiments.slowdisk): a single-threaded FUSE model of a disk (8 ms per
 seek beyond 512 KiB, 40 MB/s) under a loop device with direct I/O running BFQ, with an ext4 on it
@@ -50,7 +50,7 @@ AIO = "native"
 SLICE_IDLE_MS = 100
 COLUMNS = ["mode", "host_readers", "guest_workload", "launches", "timeouts", "mean_s", "min_s", "max_s",
            "x_idle", "io_boosts", "io_boosted_s"]
-# Seed 003, Fig. 10/11 (start-up of a large application, seconds): 5 sequential readers on the
+# Virtual-BFQ, Fig. 10/11 (start-up of a large application, seconds): 5 sequential readers on the
 # host, 1 sequential reader in the guest.
 PAPER = {"idle": 2.2, "bfq": 8.5, "vbfq": 2.8}
 
@@ -296,7 +296,7 @@ def summary(rows, hosts, idle, quick):
         checks.append(f"- Over every cell with host readers ({', '.join(map(str, loaded))}), the start-up is on "
                       f"average {levers['ioprio']:.2f}x idle with the ioprio lever, {levers['weight']:.2f}x with "
                       f"the weight lever and {mean_x('none', loaded):.2f}x uncoordinated: {best} wins "
-                      f"(cosched's default lever is ioprio, chosen from this comparison: README)")
+                      f"(cosched's default lever is ioprio, chosen from this comparison: docs/evaluation.md)")
     shown = [{**r, "mean_s": f"X (> {TIMEOUT_S} s)" if r["timeouts"] else r["mean_s"],
               "min_s": "-" if r["timeouts"] else r["min_s"], "max_s": "-" if r["timeouts"] else r["max_s"]}
              for r in rows]
@@ -307,7 +307,7 @@ def summary(rows, hosts, idle, quick):
 
 {chr(10).join(checks) or "- (the target cells are not in this run)"}
 
-**The paper** (seed 003, Fig. 10/11, 5 sequential readers on the host, 1 in the guest): BFQ
+**The paper** (Virtual-BFQ, Fig. 10/11, 5 sequential readers on the host, 1 in the guest): BFQ
 {PAPER['bfq']} s, V-BFQ {PAPER['vbfq']} s, idle {PAPER['idle']} s (1.27x idle).
 
 {table}

@@ -1,4 +1,4 @@
-"""Experiment 1: timer latency vs load (seed 000, Fig. 1 and Fig. 7).
+"""Experiment 1: timer latency vs load (Coordinated Task Scheduling, Fig. 1 and Fig. 7).
 
 The total number of CPU hogs runs from 0 to 6, split between the host and a 1-vCPU guest (0, 1
 or 2 in the guest). cyclictest runs in the guest (or on the host: "no guest"), once as the paper
@@ -93,7 +93,7 @@ def plot(rows):
             if j == 0:
                 ax.set_ylabel("wake-up latency (µs, log)")
     axes[0][2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.suptitle("Guest timer latency vs load (seed 000 Fig. 1 / Fig. 7)")
+    fig.suptitle("Guest timer latency vs load (Coordinated Task Scheduling, Fig. 1 / Fig. 7)")
     return fig
 
 
@@ -128,7 +128,7 @@ measured closest to it:
 Across all points the worst cosched average is {worst_cosched} µs, against {worst_none} µs
 uncoordinated.
 
-**The papers** (seed 000, CFS, Fig. 7/8): with 2 host and 1 guest workloads the guest's average
+**The papers** (Coordinated Task Scheduling, CFS, Fig. 7/8): with 2 host and 1 guest workloads the guest's average
 latency was 1921 µs without and 87.5 µs with coordinated scheduling; with co-scheduling the
 curves "are now almost completely horizontal". Their curves come from `cyclictest -q -n -l 100000
 -h 5000`, i.e. SCHED_OTHER, 2 x 100 000 samples per point.
@@ -140,5 +140,5 @@ def main(quick, out=None, verbose=False, fresh=False):
     rows = measure(o, quick, verbose)
     o.csv(rows, COLUMNS)
     o.png(plot(rows))
-    o.summary("Latency vs load (seed 000 Fig. 1 and 7)", summarize(rows, quick))
+    o.summary("Latency vs load (Coordinated Task Scheduling, Fig. 1 and 7)", summarize(rows, quick))
     return o.dir

@@ -1,4 +1,4 @@
-"""Experiment `membw` (seed 004 §2, MemGuard for VMs): the daemon's memory-bandwidth regulator
+"""Experiment `membw` (DREAMS D2.2.3 §2, MemGuard for VMs): the daemon's memory-bandwidth regulator
 (`cosched_core::membw`, the same code `cosched host` runs) driven by a model of the memory system
 (`cosched-membw-sim`), since this host has neither resctrl nor PMU counters.
 
@@ -133,7 +133,7 @@ def main(quick, out=None, verbose=False, fresh=False, real_mbps=None):
     worst = min(t["rt_pct"] for t in regulated)
     lends = [t["lent_after_ms"] for t in regulated if "reclaim" in t["mode"]]
     stop = max(t["max_stop_ms"] for t in regulated if t["max_stop_ms"] != "")
-    o.summary("Memory-bandwidth regulation (seed 004 §2, MemGuard for VMs), simulated", f"""
+    o.summary("Memory-bandwidth regulation (DREAMS D2.2.3 §2, MemGuard for VMs), simulated", f"""
 The daemon's regulator, on a model of the memory system: {G} MB/s guaranteed (the shares divide
 it), {CAPACITY} MB/s deliverable, a {PERIOD_MS} ms period read {CHECKS} times. "rt" holds 70%,
 "hog1" 20%, "hog2" nothing; rt is idle from {IDLE[0] / 1000} to {IDLE[1] / 1000} s. Each VM moves
@@ -144,7 +144,7 @@ catches up on when it can. Judged from 100 ms on, leaving out the first period a
 Our setup: this host has neither resctrl nor PMU counters, so the counters are the model's; the
 policy code is the daemon's own (`cosched-membw-sim` runs `cosched_core::membw::sim`). Command:
 `/usr/bin/python3 bench/experiment.py membw` (the same with `--quick`: it is fast). On a host with
-PMU counters, `bench/experiment.py membw --real G` measures real guests (see the README); it has
+PMU counters, `bench/experiment.py membw --real G` measures real guests (see docs/evaluation.md); it has
 never run here.
 
 {md}
@@ -156,7 +156,7 @@ a VM over its budget is stopped within one period: **{"met" if stop <= PERIOD_MS
 it passed its limit: at the next check, every {PERIOD_MS / CHECKS} ms). A VM moves up to one check's worth past its
 budget before it is stopped (hog1 moves about 1.25 MB per period above its 2 MB without reclaim).
 
-**The paper** (seed 004 §2.4 and §2.7, Juno board, real MemGuard): a reclaim experiment where a
+**The paper** (DREAMS D2.2.3 §2.4 and §2.7, Juno board, real MemGuard): a reclaim experiment where a
 task limited to 240 MB/s reaches 590 MB/s with reclaim; two guests at 70% and 20% of the
 guaranteed bandwidth, each held to its share (Fig. 7, no numbers given); mplayer decoding with a
 correct reservation for its core and best effort for the others: 59.9 s vs 60.3 s unregulated, and
@@ -300,7 +300,7 @@ def real(guaranteed_mbps, quick, out, verbose, fresh):
                    "hog1 while rt idle", "throttles"])
     regulated = [t for t in table if t["rt_pct"] != ""]
     worst = min((t["rt_pct"] for t in regulated), default="")
-    o.summary("Memory-bandwidth regulation (seed 004 §2), real guests", f"""
+    o.summary("Memory-bandwidth regulation (DREAMS D2.2.3 §2), real guests", f"""
 Three guests stream memory (`dd` from /dev/zero, 32 MiB buffers); "rt" holds 70% of the
 {guaranteed_mbps} MB/s declared guaranteed, "hog1" 20%, "hog2" nothing; rt streams {STREAM_S} s and
 idles {IDLE_S} s in turn. Each mode runs {phase_s} s under a fresh daemon (`pmu` backend; the

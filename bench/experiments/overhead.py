@@ -1,7 +1,7 @@
-"""Experiment 5: the guest agent's overhead (seed 001, Table 2).
+"""Experiment 5: the guest agent's overhead (FEAS, Table 2).
 
 In one boot of the guest (host idle, daemon running so the agent registers and attaches), a fixed
-CPU-bound job (trial-division prime search, as in seed 001) and a context-switch-heavy job (pipe
+CPU-bound job (trial-division prime search, as in the FEAS paper) and a context-switch-heavy job (pipe
 ping-pong) run alternately without and with the agent, round after round, so that drifts of this
 shared machine hit both sides alike. We report each job's slowdown with the agent.
 """
@@ -88,7 +88,7 @@ def plot(rows):
                      fontsize=10)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("Guest agent overhead (seed 001 Table 2)")
+    fig.suptitle("Guest agent overhead (FEAS, Table 2)")
     return fig
 
 
@@ -117,8 +117,8 @@ def main(quick, out=None, verbose=False, fresh=False):
     k = sign_test_threshold(primes["runs"])
     sign = (f"a sign test needs {k} of {primes['runs']} to call that a slowdown at 5%, "
             + ("and it does" if primes["slower"] >= k else "so it does not settle it either"))
-    o.summary("Guest agent overhead (seed 001 Table 2)", f"""
-A prime search below {limit} by trial division (CPU-bound, as seed 001) and {trips} pipe
+    o.summary("Guest agent overhead (FEAS, Table 2)", f"""
+A prime search below {limit} by trial division (CPU-bound, as in the FEAS paper) and {trips} pipe
 ping-pong round trips (2 context switches each), alternately without and with `cosched guest`
 attached, {rounds} rounds in one boot, host idle:
 
@@ -132,7 +132,7 @@ robust view: the median of the paired differences is {primes['median_pct']:+.1f}
 next by ±{primes['sd_pct']:.0f}% here (a TCG guest on a shared machine). The context-switch-heavy
 job pays for the BPF programs on every switch and wake-up: {sd[1]['slowdown_pct']:+.2f}%.
 
-**The paper** (seed 001 Table 2, prime search below 10^7): 32.44 -> 32.59 s (+0.48%) with other
+**The paper** (FEAS, Table 2, prime search below 10^7): 32.44 -> 32.59 s (+0.48%) with other
 domains busy, 8.78 -> 8.80 s (+0.24%) all idle, 8.12 -> 8.15 s (+0.29%) in Domain 0: "less than 1%".
 """)
     return o.dir

@@ -1,19 +1,19 @@
-"""Experiment 4: co-scheduling vs static real-time tunings (seed 002, Fig. 11 and 12).
+"""Experiment 4: co-scheduling vs static real-time tunings (Performance Tuning, Fig. 11 and 12).
 
 The guest runs a periodic RT task (`cyclictest -p 80 -i 10000`) beside a CPU hog (its general-
 purpose load). The host runs two general-purpose CPU jobs of fixed size at the same time: gzip -6
 and bzip2 -9 over a fixed 24 MB text, several passes each. We report each job's completion time
-and the guest's latency (cyclictest's timer-interrupt-to-task latency: seed 002's PDLT, its
+and the guest's latency (cyclictest's timer-interrupt-to-task latency: the paper's PDLT, its
 interrupt-latency measure) under these host policies: none, static prioritization (vCPU FIFO 97,
 the other QEMU threads FIFO 98), the same with the RT guard, shielding (the vCPU alone on a
 dedicated CPU), both (the static ones are the daemon's `[vm.bench.static]`, applied when it finds
 the VM, with no agent in the guest), and
 coordination in three modes:
-  - seed 002's co-scheduling: boost while the RT task runs, at the guest task's priority (FIFO,
+  - the paper's co-scheduling: boost while the RT task runs, at the guest task's priority (FIFO,
     capped by the VM's ceiling), deboost right after (`cosched guest --hold-periodic-max-us 0
     --idle-deboost-ms 1 --predict false`), so the host gets the CPU back between two activations;
   - cosched's default: the hold follows the task's period, so the VM stays boosted through it;
-  - predictive boost: seed 002's mode, and after each deboost the guest tells the host when its
+  - predictive boost: the paper's mode, and after each deboost the guest tells the host when its
     next RT wake-up is due (`WAKE`); the host boosts just before it.
 All run without budgets (the runs are 25 s long; static prioritization has none either).
 A SCHED_OTHER cyclictest pinned to the vCPU's CPU on the host (the last CPU, the shielded one)
@@ -32,7 +32,7 @@ import harness
 from experiments.common import POLICY_LABEL, STYLE, Output, log, md_table
 
 NAME = "rt-vs-static"
-SEED002_ARGS = "--hold-periodic-max-us 0 --idle-deboost-ms 1"
+PAPER_RT_ARGS = "--hold-periodic-max-us 0 --idle-deboost-ms 1"
 # (name in data.csv, agent arguments or None (no agent), the daemon's [vm.bench.static] or None, label).
 # The static tunings are the daemon's (`[vm.NAME.static]`, applied when it finds the VM, at boot),
 # with no agent in the guest; "none" runs no daemon.
@@ -43,9 +43,9 @@ VARIANTS = [
     ("static_fifo_guard", None, "fifo = true\nguard = true\n", "static FIFO 97/98 + RT guard"),
     ("shield", None, SHIELD, "shielding"),
     ("shield_fifo", None, "fifo = true\n" + SHIELD, "shielding + FIFO 97/98"),
-    ("cosched_seed002", SEED002_ARGS + " --predict false", None, "seed 002 co-scheduling (guest priority)"),
+    ("cosched_paper", PAPER_RT_ARGS + " --predict false", None, "the paper's co-scheduling (guest priority)"),
     ("cosched", "", None, "cosched, default (hold follows the period)"),
-    ("cosched_predict", SEED002_ARGS, None, "cosched, predictive boost"),
+    ("cosched_predict", PAPER_RT_ARGS, None, "cosched, predictive boost"),
 ]
 POLICIES = [v[0] for v in VARIANTS]
 LABEL = {v[0]: v[3] for v in VARIANTS}
@@ -173,7 +173,7 @@ def aggregate(rows):
 
 
 def color(policy):
-    return {"cosched_seed002": "tab:olive", "cosched_predict": "tab:cyan", "shield_fifo": "tab:pink",
+    return {"cosched_paper": "tab:olive", "cosched_predict": "tab:cyan", "shield_fifo": "tab:pink",
             "static_fifo_guard": "tab:purple"}.get(
         policy) or STYLE[policy]["color"]
 
@@ -185,7 +185,7 @@ def plot(agg):
     a1.bar([x + 0.2 for x in xs], [a["bzip2_s"] for a in agg], width=0.4, label="bzip2 -9", color="tab:brown")
     a1.set_xticks(list(xs), [a["label"] for a in agg], fontsize=7, rotation=15, ha="right")
     a1.set_ylabel("job completion time (s)")
-    a1.set_title("Host general-purpose jobs (seed 002 Fig. 11)", fontsize=10)
+    a1.set_title("Host general-purpose jobs (Performance Tuning, Fig. 11)", fontsize=10)
     a1.legend(fontsize=8)
     a2.bar([x - 0.2 for x in xs], [a["avg_us"] for a in agg], width=0.4, label="average",
            color=[color(a["policy"]) for a in agg], alpha=0.5)
@@ -209,17 +209,17 @@ def main(quick, out=None, verbose=False, fresh=False):
     by = {a["policy"]: a for a in agg}
     total = {p: by[p]["gzip_s"] + by[p]["bzip2_s"] for p in by}
     gz, bz, loops, reps, mb = plan(quick)
-    pred, seed, dflt, fifo = by["cosched_predict"], by["cosched_seed002"], by["cosched"], by["static_fifo"]
+    pred, seed, dflt, fifo = by["cosched_predict"], by["cosched_paper"], by["cosched"], by["static_fifo"]
     guard = by["static_fifo_guard"]
-    t_jobs = total["cosched_predict"] / total["cosched_seed002"]
+    t_jobs = total["cosched_predict"] / total["cosched_paper"]
     t_avg = pred["avg_us"] / dflt["avg_us"]
-    t_seed = total["static_fifo"] / total["cosched_seed002"]
+    t_seed = total["static_fifo"] / total["cosched_paper"]
 
     def met(ok):
         return "**met**" if ok else "**missed**"
 
-    o.summary("Co-scheduling vs static real-time tunings (seed 002 Fig. 11 and 12)", f"""
-The guest runs `cyclictest -p 80 -i 10000` (the timer-interrupt-to-task latency: seed 002's PDLT,
+    o.summary("Co-scheduling vs static real-time tunings (Performance Tuning, Fig. 11 and 12)", f"""
+The guest runs `cyclictest -p 80 -i 10000` (the timer-interrupt-to-task latency: the paper's PDLT,
 the interrupt latency we can measure in this guest) and a CPU hog; the host runs gzip -6 ({gz}
 passes) and bzip2 -9 ({bz} passes) over the same {mb} MB text at the same time, and a SCHED_OTHER
 cyclictest pinned to the vCPU's (shielded) CPU stands in for that CPU's per-CPU kernel threads.
@@ -231,18 +231,18 @@ cyclictest pinned to the vCPU's (shielded) CPU stands in for that CPU's per-CPU 
 
 Both jobs together: no policy {total["none"]:.1f} s, static FIFO {total["static_fifo"]:.1f} s, static FIFO
 with the RT guard {total["static_fifo_guard"]:.1f} s, shielding
-{total["shield"]:.1f} s, shielding + FIFO {total["shield_fifo"]:.1f} s, seed 002's co-scheduling
-{total["cosched_seed002"]:.1f} s, cosched's default {total["cosched"]:.1f} s, predictive boost
+{total["shield"]:.1f} s, shielding + FIFO {total["shield_fifo"]:.1f} s, the paper's co-scheduling
+{total["cosched_paper"]:.1f} s, cosched's default {total["cosched"]:.1f} s, predictive boost
 {total["cosched_predict"]:.1f} s.
 
 Targets, in this run:
 
 | target | measured | |
 |---|---|---|
-| predictive: host jobs ≤ 1.1× seed 002's mode | {t_jobs:.2f}× ({total["cosched_predict"]:.1f} against {total["cosched_seed002"]:.1f} s) | {met(t_jobs <= 1.1)} |
+| predictive: host jobs ≤ 1.1× the paper's mode | {t_jobs:.2f}× ({total["cosched_predict"]:.1f} against {total["cosched_paper"]:.1f} s) | {met(t_jobs <= 1.1)} |
 | predictive: guest average ≤ 1.2× cosched's default | {t_avg:.2f}× ({pred["avg_us"]:.0f} against {dflt["avg_us"]:.0f} µs) | {met(t_avg <= 1.2)} |
 | predictive: guest max below static FIFO's | {pred["max_us"]:.0f} against {fifo["max_us"]:.0f} µs | {met(pred["max_us"] < fifo["max_us"])} |
-| seed 002's co-scheduling: host jobs ≥ 1.5× as fast as static FIFO | {t_seed:.2f}× | {met(t_seed >= 1.5)} |
+| the paper's co-scheduling: host jobs ≥ 1.5× as fast as static FIFO | {t_seed:.2f}× | {met(t_seed >= 1.5)} |
 
 Predictions (all runs of the predictive mode): {pred["wakes"]} `WAKE` frames, {pred["predicted"]} predicted
 boosts applied, {pred["confirmed"]} confirmed by the guest's `CPU 1`, {pred["unconfirmed"]} unconfirmed
@@ -273,29 +273,29 @@ jobs take {total["static_fifo_guard"]:.1f} s against {total["static_fifo"]:.1f} 
 the predicted wake-up (the guest's own latency and the frame's way out). A longer lead does not
 help: with `predict_lead_min_us = 2000` (a separate probe, 2 runs each, same load) the guest
 average was 300-321 µs against 291-318 µs with 500 µs, and the host jobs took 16.7-19.0 s
-against 15.6-16.0 s; cosched's default gave 133-204 µs there. What the predictive and seed 002
+against 15.6-16.0 s; cosched's default gave 133-204 µs there. What the predictive and the paper's
 modes share, and the default does not, is three frames per period (`CPU 1`, `CPU 0`, `WAKE`)
 through virtio-serial, each an interrupt and an exit in the TCG guest around its RT task's
 wake-up, and a vCPU that changes class twice per period; we did not separate the two. The
-host-jobs side holds: predictive boost costs the host no more than seed 002's mode and keeps the
+host-jobs side holds: predictive boost costs the host no more than the paper's mode and keeps the
 guest's maximum at 8 ms where static FIFO's is 53 ms.
 
 Earlier full run the same day (before the hold adapted to late confirmations): no policy 16.2 s,
 static FIFO 24.6 s (guest 721 µs avg, 52.8 ms max), static FIFO + guard 21.8 s (307 µs, 5.0 ms),
-seed 002's mode 19.5 s (1.26× as fast as static FIFO; guest 1059 µs avg), cosched's default
+the paper's mode 19.5 s (1.26× as fast as static FIFO; guest 1059 µs avg), cosched's default
 25.5 s (389 µs), predictive 21.5 s (681 µs avg, 7.8 ms max, 900 of 7244 predictions unconfirmed).
 
-**The paper** (seed 002 sec. 5.5, VxWorks guest with CPU load, SPEC2000 jobs on the host): with
+**The paper** (Performance Tuning, sec. 5.5, VxWorks guest with CPU load, SPEC2000 jobs on the host): with
 co-scheduling the general-purpose jobs ran "much faster (even more than two times)" than with
 static prioritization (vCPU FIFO 97, I/O thread 98); the RT task's average latency did not change,
 its worst case rose from 112 to 130 µs. Shielding and prioritization each brought the maximum down
 to about 100 µs (Fig. 9, 10), with averages unchanged. Ours: static FIFO {fifo["avg_us"]:.0f} µs
 average, {fifo["max_us"]:.0f} µs max; shielding {by["shield"]["avg_us"]:.0f} / {by["shield"]["max_us"]:.0f} µs;
-seed 002's co-scheduling {seed["avg_us"]:.0f} / {seed["max_us"]:.0f} µs with host jobs {t_seed:.2f}× as fast
+the paper's co-scheduling {seed["avg_us"]:.0f} / {seed["max_us"]:.0f} µs with host jobs {t_seed:.2f}× as fast
 as under static FIFO.
 
 Earlier run (2026-11-21, before the guest's priority, shielding + FIFO and prediction): no policy
-16.6 s, static FIFO 21.7 s, shielding 22.6 s, seed 002's mode 16.9 s (1.28× as fast as static),
+16.6 s, static FIFO 21.7 s, shielding 22.6 s, the paper's mode 16.9 s (1.28× as fast as static),
 cosched's default 25.0 s with guest average 275 µs and max 9.4 ms (static FIFO: 52 ms max).
 """)
     return o.dir

@@ -373,12 +373,12 @@ def measure(quick, verbose=False, floor_ref=None):
 # The old numbers and the report
 
 
-# The last results of the daemon before issue 9's hot-path work: what "before" means here.
+# The last results before the daemon's hot-path work: what "before" means here.
 OLD_RESULTS_COMMIT = "5a48982"
 
 
 def old_rows():
-    """The results committed before issue 9's hot-path work, by VM count."""
+    """The results committed before the daemon's hot-path work, by VM count."""
     try:
         text = subprocess.run(["git", "-C", str(harness.REPO), "show", f"{OLD_RESULTS_COMMIT}:results/scale/data.csv"],
                               capture_output=True, text=True, check=True).stdout

@@ -3,7 +3,7 @@
     sudo /usr/bin/python3 -m bench.experiments.slowdisk validate [--quick] [--out DIR]
     sudo /usr/bin/python3 -m bench.experiments.slowdisk cleanup     # what a killed run left
 
-The disk (DESIGN.md, "I/O coordination"): bench/slowdisk/slowdisk.c, a single-threaded FUSE
+The disk: bench/slowdisk/slowdisk.c, a single-threaded FUSE
 server, exposes one file, disk.img, that costs a seek (8 ms beyond 512 KiB) plus transfer
 (40 MB/s) per request, with direct_io (no page cache). A loop device with direct I/O over that
 file runs BFQ (or none / mq-deadline), and carries an ext4 file system. Every reader, whatever

@@ -1,5 +1,5 @@
-"""Experiment 3: application start-up time vs load (seed 000, Fig. 4 and Fig. 9), and the new-task
-heuristic's candidates (issue 13): the old watch count, the budget mode, and a forking guest's cost.
+"""Experiment 3: application start-up time vs load (Coordinated Task Scheduling, Fig. 4 and Fig. 9), and the new-task
+heuristic's candidates: the old watch count, the budget mode, and a forking guest's cost.
 
 The application is the Python interpreter importing a fixed set of standard modules and printing
 "ready": a real program with real file and page-cache activity, measured with hot caches (two
@@ -19,7 +19,7 @@ from experiments.common import POLICY_LABEL, Output, grid_curve_style, log, md_t
 NAME = "startup"
 APP = ["python3", "-c", f"{harness.STARTUP_IMPORTS}; print('ready')"]
 POLICIES = ("none", "cosched", "static_rr")
-# The new-task heuristic's budget mode (issue 13, the agent's default since), beside the old
+# The new-task heuristic's budget mode (the agent's default), beside the old
 # default, the count mode (8 switch-ins; its curves have no suffix).
 BUDGET_MS = 300
 BUDGET = (f"--watch-budget-ms {BUDGET_MS}", f", budget {BUDGET_MS} ms")
@@ -156,7 +156,7 @@ def plot(rows):
                     **style)
     ax.set_xlabel("total number of CPU hogs (host + guest)")
     ax.set_ylabel("start-up time (s), mean ± sd")
-    ax.set_title("Start-up time of python3 importing 7 standard modules (seed 000 Fig. 4 / Fig. 9)", fontsize=10)
+    ax.set_title("Start-up time of python3 importing 7 standard modules (Coordinated Task Scheduling, Fig. 4 / Fig. 9)", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     return fig
@@ -180,7 +180,7 @@ def main(quick, out=None, verbose=False, fresh=False):
     st, sg, _ = sensitivity(quick)
     sens = labelled(r for r in rows if r["total_hogs"] == st and r["guest_hogs"] == sg)
     targets, fork = targets_table(rows)
-    o.summary("Application start-up time vs load (seed 000 Fig. 4 and 9)", f"""
+    o.summary("Application start-up time vs load (Coordinated Task Scheduling, Fig. 4 and 9)", f"""
 Start-up time of `{app_cmdline()}` (Python {'3.11'}, from fork() to its "ready" line, hot caches,
 {plan(quick)[2]} launches per point), as the total number of CPU hogs grows, split between host and
 guest, under no coordination, cosched with the old new-task heuristic (the count mode,
@@ -200,7 +200,7 @@ The candidates at {st - sg} host hog(s) and {sg} guest hog(s):
 
 {md_table(sens, cols, heads)}
 
-Targets (issue 13), the budget mode against static `SCHED_RR` 1 and no coordination at each point:
+Targets for the budget mode against static `SCHED_RR` 1 and no coordination at each point:
 
 {targets}
 
@@ -215,7 +215,7 @@ uncoordinated at 13 of the 18 guest points (+1 to +24%), the VM boosted for 1-17
 at 5 host hogs + 1 guest hog 3640 ms against 3146 uncoordinated and 721 static; at 2 host + 1 guest
 hog, `--watch-count 256` gave 912 ms against 1432 with 8, 1257 uncoordinated and 898 static.
 
-**The paper** (seed 000 Fig. 4 and 9, CFS, xterm, 100 launches per point): with a workload in
+**The paper** (Coordinated Task Scheduling, Fig. 4 and 9, CFS, xterm, 100 launches per point): with a workload in
 both host and guest, "the start-up time increases significantly" once the host holds more
 workloads than CPUs; with coordination "the curves ... have a lower slope, and the difference with
 the no guest curve is almost constant" (start-up times up to about 1 s on their axis).

@@ -9,7 +9,7 @@
  *       000's start-up time: "from when an application is launched to when it is ready"), and the
  *       CPU time CMD used until it exited (user + system, from wait4).
  *   cosched-tools primes LIMIT
- *       Counts the primes below LIMIT by trial division (seed 001, sec. 4.5) and prints
+ *       Counts the primes below LIMIT by trial division (as in the FEAS paper, sec. 4.5) and prints
  *       "primes <count> <us>".
  *   cosched-tools pingpong N
  *       Two processes pass one byte back and forth over two pipes N times (2N context switches)

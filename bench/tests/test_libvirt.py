@@ -1,4 +1,4 @@
-"""libvirt for real (issue 15): a libvirtd started by the test (no systemd), the test guest
+"""libvirt for real: a libvirtd started by the test (no systemd), the test guest
 defined as libvirt domains and started with `virsh start`, the daemon beside it as an operator
 runs it. Root; needs what scripts/setup.sh installs (libvirt-daemon, its QEMU driver, virsh, the
 libvirt-qemu user).

@@ -605,7 +605,7 @@ def io_episodes(transitions):
 
 
 class IoCoordination(unittest.TestCase):
-    """The guest side of Virtual-BFQ (seed 003) with the real daemon: a guest with a disk (ext4,
+    """The guest side of I/O coordination (Virtual-BFQ) with the real daemon: a guest with a disk (ext4,
     BFQ, cache=none on the host) runs two sequential readers, then "starts an application" (reads
     400 cold small files). The agent's I/O detector must send IO 1 when the application starts
     under the readers and IO 0 once it has started, and the daemon must raise and lower the VM's
@@ -861,7 +861,7 @@ class GuestNetwork(unittest.TestCase):
 
 
 class EventBoost(unittest.TestCase):
-    """FEAS (issue 11): the daemon boosts an agentless VM's runnable vCPU when its device threads
+    """Event boosting (FEAS): the daemon boosts an agentless VM's runnable vCPU when its device threads
     are woken by an event."""
 
     def test_a_busy_guest_without_an_agent_answers_pings_faster_with_feas(self):
@@ -942,9 +942,9 @@ def wake_predictions(agent):
 
 
 class PredictiveBoost(unittest.TestCase):
-    """Issue 12 in the real guest, both sides: cyclictest -p 80 -i 10000 (seed 002's workload)
-    with the agent in seed 002's mode (`--hold-periodic-max-us 0 --idle-deboost-ms 1`: deboosted
-    between activations) and predictions on. Judged by what the daemon received (its `-v` log):
+    """Predictive boost in the real guest, both sides: cyclictest -p 80 -i 10000 (the Performance
+    Tuning paper's workload) with the agent in that paper's mode (`--hold-periodic-max-us 0
+    --idle-deboost-ms 1`: deboosted between activations) and predictions on. Judged by what the daemon received (its `-v` log):
     CPU 1 frames naming priority 80, and WAKE frames predicting the next activation; and by what
     it did with them (its status, read while the guest still runs): predicted boosts applied and
     confirmed by the guest's CPU 1 at its wake-up, at the guest's priority capped by the ceiling."""

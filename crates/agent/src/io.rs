@@ -1,4 +1,4 @@
-//! The I/O detector (Virtual-BFQ, seed 003 sec. VII.A): `src/bpf/io.bpf.c` reads the guest BFQ's
+//! The I/O detector (the Virtual-BFQ paper, sec. VII.A): `src/bpf/io.bpf.c` reads the guest BFQ's
 //! count of weight-raised busy queues (`bfqd->wr_busy_queues`) after each BFQ operation and
 //! reports, per BFQ instance (a disk), when it goes above 0 (an application BFQ deems interactive,
 //! e.g. one being started, waits for the disk: `IO 1`) and when it has stayed at 0 for

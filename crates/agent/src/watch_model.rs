@@ -1,4 +1,4 @@
-//! The new-task heuristic (the BPF program's watch list, issue 13) under a fake clock: the very
+//! The new-task heuristic (the BPF program's watch list) under a fake clock: the very
 //! arithmetic the program runs (`src/bpf/watch.h`), compiled for the host
 //! (`src/bpf/watch_host.c`, built by build.rs) and driven by simulated task lives. The map glue
 //! around it (lookup, delete, statistics) is the few lines of `watch_charge`, `watch_run_out`,
@@ -254,7 +254,7 @@ fn sleeping_does_not_bank_more_than_one_budget() {
 
 #[test]
 fn a_starting_program_is_boosted_for_its_whole_start_up_in_budget_mode_only() {
-    // A start-up from a hot page cache (issue 13): 150 ms of run time, preempted by a guest hog
+    // A start-up from a hot page cache: 150 ms of run time, preempted by a guest hog
     // every 4 ms, with a short read after every 8th run. The old count mode boosts its first 8
     // switch-ins, a fifth of it, and drops it before its first read could give a unit back;
     // the budget covers it all.

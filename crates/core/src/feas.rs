@@ -1,4 +1,4 @@
-//! Event-aware boosting for guests without an agent (FEAS, seed 001 §3.2), on Linux.
+//! Event-aware boosting for guests without an agent (the FEAS paper, §3.2), on Linux.
 //!
 //! The host BPF reports an *event* for a VM (its main-loop or I/O thread woken by a device, or a
 //! KVM interrupt injection) while one of its vCPU threads is runnable but waiting for a CPU.
@@ -81,7 +81,7 @@ impl EventVms {
     }
 }
 
-/// `[event]` in the host config: FEAS's knobs, seed 001's defaults.
+/// `[event]` in the host config: FEAS's knobs, the FEAS paper's defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FeasConfig {

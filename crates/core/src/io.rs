@@ -1,4 +1,4 @@
-//! I/O coordination (Virtual-BFQ, seed 003): a VM is raised while its guest's BFQ has
+//! I/O coordination (after the Virtual-BFQ paper): a VM is raised while its guest's BFQ has
 //! weight-raised busy queues (`IO 1` .. `IO 0`).
 //!
 //! The I/O resource has no rules of its own beyond what every resource shares (operator

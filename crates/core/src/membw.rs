@@ -1,4 +1,4 @@
-//! Memory-bandwidth regulation (DREAMS seed 004 §2, after MemGuard): the pure policy.
+//! Memory-bandwidth regulation (DREAMS D2.2.3 §2, after MemGuard): the pure policy.
 //!
 //! The operator declares the host's guaranteed bandwidth `G` (what the memory system delivers
 //! even under full contention) and a regulation period. Each VM has a guaranteed share of `G`, in

@@ -1,4 +1,4 @@
-//! Memory-bandwidth coordination on the host (DREAMS seed 004 §2): where the counters come
+//! Memory-bandwidth coordination on the host (DREAMS D2.2.3 §2): where the counters come
 //! from, probed at start, and the regulation's checks. The policy is the core's
 //! [`cosched_core::Regulator`]; the throttle is [`crate::actuator::LeverActuator::throttle`].
 //!

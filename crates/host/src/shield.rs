@@ -1,7 +1,7 @@
-//! CPU shielding's host-wide part (seed 002 sec. 4.2.1): while any VM's vCPUs have dedicated
-//! CPUs, the IRQs and the host groups the operator named leave those CPUs, and come back when
-//! no VM is shielded any more, when the daemon stops, or when a restarted daemon finds what a
-//! dead one left (`kill -9`).
+//! CPU shielding's host-wide part (the Performance Tuning paper, sec. 4.2.1): while any VM's vCPUs
+//! have dedicated CPUs, the IRQs and the host groups the operator named leave those CPUs, and come
+//! back when no VM is shielded any more, when the daemon stops, or when a restarted daemon finds
+//! what a dead one left (`kill -9`).
 //!
 //! What moves is the operator's choice, like systemd's `AllowedCPUs=`: `[shield] host_groups`
 //! names cpuset groups (v1: paths under `<cgroup_root>/cpuset`, v2: under `<cgroup_root>`) whose

@@ -1,7 +1,7 @@
-//! FEAS event detection on the host (seed 001; `src/bpf/feas.bpf.c`): [`FeasWatch`] tells the
-//! daemon when a VM it watches received an event (its main-loop or I/O thread woken by a device,
-//! or a KVM interrupt injection) while one of its vCPU threads was runnable but waiting for a
-//! CPU, within `n_limit` per counting cycle ([`FeasMsg::Boost`]), beyond it once per cycle
+//! FEAS event detection on the host (the FEAS paper; `src/bpf/feas.bpf.c`): [`FeasWatch`] tells the
+//! daemon when a VM it watches received an event (its main-loop or I/O thread woken by a device, or
+//! a KVM interrupt injection) while one of its vCPU threads was runnable but waiting for a CPU,
+//! within `n_limit` per counting cycle ([`FeasMsg::Boost`]), beyond it once per cycle
 //! ([`FeasMsg::Postponed`]), and when a boosted vCPU went to sleep ([`FeasMsg::Blocked`]).
 //! Everything else (timer wake-ups, a VM's own threads waking each other, events while no vCPU
 //! waits) is decided and counted in the kernel ([`FeasCounters`]) and never wakes the daemon.

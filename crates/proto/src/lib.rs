@@ -1,4 +1,4 @@
-//! cosched wire protocol, version 1 (see DESIGN.md, "Wire protocol").
+//! cosched wire protocol, version 1 (see docs/architecture.md, "The wire protocol (v1)").
 //!
 //! Fixed 16-byte little-endian frames in both directions:
 //!
@@ -161,7 +161,7 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| *k as u8 == b)
     }
 
-    /// Upper-case protocol name, as in DESIGN.md and the test vectors.
+    /// Upper-case protocol name, as in docs/architecture.md and the test vectors.
     pub fn name(self) -> &'static str {
         match self {
             Kind::Register => "REGISTER",

@@ -3,7 +3,8 @@
  * cosched guest detector: decides, at every context switch of the guest, whether the guest
  * needs its host's help, and reports per-CPU transitions (boost / deboost) to the agent.
  *
- * This is the paravirtual schedule() of seed 000, sec. VII, Fig. 6, with need_to_be_boosted():
+ * This is the paravirtual schedule() of the Coordinated Task Scheduling paper, sec. VII, Fig. 6,
+ * with need_to_be_boosted():
  *   - a task with prio < 100 (RT or DL) needs a boost;
  *   - a new task (sched_wakeup_new) enters a watch list with a counter of watch_count; each
  *     switch-in of a watched task uses one unit and needs a boost, each wake-up from a sleep
@@ -198,10 +199,11 @@ static int idle_timer_cb(void *map, u32 *key, struct cpu_state *st)
 	if (!st->boosted || st->cur_needs)
 		return 0;
 	if (since >= idle_deboost_ns && now >= until_hold) {
-		/* Seed 002 deboosts only once no interrupt is being handled and no RT task is
-		 * pending. This callback runs in the timer's own softirq, after its hard interrupt
-		 * has returned; an RT/DL task queued here (woken by that interrupt, say) gets the
-		 * CPU as soon as this returns, and a deboost now would be followed by a boost. */
+		/* The Performance Tuning paper deboosts only once no interrupt is being handled and
+		 * no RT task is pending. This callback runs in the timer's own softirq, after its
+		 * hard interrupt has returned; an RT/DL task queued here (woken by that interrupt,
+		 * say) gets the CPU as soon as this returns, and a deboost now would be followed by
+		 * a boost. */
 		if (in_irq_ctx(false) || rt_queued(*key)) {
 			s = stats_get();
 			if (s)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * cosched guest I/O detector (Virtual-BFQ, seed 003 sec. VII.A): reports when the guest's BFQ
+ * cosched guest I/O detector (the Virtual-BFQ paper, sec. VII.A): reports when the guest's BFQ
  * has weight-raised busy queues, i.e. when an application that BFQ deems interactive or soft
  * real-time (typically one being started) waits for the disk, and when it no longer has any.
  *

@@ -1,4 +1,5 @@
-//! CPU coordination's own rules (seed 000 sec. VII; README "The real-time guard"):
+//! CPU coordination's own rules (the Coordinated Task Scheduling paper, sec. VII; for the
+//! real-time guard, docs/architecture.md, "Safety"):
 //!
 //! - the host reserve: boosted VMs together never hold more vCPUs than the host has CPUs minus
 //!   `host_reserve_cpus`; a boost past it is refused with `DENY(cpu: host_reserve)`. A boosted

@@ -11,7 +11,7 @@ use crate::sched::{SchedAttr, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK, SCHED_RR};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BoostPolicy {
-    /// Every thread `SCHED_RR` at the VM's priority (seed 000).
+    /// Every thread `SCHED_RR` at the VM's priority (as in the Coordinated Task Scheduling paper).
     Rr,
     /// Every thread `SCHED_FIFO` at the VM's priority.
     Fifo,
@@ -36,8 +36,8 @@ impl BoostPolicy {
 pub struct BoostClass {
     pub policy: BoostPolicy,
     /// Non-vCPU threads (main loop, I/O threads, workers) run this many priority levels above
-    /// the vCPUs. Under TCG the main loop delivers the guest's timer interrupts (seed 002 puts
-    /// the I/O thread above the vCPU).
+    /// the vCPUs. Under TCG the main loop delivers the guest's timer interrupts (the Performance
+    /// Tuning paper puts the I/O thread above the vCPU).
     pub other_threads_priority_offset: u8,
     /// Nice value of the vCPU threads while the real-time guard holds them off the real-time
     /// class ([`Level::Guarded`]).

@@ -1,5 +1,6 @@
-//! The I/O actuator (Virtual-BFQ, seed 003): while a guest's BFQ has weight-raised busy queues
-//! (`IO 1`), the VM's I/O-issuing threads are raised on the host's BFQ, and put back at `IO 0`.
+//! The I/O actuator (after the Virtual-BFQ paper): while a guest's BFQ has weight-raised busy
+//! queues (`IO 1`), the VM's I/O-issuing threads are raised on the host's BFQ, and put back at
+//! `IO 0`.
 //!
 //! Two levers ([`IoLever`]):
 //! - `ioprio`: each I/O thread gets the real-time I/O class (`ioprio_set`), which BFQ serves

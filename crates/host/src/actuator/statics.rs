@@ -1,8 +1,9 @@
-//! Static per-VM tunings (seed 002 sec. 4.2): what the operator sets on a VM for as long as it
-//! runs, under every dynamic boost, recorded under the `static` layer of the VM's record.
+//! Static per-VM tunings (the Performance Tuning paper, sec. 4.2): what the operator sets on a VM
+//! for as long as it runs, under every dynamic boost, recorded under the `static` layer of the VM's
+//! record.
 //!
 //! - **FIFO** (sec. 4.2.2, 5.4): the vCPU threads `SCHED_FIFO` 97, every other thread 98 (the
-//!   main loop delivers the guest's timers under TCG; seed 002's "I/O thread").
+//!   main loop delivers the guest's timers under TCG; the paper's "I/O thread").
 //! - **Shielding** (sec. 4.2.1): the vCPU threads run on dedicated host CPUs, every other thread
 //!   of the VM on the housekeeping CPUs (thread affinity). With a cpuset hierarchy the vCPUs also
 //!   go into a cpuset group of their own, `<the VM's cpuset group>/cosched-shield-<pid>`,

@@ -1,7 +1,7 @@
-//! Event boosting (FEAS, seed 001) in the daemon: the host BPF's messages ([`FeasWatch`]) and
+//! Event boosting (after the FEAS paper) in the daemon: the host BPF's messages ([`FeasWatch`]) and
 //! what the BPF side must know of each VM (which of its threads are vCPUs, main-loop and I/O
-//! threads or workers; whether the coordinator says to watch it). The policy is the
-//! coordinator's `event` resource (`cosched_core::feas`).
+//! threads or workers; whether the coordinator says to watch it). The policy is the coordinator's
+//! `event` resource (`cosched_core::feas`).
 
 use std::collections::BTreeMap;
 

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * cosched FEAS event detection (seed 001): an event for a VM is one of its main-loop or I/O
- * threads woken by a device, or (on KVM) an interrupt injected by one of its non-vCPU threads.
+ * cosched FEAS event detection (after the FEAS paper): an event for a VM is one of its main-loop or
+ * I/O threads woken by a device, or (on KVM) an interrupt injected by one of its non-vCPU threads.
  * When a vCPU thread of that VM is runnable but waiting for a CPU, and the VM is within n_limit
- * boosts this counting cycle, the daemon is woken to boost it (FEAS_BOOST); beyond the limit it
- * is told once per cycle (FEAS_POSTPONED). Nothing else leaves the kernel.
+ * boosts this counting cycle, the daemon is woken to boost it (FEAS_BOOST); beyond the limit it is
+ * told once per cycle (FEAS_POSTPONED). Nothing else leaves the kernel.
  *
  * Device or timer? sched_waking fires in the waker's context, so the context tells:
  *   - inside a timer callback (between hrtimer_expire_entry/exit or timer_expire_entry/exit on

@@ -35,12 +35,12 @@ pub struct VmConfig {
     /// guaranteed_mbps`; `[membw] default_share_permille` if unset). A guest's `MEMBW` request
     /// replaces it while it stands.
     pub membw_share: Option<u64>,
-    /// Static real-time tunings for as long as the VM runs (`[vm.<name>.static]`, seed 002).
+    /// Static real-time tunings for as long as the VM runs (`[vm.<name>.static]`).
     #[serde(rename = "static")]
     pub statics: StaticConfig,
 }
 
-/// `[vm.<name>.static]`: seed 002's static tunings of one VM.
+/// `[vm.<name>.static]`: the static real-time tunings of one VM (Performance Tuning, docs/references.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StaticConfig {
@@ -54,7 +54,7 @@ pub struct StaticConfig {
     pub shield: Option<String>,
     /// The real-time guard on the static FIFO vCPUs (`[policy] rt_guard_*`): at most that share
     /// of every window at `SCHED_FIFO`, the rest at `[boost] guard_nice`, so that the kernel's RT
-    /// throttling never stops the VM. Off: the throttle bounds them (seed 002's tuning as is).
+    /// throttling never stops the VM. Off: the throttle bounds them (the Performance Tuning paper's tuning as is).
     pub guard: bool,
 }
 

@@ -1,5 +1,5 @@
-//! Real-time co-scheduling with the guest's priority (seed 002 sec. 4.3) and predictive boost
-//! (issue 12), both on the CPU resource. Pure, like the rest of the coordinator.
+//! Real-time co-scheduling with the guest's priority (Performance Tuning, sec. 4.3; docs/references.md) and predictive boost
+//! of its next wake-up, both on the CPU resource. Pure, like the rest of the coordinator.
 //!
 //! **Co-scheduling.** A `CPU 1` that names the guest's RT priority (bits 8-15; bit 16, an
 //! interrupt being handled, counts as the highest priority, 99) is granted as

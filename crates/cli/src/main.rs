@@ -298,10 +298,10 @@ fn main() {
             Ok(())
         }
         Cmd::Enable { resource, control_socket } => {
-            request(&control(config, control_socket)?, &Request::Enable { vm: None, resource }).map(drop)
+            request(&control(config, control_socket)?, &Request::Enable { vm: None, resource }).map(drop).map_err(Into::into)
         }
         Cmd::Disable { resource, control_socket } => {
-            request(&control(config, control_socket)?, &Request::Disable { vm: None, resource }).map(drop)
+            request(&control(config, control_socket)?, &Request::Disable { vm: None, resource }).map(drop).map_err(Into::into)
         }
         Cmd::Vm { cmd, control_socket } => {
             let req = match cmd {
@@ -317,7 +317,7 @@ fn main() {
                 VmCmd::Ceiling { vm, ceiling } => Request::Ceiling { vm, ceiling },
                 VmCmd::Membw { vm, share } => Request::MembwShare { vm, share },
             };
-            request(&control(config, control_socket)?, &req).map(drop)
+            request(&control(config, control_socket)?, &req).map(drop).map_err(Into::into)
         }
         Cmd::Membw { period_ms, reclaim, best_effort, control_socket } => {
             let socket = control(config, control_socket)?;

@@ -1,7 +1,10 @@
-"""The Debian package (scripts/package.sh), installed for real: install, upgrade, the units
-verified by systemd-analyze, and a purge that leaves no thread changed, even one a daemon killed
-with SIGKILL left boosted. Root; it installs /usr/bin/cosched and /etc/cosched, and purges them
-again (it refuses to run where a cosched is installed already, rather than touch it)."""
+"""The Debian packages (scripts/package.sh), installed for real: cosched (the binary) with either
+role, cosched-host or cosched-guest. The host role: install, upgrade, its unit verified by
+systemd-analyze, and a purge that leaves no thread changed, even one a daemon killed with SIGKILL
+left boosted. The guest role: its unit, udev rule and config, nothing of the host daemon. And the
+upgrade from 0.1's single package, keeping an operator's edited config. Root; it installs
+/usr/bin/cosched and /etc/cosched, and purges them again (it refuses to run where a cosched is
+installed already, rather than touch it)."""
 
 import os
 import shutil
@@ -19,7 +22,12 @@ import harness  # noqa: E402
 
 REPO = harness.REPO
 FAKE = REPO / "target/release/cosched-fake-qemu"
-UNITS = ["/lib/systemd/system/cosched-host.service", "/lib/systemd/system/cosched-guest.service"]
+HOST_UNIT = "/lib/systemd/system/cosched-host.service"
+GUEST_UNIT = "/lib/systemd/system/cosched-guest.service"
+UDEV_RULE = "/lib/udev/rules.d/60-cosched.rules"
+PACKAGES = ["cosched", "cosched-host", "cosched-guest"]
+COMMON = ["/usr/bin/cosched", "/usr/share/bash-completion/completions/cosched",
+          "/usr/share/zsh/vendor-completions/_cosched", "/usr/share/fish/vendor_completions.d/cosched.fish"]
 
 
 def run(*cmd, check=True, **kw):
@@ -29,17 +37,23 @@ def run(*cmd, check=True, **kw):
     return r
 
 
-def installed():
-    r = run("dpkg-query", "-W", "-f=${Status}", "cosched", check=False)
+def installed(package="cosched"):
+    r = run("dpkg-query", "-W", "-f=${Status}", package, check=False)
     return r.returncode == 0 and "installed" in r.stdout and "not-installed" not in r.stdout
+
+
+def man_pages():
+    """The installed man pages' names (cosched, cosched-host, ...), whatever their section."""
+    return {p.name.split(".")[0] for p in Path("/usr/share/man").glob("man*/cosched*.gz")}
 
 
 class Package(unittest.TestCase):
     def setUp(self):
         harness.need_root(self)
         # Never replace what an operator installed: fail, saying why.
-        self.assertFalse(installed(), "a cosched package is installed on this machine: the package test would "
-                                      "replace and purge it; remove it first (dpkg --purge cosched)")
+        for package in PACKAGES:
+            self.assertFalse(installed(package), f"{package} is installed on this machine: the package test "
+                             f"would replace and purge it; remove it first (dpkg --purge {package})")
         for p in ["/usr/bin/cosched", "/etc/cosched", "/run/cosched"]:
             self.assertFalse(os.path.exists(p), f"{p} exists: the package test would take it over; remove it first")
         self.procs = []
@@ -50,44 +64,129 @@ class Package(unittest.TestCase):
             if p.poll() is None:
                 p.kill()
             p.wait()
-        if installed() or Path("/usr/bin/cosched").exists():
-            run("dpkg", "--purge", "cosched", check=False)
+        if any(installed(p) for p in PACKAGES) or Path("/usr/bin/cosched").exists():
+            run("dpkg", "--purge", *PACKAGES, check=False)
         shutil.rmtree("/run/cosched", ignore_errors=True)
+        # setUp saw no /etc/cosched: a failed install can leave it empty.
+        if os.path.isdir("/etc/cosched") and not os.listdir("/etc/cosched"):
+            os.rmdir("/etc/cosched")
 
     def build(self):
+        """The three packages, by name."""
         r = run("bash", REPO / "scripts/package.sh", timeout=1800)
-        deb = Path(r.stdout.strip().splitlines()[-1].split(": ", 1)[1])
-        self.assertTrue(deb.is_file(), r.stdout)
-        return deb
+        debs = {}
+        for line in r.stdout.splitlines():
+            if line.startswith("package.sh: "):
+                deb = Path(line.split(": ", 1)[1])
+                self.assertTrue(deb.is_file(), r.stdout)
+                debs[deb.name.split("_")[0]] = deb
+        self.assertEqual(sorted(debs), sorted(PACKAGES), r.stdout)
+        return debs
 
     def bumped(self, deb, tmp):
-        """The same package with a higher version: an upgrade."""
-        root = Path(tmp) / "x"
+        """The same package with a higher version, and its dependencies on cosched bumped too:
+        an upgrade."""
+        root = Path(tmp) / deb.name
         run("dpkg-deb", "-R", deb, root)
         control = root / "DEBIAN/control"
         text = control.read_text()
         version = next(line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("Version: "))
-        control.write_text(text.replace(f"Version: {version}", f"Version: {version}+1"))
-        out = Path(tmp) / "cosched-upgrade.deb"
+        text = text.replace(f"Version: {version}", f"Version: {version}+1")
+        control.write_text(text.replace(f"cosched (= {version})", f"cosched (= {version}+1)"))
+        out = Path(tmp) / f"up-{deb.name}"
         run("dpkg-deb", "--root-owner-group", "--build", root, out)
         return out, f"{version}+1"
 
-    def test_install_upgrade_verify_and_purge_leave_nothing_changed(self):
-        deb = self.build()
-        run("dpkg", "-i", deb)
+    def test_guest_role_installs_the_agent_and_nothing_of_the_host(self):
+        debs = self.build()
+        run("dpkg", "-i", debs["cosched"], debs["cosched-guest"])
+        for f in COMMON + [GUEST_UNIT, UDEV_RULE, "/etc/cosched/guest.toml"]:
+            self.assertTrue(Path(f).is_file(), f)
+        for f in [HOST_UNIT, "/etc/cosched/host.toml", "/usr/share/cosched/grafana/cosched.json"]:
+            self.assertFalse(os.path.exists(f), f"the guest role installed {f}, a part of the host daemon")
+        self.assertFalse(installed("cosched-host"))
+        self.assertIn("cosched-guest", man_pages())
+        self.assertEqual(run("dpkg-query", "-W", "-f=${Conffiles}", "cosched-guest").stdout.split()[0],
+                         "/etc/cosched/guest.toml")
+        r = run("systemd-analyze", "verify", GUEST_UNIT, check=False)
+        self.assertEqual((r.returncode, r.stdout + r.stderr), (0, ""))
+        # The agent reads the shipped config (every key commented out: it fails only on the
+        # port, absent here), and an operator's typo in it is an error that names the file.
+        r = run("/usr/bin/cosched", "guest", "--port", "/nonexistent/port", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("/nonexistent/port", r.stderr)
+        with open("/etc/cosched/guest.toml", "a") as f:
+            f.write("min_boost_usec = 300\n")
+        r = run("/usr/bin/cosched", "guest", check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('/etc/cosched/guest.toml: unknown key "min_boost_usec"', r.stderr)
+        run("dpkg", "--purge", "cosched-guest", "cosched")
+        for f in COMMON + [GUEST_UNIT, UDEV_RULE, "/etc/cosched"]:
+            self.assertFalse(os.path.exists(f), f)
+
+    def test_upgrade_from_the_single_package_keeps_the_edited_config(self):
+        """0.1 shipped one package, cosched, with the units and host.toml; 0.2's roles take them
+        over (Breaks/Replaces). Built here as 0.1 was laid out: the binary with the host role's
+        files and scripts, host.toml its conffile."""
+        debs = self.build()
+        # Without these, dpkg refuses to unpack a role before cosched 0.2 ("trying to overwrite
+        # '/etc/cosched/host.toml', which is also in package cosched 0.1.0"); apt happens to
+        # order around it.
+        for role in ["cosched-host", "cosched-guest"]:
+            for field in ["Breaks", "Replaces"]:
+                self.assertEqual(run("dpkg-deb", "-f", debs[role], field).stdout.strip(), "cosched (<< 0.2.0)")
+        with tempfile.TemporaryDirectory(prefix="cosched-pkg-") as tmp:
+            root = Path(tmp) / "old"
+            run("dpkg-deb", "-R", debs["cosched"], root)
+            host = Path(tmp) / "host"
+            run("dpkg-deb", "-R", debs["cosched-host"], host)
+            run("cp", "-a", f"{host}/.", root)
+            guest = Path(tmp) / "guest"
+            run("dpkg-deb", "-x", debs["cosched-guest"], guest)
+            for f in [GUEST_UNIT, UDEV_RULE]:
+                (root / f[1:]).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(guest / f[1:], root / f[1:])
+            fields = {f: run("dpkg-deb", "-f", debs["cosched"], f).stdout.strip()
+                      for f in ["Architecture", "Maintainer", "Depends"]}
+            (root / "DEBIAN/control").write_text(
+                f"Package: cosched\nVersion: 0.1.0\nArchitecture: {fields['Architecture']}\n"
+                f"Maintainer: {fields['Maintainer']}\nDepends: {fields['Depends']}\n"
+                "Description: cosched as 0.1 packaged it\n")
+            old = Path(tmp) / "cosched_0.1.0.deb"
+            run("dpkg-deb", "--root-owner-group", "--build", root, old)
+            run("dpkg", "-i", old)
+            edited = Path("/etc/cosched/host.toml").read_text() + "\n# the operator's edit\n"
+            Path("/etc/cosched/host.toml").write_text(edited)
+            # As an operator upgrades: apt, which orders the unpacks the Breaks ask for; and
+            # non-interactive, as from a script: no conffile prompt.
+            r = run("apt-get", "install", "-y", debs["cosched-host"].resolve(),
+                    debs["cosched"].resolve(), stdin=subprocess.DEVNULL,
+                    env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+            self.assertNotIn("Configuration file", r.stdout + r.stderr)
+            for package in ["cosched", "cosched-host"]:
+                self.assertTrue(installed(package), package)
+            self.assertEqual(Path("/etc/cosched/host.toml").read_text(), edited, "the upgrade lost the edit")
+            self.assertIn("/etc/cosched/host.toml", run("dpkg-query", "-W", "-f=${Conffiles}", "cosched-host").stdout)
+            self.assertEqual(run("dpkg-query", "-S", HOST_UNIT).stdout.split(":")[0], "cosched-host")
+            self.assertTrue(Path(HOST_UNIT).is_file())
+            # 0.1 shipped the guest's files too: the host role drops them.
+            for f in [GUEST_UNIT, UDEV_RULE]:
+                self.assertFalse(os.path.exists(f), f"{f} left by the old package")
+
+    def test_host_role_install_upgrade_verify_and_purge_leave_nothing_changed(self):
+        debs = self.build()
+        run("dpkg", "-i", debs["cosched"], debs["cosched-host"])
         version = run("/usr/bin/cosched", "--version").stdout.split()
         self.assertEqual(version[0], "cosched")
-        self.assertTrue(deb.name.startswith(f"cosched_{version[1]}_"), (deb, version))
-        for f in UNITS + ["/lib/udev/rules.d/60-cosched.rules", "/etc/cosched/host.toml",
-                          "/usr/share/man/man1/cosched.1.gz", "/usr/share/man/man1/cosched-host.1.gz",
-                          "/usr/share/man/man1/cosched-vm-membw.1.gz",
-                          "/usr/share/bash-completion/completions/cosched",
-                          "/usr/share/zsh/vendor-completions/_cosched",
-                          "/usr/share/fish/vendor_completions.d/cosched.fish"]:
+        self.assertTrue(debs["cosched"].name.startswith(f"cosched_{version[1]}_"), (debs, version))
+        for f in COMMON + [HOST_UNIT, "/etc/cosched/host.toml", "/usr/share/cosched/grafana/cosched.json"]:
             self.assertTrue(Path(f).is_file(), f)
-        self.assertIn("/etc/cosched/host.toml", run("dpkg-query", "-W", "-f=${Conffiles}", "cosched").stdout)
-        # The units, against the installed binary and man page.
-        r = run("systemd-analyze", "verify", *UNITS, check=False)
+        for f in [GUEST_UNIT, UDEV_RULE, "/etc/cosched/guest.toml"]:
+            self.assertFalse(os.path.exists(f), f"the host role installed {f}, a part of the guest agent")
+        self.assertLessEqual({"cosched", "cosched-host", "cosched-vm-membw"}, man_pages())
+        self.assertIn("/etc/cosched/host.toml", run("dpkg-query", "-W", "-f=${Conffiles}", "cosched-host").stdout)
+        # The unit, against the installed binary and man page.
+        r = run("systemd-analyze", "verify", HOST_UNIT, check=False)
         self.assertEqual((r.returncode, r.stdout + r.stderr), (0, ""))
         # The shipped config is what the daemon loads by default.
         self.assertIn("restored 0 thread(s)", run("/usr/bin/cosched", "restore").stdout)
@@ -99,19 +198,22 @@ class Package(unittest.TestCase):
             shutil.copy(FAKE, qemu)
             vcpu = self.boosted_then_killed(qemu)
             self.assertEqual(harness.policy(vcpu), os.SCHED_RR, "left boosted by the killed daemon")
-            upgrade, new_version = self.bumped(deb, tmp)
-            run("dpkg", "-i", upgrade)  # prerm upgrade, then postinst configure
-            self.assertEqual(run("dpkg-query", "-W", "-f=${Version}", "cosched").stdout, new_version)
+            upgrades = [self.bumped(debs[p], tmp) for p in ["cosched", "cosched-host"]]
+            run("dpkg", "-i", *(deb for deb, _ in upgrades))  # prerm upgrade, then postinst configure
+            new_version = upgrades[0][1]
+            for package in ["cosched", "cosched-host"]:
+                self.assertEqual(run("dpkg-query", "-W", "-f=${Version}", package).stdout, new_version)
             run("/usr/bin/cosched", "--version")
             self.assertEqual(harness.policy(vcpu), os.SCHED_RR, "an upgrade alone does not restore")
-            r = run("dpkg", "--purge", "cosched")
+            r = run("dpkg", "--purge", "cosched-host", "cosched")
             self.assertRegex(r.stdout + r.stderr, r"restored [1-9]\d* thread\(s\)")
             self.assertEqual(harness.policy(vcpu), os.SCHED_OTHER, "the purge restored the vCPU")
             for p in self.procs:
                 p.kill()
-        for f in UNITS + ["/usr/bin/cosched", "/etc/cosched", "/lib/udev/rules.d/60-cosched.rules"]:
+        for f in COMMON + [HOST_UNIT, "/etc/cosched"]:
             self.assertFalse(os.path.exists(f), f)
-        self.assertFalse(installed())
+        for package in PACKAGES:
+            self.assertFalse(installed(package), package)
 
     def boosted_then_killed(self, qemu):
         """Starts the installed daemon as the unit does and a fake QEMU at

@@ -181,6 +181,9 @@ pub enum GenerateCmd {
         /// bash, zsh, fish, elvish or powershell
         shell: clap_complete::Shell,
     },
+    /// Prints the guest agent's config file, every key commented out at its default
+    /// (packaging/guest.toml, /etc/cosched/guest.toml)
+    GuestConfig,
 }
 
 #[derive(Subcommand, Debug)]

@@ -16,6 +16,7 @@ use cosched_host::control::ControlError;
 
 mod check;
 mod cli;
+mod guest_config;
 mod man;
 mod ops;
 mod parse;
@@ -69,7 +70,12 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
     let socket = |explicit| ops::socket(config, explicit);
     match cli.cmd {
         Cmd::Host(a) => run_host(config, a),
-        Cmd::Guest(opts) => cosched_agent::run(opts),
+        Cmd::Guest(_) => {
+            // The config file's options, then the command line's (which win).
+            let argv: Vec<String> = std::env::args().collect();
+            let opts = guest_config::options(config, &guest_config::guest_args(&argv))?;
+            cosched_agent::run(opts)
+        }
         Cmd::Status { vm, watch: true, interval_ms, count, control_socket, .. } => {
             status::watch(&socket(control_socket), interval_ms, count, vm.as_deref())
         }
@@ -106,6 +112,10 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
         Cmd::Restore { state_dir } => restore::restore(config, state_dir),
         Cmd::CheckConfig { file, json } => check::run(file.as_deref().or(config), json),
         Cmd::Generate(GenerateCmd::Man { dir }) => man::generate(&dir),
+        Cmd::Generate(GenerateCmd::GuestConfig) => {
+            print!("{}", guest_config::commented_default());
+            Ok(())
+        }
         Cmd::Generate(GenerateCmd::Completions { shell }) => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cli::command(), "cosched", &mut script);

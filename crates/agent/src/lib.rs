@@ -49,12 +49,11 @@ pub struct Options {
     #[arg(long)]
     pub port: Option<PathBuf>,
     /// MIN_BOOST_TIME: a boost lasts at least this long after the last task that needed it
-    /// (seed 000 sec. VIII uses 500 µs)
     #[arg(long, default_value_t = 500)]
     pub min_boost_us: u64,
     /// When needs recur with a period below this, hold the boost for 2 periods + MIN_BOOST_TIME
     /// instead of MIN_BOOST_TIME, so a periodic RT task keeps its VM boosted between activations,
-    /// even past one late activation (0 = off: the paper's behaviour). The default covers the
+    /// even past one late activation (0: off, every boost ends MIN_BOOST_TIME after the need). The default covers the
     /// common 1 to 20 ms control periods with room for jitter: a bound equal to a task's period
     /// would flip between holding and not holding from one activation to the next
     #[arg(long, default_value_t = 25_000)]
@@ -82,7 +81,7 @@ pub struct Options {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub watch_max: u32,
     /// I/O: report that the guest's BFQ has no weight-raised busy queue left (`IO 0`) only once
-    /// none has been seen for this long (0: at once, as in the paper). An application's queue
+    /// none has been seen for this long (0: at once). An application's queue
     /// empties between its reads while other queues are served, so without a hold one
     /// application start flips `IO 1` / `IO 0` at nearly every read
     #[arg(long, default_value_t = 50)]
@@ -90,7 +89,7 @@ pub struct Options {
     /// Predictive boost: right after each `CPU 0`, tell the host when the guest's next RT wake-up
     /// is due (`WAKE`), from the timer an RT task sleeps on (else from the period of recurring RT
     /// needs), so that it can boost the VM just before. Meant for `--hold-periodic-max-us 0
-    /// --idle-deboost-ms 1` (seed 002: deboosted between activations). Stops by itself when the
+    /// --idle-deboost-ms 1` (deboosted between activations). Stops by itself when the
     /// host refuses `WAKE` as unsupported, until the next registration
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
     pub predict: bool,

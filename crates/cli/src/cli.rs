@@ -40,9 +40,11 @@ const CONTROL_SOCKET: &str =
     after_help = EXIT_STATUS
 )]
 pub struct Cli {
-    /// The host daemon's config (TOML) [default: /etc/cosched/host.toml, if it exists]. The
-    /// operator commands read the control socket and state directory from it; if it cannot be
-    /// read, they say why and go on with the paths they can read from it, and the defaults
+    /// The config (TOML): the host daemon's [default: /etc/cosched/host.toml, if it exists], or
+    /// with `guest` the agent's [default: /etc/cosched/guest.toml, if it exists]. The operator
+    /// commands read the control socket and state directory from the host's; if it cannot be
+    /// read, they say why and go on with the paths they can read from it, and the defaults.
+    /// `request-membw` reads none
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
     #[command(subcommand)]
@@ -294,8 +296,70 @@ pub struct HostArgs {
 /// The operator commands: those whose `--help` ends with the exit status.
 const OPERATOR: [&str; 8] = ["status", "enable", "disable", "vm", "metrics", "membw", "restore", "check-config"];
 
-/// The command line, with the exit status under each operator command's help.
+/// The commands of the host role: the daemon and what talks to it or cleans up after it.
+const HOST_ONLY: [&str; 9] =
+    ["host", "status", "enable", "disable", "vm", "metrics", "membw", "restore", "check-config"];
+/// The commands of the guest role.
+const GUEST_ONLY: [&str; 2] = ["guest", "request-membw"];
+
+/// Which commands `--help` offers: a host's, a guest's, or all. Hidden commands still run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Host,
+    Guest,
+    All,
+}
+
+/// The variable that overrides the role inferred from the installed configs.
+pub const ROLE_ENV: &str = "COSCHED_ROLE";
+
+impl Role {
+    /// `COSCHED_ROLE` (host, guest or all) if set, else inferred: a guest has
+    /// /etc/cosched/guest.toml and no /etc/cosched/host.toml (the guest role package); anything
+    /// else is a host. An unknown value is warned of and ignored.
+    pub fn of_this_system() -> Role {
+        let exists = |p: &str| std::path::Path::new(p).exists();
+        let env = std::env::var(ROLE_ENV).ok();
+        Role::infer(
+            env.as_deref(),
+            exists(crate::guest_config::DEFAULT_PATH),
+            exists(cosched_host::config::DEFAULT_CONFIG),
+        )
+    }
+
+    fn infer(env: Option<&str>, guest_config: bool, host_config: bool) -> Role {
+        match env.map(str::trim).filter(|v| !v.is_empty()) {
+            Some("host") => return Role::Host,
+            Some("guest") => return Role::Guest,
+            Some("all") => return Role::All,
+            Some(other) => eprintln!("cosched: warning: {ROLE_ENV}={other:?} is not host, guest or all: ignored"),
+            None => {}
+        }
+        if guest_config && !host_config {
+            Role::Guest
+        } else {
+            Role::Host
+        }
+    }
+
+    /// The commands this role does not offer.
+    fn hidden(self) -> &'static [&'static str] {
+        match self {
+            Role::Host => &GUEST_ONLY,
+            Role::Guest => &HOST_ONLY,
+            Role::All => &[],
+        }
+    }
+}
+
+/// The command line as this system's role offers it (see [`Role`]), with the exit status under
+/// each operator command's help.
 pub fn command() -> clap::Command {
+    command_for(Role::of_this_system())
+}
+
+/// The command line offering `role`'s commands (the man pages and completions: [`Role::All`]).
+pub fn command_for(role: Role) -> clap::Command {
     let mut cmd = Cli::command();
     for name in OPERATOR {
         cmd = cmd.mut_subcommand(name, |c| {
@@ -303,13 +367,34 @@ pub fn command() -> clap::Command {
             subs.iter().fold(c.after_help(EXIT_STATUS), |c, s| c.mut_subcommand(s, |s| s.after_help(EXIT_STATUS)))
         });
     }
-    cmd
+    for name in role.hidden() {
+        cmd = cmd.mut_subcommand(name, |c| c.hide(true));
+    }
+    crate::parse::plain_numbers(cmd)
 }
 
 /// Parses the process's arguments (exits 2 on wrong usage, 0 for --help and --version).
 pub fn parse() -> Cli {
     use clap::FromArgMatches;
-    Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit())
+    let mut cmd = command();
+    let cli = Cli::from_arg_matches(&cmd.get_matches_mut()).unwrap_or_else(|e| e.exit());
+    if let Err(why) = cli.check() {
+        cmd.error(clap::error::ErrorKind::ArgumentConflict, why).exit();
+    }
+    cli
+}
+
+impl Cli {
+    /// What clap cannot say: `--config` is the host's config, or with `guest` the agent's, and
+    /// means nothing to `request-membw` (which talks to the agent's socket).
+    fn check(&self) -> Result<(), String> {
+        match (&self.cmd, &self.config) {
+            (Cmd::RequestMembw { .. }, Some(_)) => Err("--config means nothing to request-membw: it reads no config, \
+                it asks the running agent (cosched guest, which reads /etc/cosched/guest.toml) through --socket"
+                .into()),
+            _ => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -361,12 +446,51 @@ mod tests {
         let e = Cli::try_parse_from(["cosched", "vm", "priority", "vm1", "-5"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         let text = e.to_string();
-        assert!(text.contains("invalid value '-5' for '<PRIORITY>': -5 is out of range 1..=98"), "{text}");
+        assert!(text.contains("invalid value '-5' for '<PRIORITY>': must be a whole number from 1 to 98"), "{text}");
         assert!(!text.contains("u8"), "{text}");
         let e = Cli::try_parse_from(["cosched", "disable", "disk"]).unwrap_err();
         assert!(e.to_string().contains("unknown resource \"disk\" (known: cpu, io, membw, event)"), "{e}");
         let e = Cli::try_parse_from(["cosched", "vm", "static", "vm1"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("--fifo <BOOL>"), "{e}");
+    }
+
+    #[test]
+    fn the_role_is_inferred_from_the_configs_unless_told() {
+        assert_eq!(Role::infer(None, true, false), Role::Guest);
+        assert_eq!(Role::infer(None, true, true), Role::Host);
+        assert_eq!(Role::infer(None, false, false), Role::Host);
+        assert_eq!(Role::infer(Some("all"), true, false), Role::All);
+        assert_eq!(Role::infer(Some("guest"), false, true), Role::Guest);
+        assert_eq!(Role::infer(Some("bogus"), true, false), Role::Guest);
+    }
+
+    /// Each role's `--help` offers its own commands; the others still run.
+    #[test]
+    fn each_role_offers_its_commands() {
+        let offered = |role| -> Vec<String> {
+            command_for(role).get_subcommands().filter(|c| !c.is_hide_set()).map(|c| c.get_name().to_string()).collect()
+        };
+        let guest = offered(Role::Guest);
+        assert!(guest.contains(&"guest".into()) && guest.contains(&"request-membw".into()), "{guest:?}");
+        assert!(!guest.iter().any(|c| HOST_ONLY.contains(&c.as_str())), "{guest:?}");
+        let host = offered(Role::Host);
+        assert!(host.contains(&"status".into()) && host.contains(&"check-config".into()), "{host:?}");
+        assert!(!host.iter().any(|c| GUEST_ONLY.contains(&c.as_str())), "{host:?}");
+        assert!(offered(Role::All).len() >= HOST_ONLY.len() + GUEST_ONLY.len());
+        let help = command_for(Role::Guest).render_help().to_string();
+        assert!(!help.contains("check-config") && help.contains("request-membw"), "{help}");
+        // Hidden, and still parsed.
+        use clap::FromArgMatches;
+        let m = command_for(Role::Guest).try_get_matches_from(["cosched", "status", "--json"]).unwrap();
+        assert!(matches!(Cli::from_arg_matches(&m).unwrap().cmd, Cmd::Status { json: true, .. }));
+    }
+
+    #[test]
+    fn config_is_refused_where_it_means_nothing() {
+        let cli = Cli::try_parse_from(["cosched", "--config", "/x.toml", "request-membw", "100"]).unwrap();
+        assert!(cli.check().unwrap_err().contains("--config means nothing to request-membw"));
+        let cli = Cli::try_parse_from(["cosched", "--config", "/x.toml", "guest"]).unwrap();
+        assert_eq!(cli.check(), Ok(()), "guest reads it: its guest.toml");
     }
 }

@@ -30,7 +30,7 @@ pub enum GuestConfigError {
 
 /// The agent's options as a command of their own.
 fn command() -> clap::Command {
-    Options::augment_args(clap::Command::new("cosched guest"))
+    crate::parse::plain_numbers(Options::augment_args(clap::Command::new("cosched guest")))
 }
 
 /// The file's keys: the agent's long options, as TOML keys.

@@ -118,7 +118,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
         }
         Cmd::Generate(GenerateCmd::Completions { shell }) => {
             let mut script = Vec::new();
-            clap_complete::generate(shell, &mut cli::command(), "cosched", &mut script);
+            clap_complete::generate(shell, &mut cli::command_for(cli::Role::All), "cosched", &mut script);
             std::io::Write::write_all(&mut std::io::stdout(), &script).context("writing the completion script")
         }
     }

@@ -17,13 +17,27 @@ const SECTION: &str = "8";
 /// Writes every page into `dir` (created if needed).
 pub fn generate(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut cmd = without_help(cli::command());
+    let mut cmd = without_help(cli::command_for(cli::Role::All));
     cmd.build();
     for (name, text) in pages(&cmd)? {
         let path = dir.join(format!("{name}.{SECTION}"));
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
+    for (file, text) in extra_pages() {
+        let path = dir.join(file);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
     Ok(())
+}
+
+/// The pages not generated from the command line, by file name (with its section).
+///
+/// MERGE: cosched-host.toml(5) comes from the config reference's generator (branch i32-docs):
+/// return `vec![("cosched-host.toml.5".into(), cosched_host::config_reference::render(Format::Man))]`
+/// here. The pages below already list it in SEE ALSO; scripts/package.sh installs every file by
+/// its section.
+pub fn extra_pages() -> Vec<(String, String)> {
+    Vec::new()
 }
 
 /// No `help` subcommand anywhere: it has no page (`cosched help X` is `cosched X --help`).
@@ -165,13 +179,29 @@ const HOST_UNIT: (&str, &str) = (
     "/lib/systemd/system/cosched-host.service",
     "The host daemon's unit: `cosched restore` runs after every stop of it (ExecStopPost).",
 );
-const PORT: (&str, &str) =
-    ("/dev/virtio-ports/org.cosched.0", "In the guest: the virtio-serial port to the host (found by its name in /sys/class/virtio-ports/*/name).");
+const PORT: (&str, &str) = (
+    "/dev/virtio-ports/org.cosched.0",
+    "In the guest: the virtio-serial port to the host (found by its name in /sys/class/virtio-ports/*/name).",
+);
+const GUEST_CONFIG: (&str, &str) = (
+    "/etc/cosched/guest.toml",
+    "In the guest: the agent's config, one key per option of `cosched guest` without its dashes (--min-boost-us is \
+     min_boost_us); options on the command line win. `cosched --config FILE guest` reads FILE instead.",
+);
 const MEMBW_SOCKET: (&str, &str) =
     ("/run/cosched/membw.sock", "In the guest: the agent's local socket for `cosched request-membw`.");
 const GUEST_UNIT: (&str, &str) = (
     "/lib/systemd/system/cosched-guest.service",
     "The guest agent's unit, started by udev (/lib/udev/rules.d/60-cosched.rules) when the port appears.",
+);
+
+/// The role variable, in ENVIRONMENT.
+const ROLE: (&str, &str) = (
+    "COSCHED_ROLE",
+    "Which commands --help offers: host (the daemon, the operator commands, restore and check-config), guest \
+     (guest and request-membw) or all. Unset, a system with /etc/cosched/guest.toml and without \
+     /etc/cosched/host.toml (the cosched-guest package) is a guest, any other a host. The commands not offered \
+     still run when named.",
 );
 
 /// EXIT STATUS of the operator commands.
@@ -216,16 +246,24 @@ fn sections(name: &str) -> String {
                 &mut out,
                 &[
                     ("Check the config before (re)starting the daemon:", "cosched check-config"),
-                    ("What the daemon does, then one VM with its threads:", "cosched status\ncosched status vm1 --threads"),
+                    (
+                        "What the daemon does, then one VM with its threads:",
+                        "cosched status\ncosched status vm1 --threads",
+                    ),
                     ("The VMs and their levels, for a script:", "cosched vm list --json"),
                     ("Turn coordination off for the whole host, then on again:", "cosched disable\ncosched enable"),
                     ("Stop coordinating one VM's CPU:", "cosched vm disable vm1 cpu"),
                     ("After a crash of the daemon, put every thread back:", "cosched restore"),
                 ],
             );
-            tagged(&mut out, "FILES", &[CONFIG, SOCKETS, CONTROL, STATE, HOST_UNIT, PORT, MEMBW_SOCKET, GUEST_UNIT]);
+            tagged(
+                &mut out,
+                "FILES",
+                &[CONFIG, SOCKETS, CONTROL, STATE, HOST_UNIT, GUEST_CONFIG, PORT, MEMBW_SOCKET, GUEST_UNIT],
+            );
             tagged(&mut out, "EXIT STATUS", &OPERATOR_EXIT);
             tagged(&mut out, "SIGNALS", &HOST_SIGNALS);
+            tagged(&mut out, "ENVIRONMENT", &[ROLE]);
             section(
                 &mut out,
                 "METRICS",
@@ -235,9 +273,16 @@ fn sections(name: &str) -> String {
             );
             see_also(
                 &mut out,
-                &["cosched-host", "cosched-guest", "cosched-status", "cosched-vm", "cosched-check-config", "cosched-restore"],
+                &[
+                    "cosched-host",
+                    "cosched-guest",
+                    "cosched-status",
+                    "cosched-vm",
+                    "cosched-check-config",
+                    "cosched-restore",
+                ],
             );
-            out.push_str(".BR systemctl (1),\n.BR sched (7)\n");
+            see_also(&mut out, &["cosched-host.toml(5)", "systemctl(1)", "sched(7)"]);
         }
         "cosched-host" => {
             examples(
@@ -245,7 +290,10 @@ fn sections(name: &str) -> String {
                 &[
                     ("As the package runs it:", "systemctl start cosched-host"),
                     ("By hand, logging every boost:", "cosched --config /etc/cosched/host.toml host -v"),
-                    ("Check a changed config, then apply it:", "cosched check-config && systemctl restart cosched-host"),
+                    (
+                        "Check a changed config, then apply it:",
+                        "cosched check-config && systemctl restart cosched-host",
+                    ),
                 ],
             );
             tagged(&mut out, "FILES", &[CONFIG, SOCKETS, CONTROL, STATE, HOST_UNIT]);
@@ -265,18 +313,28 @@ fn sections(name: &str) -> String {
                 &["With metrics_listen (or --metrics-listen), the daemon serves its metrics over HTTP; cosched-metrics(8) \
                    lists them, cosched_build_info among them."],
             );
-            see_also(&mut out, &["cosched", "cosched-restore", "cosched-check-config", "cosched-status", "cosched-metrics"]);
+            see_also(
+                &mut out,
+                &["cosched", "cosched-restore", "cosched-check-config", "cosched-status", "cosched-metrics"],
+            );
+            see_also(&mut out, &["cosched-host.toml(5)"]);
         }
         "cosched-guest" => {
             examples(
                 &mut out,
                 &[
-                    ("As the package runs it (started by udev when the port appears):", "systemctl status cosched-guest"),
+                    (
+                        "As the package runs it (started by udev when the port appears):",
+                        "systemctl status cosched-guest",
+                    ),
                     ("By hand, with its counters every 10 s:", "cosched guest -v --stats-interval-s 10"),
-                    ("An application asks for 20% of the host's guaranteed memory bandwidth:", "cosched request-membw 200"),
+                    (
+                        "An application asks for 20% of the host's guaranteed memory bandwidth:",
+                        "cosched request-membw 200",
+                    ),
                 ],
             );
-            tagged(&mut out, "FILES", &[PORT, MEMBW_SOCKET, GUEST_UNIT]);
+            tagged(&mut out, "FILES", &[GUEST_CONFIG, PORT, MEMBW_SOCKET, GUEST_UNIT]);
             tagged(
                 &mut out,
                 "EXIT STATUS",
@@ -297,12 +355,19 @@ fn sections(name: &str) -> String {
             see_also(&mut out, &["cosched", "cosched-request-membw", "cosched-host"]);
         }
         "cosched-request-membw" => {
-            examples(&mut out, &[("Ask for 20%, then give it back:", "cosched request-membw 200\ncosched request-membw 0")]);
+            examples(
+                &mut out,
+                &[("Ask for 20%, then give it back:", "cosched request-membw 200\ncosched request-membw 0")],
+            );
             tagged(&mut out, "FILES", &[MEMBW_SOCKET]);
             tagged(
                 &mut out,
                 "EXIT STATUS",
-                &[("0", "Granted (maybe lowered)."), ("1", "Refused, or the agent cannot be reached."), ("2", "Wrong usage.")],
+                &[
+                    ("0", "Granted (maybe lowered)."),
+                    ("1", "Refused, or the agent cannot be reached."),
+                    ("2", "Wrong usage."),
+                ],
             );
             see_also(&mut out, &["cosched-guest", "cosched-vm-membw", "cosched-membw"]);
         }
@@ -319,7 +384,10 @@ fn sections(name: &str) -> String {
         ),
         "cosched-enable" => op(
             &mut out,
-            &[("Every resource, for the whole host:", "cosched enable"), ("Only memory bandwidth:", "cosched enable membw")],
+            &[
+                ("Every resource, for the whole host:", "cosched enable"),
+                ("Only memory bandwidth:", "cosched enable membw"),
+            ],
             &[CONTROL, CONFIG],
             &["cosched", "cosched-disable", "cosched-vm-enable"],
         ),
@@ -348,29 +416,56 @@ fn sections(name: &str) -> String {
         "cosched-vm-enable" | "cosched-vm-disable" => op(
             &mut out,
             &[
-                ("One resource of one VM (by name or QEMU pid):", if name.ends_with("enable") { "cosched vm enable vm1 cpu" } else { "cosched vm disable vm1 cpu" }),
-                ("Every resource of it:", if name.ends_with("enable") { "cosched vm enable vm1" } else { "cosched vm disable vm1" }),
+                (
+                    "One resource of one VM (by name or QEMU pid):",
+                    if name.ends_with("enable") { "cosched vm enable vm1 cpu" } else { "cosched vm disable vm1 cpu" },
+                ),
+                (
+                    "Every resource of it:",
+                    if name.ends_with("enable") { "cosched vm enable vm1" } else { "cosched vm disable vm1" },
+                ),
             ],
             &[CONTROL, CONFIG],
             &["cosched-vm", "cosched-enable", "cosched-disable", "cosched-status"],
         ),
-        "cosched-vm-priority" => op(&mut out, &[("Boost vm1 at SCHED_RR 10:", "cosched vm priority vm1 10")], &[CONTROL, CONFIG], &["cosched-vm", "cosched-vm-ceiling"]),
-        "cosched-vm-ceiling" => op(&mut out, &[("Map vm1's guest priorities at most to FIFO 30:", "cosched vm ceiling vm1 30")], &[CONTROL, CONFIG], &["cosched-vm", "cosched-vm-priority"]),
+        "cosched-vm-priority" => op(
+            &mut out,
+            &[("Boost vm1 at SCHED_RR 10:", "cosched vm priority vm1 10")],
+            &[CONTROL, CONFIG],
+            &["cosched-vm", "cosched-vm-ceiling"],
+        ),
+        "cosched-vm-ceiling" => op(
+            &mut out,
+            &[("Map vm1's guest priorities at most to FIFO 30:", "cosched vm ceiling vm1 30")],
+            &[CONTROL, CONFIG],
+            &["cosched-vm", "cosched-vm-priority"],
+        ),
         "cosched-vm-static" => op(
             &mut out,
             &[
-                ("vm1's vCPUs at SCHED_FIFO on their own host CPU 3, bounded by the real-time guard:", "cosched vm static vm1 --fifo true --guard true --shield 3"),
+                (
+                    "vm1's vCPUs at SCHED_FIFO on their own host CPU 3, bounded by the real-time guard:",
+                    "cosched vm static vm1 --fifo true --guard true --shield 3",
+                ),
                 ("Undo it:", "cosched vm static vm1 --fifo false --guard false --shield off"),
             ],
             &[CONTROL, CONFIG, STATE],
             &["cosched-vm", "cosched-disable"],
         ),
-        "cosched-vm-membw" => op(&mut out, &[("Guarantee vm1 30% of the host's memory bandwidth:", "cosched vm membw vm1 300")], &[CONTROL, CONFIG], &["cosched-vm", "cosched-membw", "cosched-request-membw"]),
+        "cosched-vm-membw" => op(
+            &mut out,
+            &[("Guarantee vm1 30% of the host's memory bandwidth:", "cosched vm membw vm1 300")],
+            &[CONTROL, CONFIG],
+            &["cosched-vm", "cosched-membw", "cosched-request-membw"],
+        ),
         "cosched-membw" => op(
             &mut out,
             &[
                 ("Show the regulation:", "cosched membw"),
-                ("A 50 ms period, with reclaim and without best effort:", "cosched membw --period-ms 50 --reclaim true --best-effort false"),
+                (
+                    "A 50 ms period, with reclaim and without best effort:",
+                    "cosched membw --period-ms 50 --reclaim true --best-effort false",
+                ),
             ],
             &[CONTROL, CONFIG],
             &["cosched-vm-membw", "cosched-request-membw", "cosched-status"],
@@ -428,6 +523,7 @@ fn sections(name: &str) -> String {
                 ],
             );
             see_also(&mut out, &["cosched", "cosched-host"]);
+            see_also(&mut out, &["cosched-host.toml(5)"]);
         }
         _ => {
             tagged(&mut out, "EXIT STATUS", &OPERATOR_EXIT);
@@ -437,10 +533,21 @@ fn sections(name: &str) -> String {
     out
 }
 
-/// SEE ALSO: these pages of section 8 (the last gets no comma: the caller may add more).
+/// SEE ALSO: these pages, of section 8 unless named with theirs ("systemctl(1)"). A second
+/// call adds to the first's list.
 fn see_also(out: &mut String, pages: &[&str]) {
-    out.push_str(".SH \"SEE ALSO\"\n");
-    let refs: Vec<String> = pages.iter().map(|p| format!(".BR {} ({SECTION})", esc(p))).collect();
+    if out.ends_with(")\n") && out.contains(".SH \"SEE ALSO\"\n") {
+        out.insert(out.len() - 1, ',');
+    } else if !out.ends_with(".SH \"SEE ALSO\"\n") {
+        out.push_str(".SH \"SEE ALSO\"\n");
+    }
+    let refs: Vec<String> = pages
+        .iter()
+        .map(|p| match p.split_once('(') {
+            Some((name, section)) => format!(".BR {} ({section}", esc(name)),
+            None => format!(".BR {} ({SECTION})", esc(p)),
+        })
+        .collect();
     out.push_str(&refs.join(",\n"));
     out.push('\n');
 }
@@ -463,7 +570,7 @@ mod tests {
     use super::*;
 
     fn all() -> Vec<(String, String)> {
-        let mut cmd = without_help(cli::command());
+        let mut cmd = without_help(cli::command_for(cli::Role::All));
         cmd.build();
         pages(&cmd).unwrap()
     }
@@ -480,15 +587,19 @@ mod tests {
             for s in ["NAME", "SYNOPSIS", "DESCRIPTION", "EXIT STATUS", "\"SEE ALSO\""] {
                 assert!(text.contains(&format!("\n.SH {s}\n")), "{name}: no {s}");
             }
-            assert!(text.starts_with(&format!(".TH {} 8 ", name.to_uppercase())), "{name}: {}", &text[..60]);
+            assert!(text.contains(&format!("\n.TH {} 8 ", name.to_uppercase())), "{name}: {}", &text[..200]);
             assert!(!text.contains('`'), "{name}: a backtick shows");
             assert!(!text.contains("cosched-help"), "{name}");
         }
         let top = &pages.iter().find(|p| p.0 == "cosched").unwrap().1;
-        for s in ["EXAMPLES", "FILES", "SIGNALS", "METRICS"] {
+        for s in ["EXAMPLES", "FILES", "SIGNALS", "METRICS", "ENVIRONMENT"] {
             assert!(top.contains(&format!("\n.SH {s}\n")), "cosched: no {s}");
         }
-        assert!(top.contains("cosched_build_info"));
+        assert!(top.contains("cosched_build_info") && top.contains("COSCHED_ROLE"));
+        for page in ["cosched", "cosched-host", "cosched-check-config"] {
+            let text = &pages.iter().find(|p| p.0 == page).unwrap().1;
+            assert!(text.contains(".BR cosched\\-host.toml (5)"), "{page}: no cosched-host.toml(5) in SEE ALSO");
+        }
         let metrics = &pages.iter().find(|p| p.0 == "cosched-metrics").unwrap().1;
         assert!(metrics.contains("\\fBcosched_vm_boosts_total\\fR (counter)"), "{metrics}");
     }

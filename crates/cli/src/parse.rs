@@ -30,22 +30,20 @@ pub fn whole<T>(range: RangeInclusive<u64>) -> Whole<T> {
 }
 
 impl<T> Whole<T> {
-    fn range(&self) -> String {
+    /// "must be a whole number from 1 to 98" (or "0 or more").
+    fn must(&self) -> String {
         if self.hi == u64::MAX {
-            format!("{} or more", self.lo)
+            format!("must be a whole number, {} or more", self.lo)
         } else {
-            format!("{}..={}", self.lo, self.hi)
+            format!("must be a whole number from {} to {}", self.lo, self.hi)
         }
     }
 
     /// The number, or why not.
     fn read(&self, s: &str) -> Result<u64, String> {
-        let negative = s.strip_prefix('-').is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
         match s.parse::<u64>() {
             Ok(n) if (self.lo..=self.hi).contains(&n) => Ok(n),
-            Ok(_) => Err(format!("{s} is out of range {}", self.range())),
-            Err(_) if negative => Err(format!("{s} is out of range {}", self.range())),
-            Err(_) => Err(format!("{s:?} is not a whole number ({})", self.range())),
+            _ => Err(self.must()),
         }
     }
 }
@@ -58,12 +56,45 @@ impl<T: TryFrom<u64> + Clone + Send + Sync + 'static> TypedValueParser for Whole
         let why = match self.read(&s) {
             Ok(n) => match T::try_from(n) {
                 Ok(v) => return Ok(v),
-                Err(_) => format!("{s} is out of range {}", self.range()),
+                Err(_) => self.must(),
             },
             Err(why) => why,
         };
         Err(invalid(cmd, arg, &s, &why))
     }
+}
+
+/// `cmd` (and its subcommands) with every whole-number argument clap would read with its own
+/// parser read by [`whole`] instead, so that a refusal says "must be a whole number from 0 to
+/// 255", not clap's "invalid digit found in string". The agent's `--watch-max` keeps its range.
+pub fn plain_numbers(mut cmd: clap::Command) -> clap::Command {
+    use clap::builder::ValueParser;
+    let is = |t, p: ValueParser| p.type_id() == t;
+    let ids: Vec<String> = cmd.get_arguments().map(|a| a.get_id().to_string()).collect();
+    // Every argument, in order: each is put last, so that the order (of --help, of guest.toml's
+    // keys) stays.
+    for id in ids {
+        cmd = cmd.mut_arg(&id, |a| {
+            let t = a.get_value_parser().type_id();
+            let replace: Option<ValueParser> = if id == "watch_max" {
+                Some(whole::<u32>(1..=65536).into())
+            } else if is(t.clone(), clap::value_parser!(u64).into()) {
+                Some(whole::<u64>(0..=u64::MAX).into())
+            } else if is(t.clone(), clap::value_parser!(u32).into()) {
+                Some(whole::<u32>(0..=u64::from(u32::MAX)).into())
+            } else if is(t, clap::value_parser!(u8).into()) {
+                Some(whole::<u8>(0..=255).into())
+            } else {
+                None
+            };
+            match replace {
+                Some(p) => a.value_parser(p).allow_negative_numbers(true),
+                None => a,
+            }
+        });
+    }
+    let subs: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
+    subs.iter().fold(cmd, |cmd, s| cmd.mut_subcommand(s, plain_numbers))
 }
 
 /// A resource by name (`cpu`, `io`, `membw`, `event`); a name the daemon does not know is
@@ -107,9 +138,29 @@ mod tests {
     fn numbers_are_refused_in_plain_words() {
         let p = whole::<u8>(1..=98);
         assert_eq!(p.read("7"), Ok(7));
-        assert_eq!(p.read("-5"), Err("-5 is out of range 1..=98".into()));
-        assert_eq!(p.read("99"), Err("99 is out of range 1..=98".into()));
-        assert_eq!(p.read("x"), Err("\"x\" is not a whole number (1..=98)".into()));
-        assert_eq!(whole::<u64>(0..=u64::MAX).read("1.5"), Err("\"1.5\" is not a whole number (0 or more)".into()));
+        for bad in ["-5", "99", "x", "1.5"] {
+            assert_eq!(p.read(bad), Err("must be a whole number from 1 to 98".into()), "{bad}");
+        }
+        assert_eq!(whole::<u64>(0..=u64::MAX).read("-1"), Err("must be a whole number, 0 or more".into()));
+        assert_eq!(
+            plain_numbers_of(&["--min-boost-us", "-5"]),
+            "invalid value '-5' for '--min-boost-us <MIN_BOOST_US>': must be a whole number, 0 or more"
+        );
+        assert_eq!(
+            plain_numbers_of(&["--watch-max", "0"]),
+            "invalid value '0' for '--watch-max <WATCH_MAX>': must be a whole number from 1 to 65536"
+        );
+        assert_eq!(
+            plain_numbers_of(&["--rt-priority", "x"]),
+            "invalid value 'x' for '--rt-priority <RT_PRIORITY>': must be a whole number from 0 to 4294967295"
+        );
+    }
+
+    /// The agent's error for `args`, its first line without "error: ".
+    fn plain_numbers_of(args: &[&str]) -> String {
+        use clap::Args;
+        let cmd = plain_numbers(cosched_agent::Options::augment_args(clap::Command::new("guest")));
+        let e = cmd.try_get_matches_from(std::iter::once("guest").chain(args.iter().copied())).unwrap_err();
+        e.to_string().lines().next().unwrap().trim_start_matches("error: ").to_string()
     }
 }

@@ -370,7 +370,8 @@ pub fn command_for(role: Role) -> clap::Command {
     for name in role.hidden() {
         cmd = cmd.mut_subcommand(name, |c| c.hide(true));
     }
-    crate::parse::plain_numbers(cmd)
+    // The agent's options are clap's own: their numbers refused in plain words too.
+    cmd.mut_subcommand("guest", crate::parse::plain_numbers)
 }
 
 /// Parses the process's arguments (exits 2 on wrong usage, 0 for --help and --version).

@@ -64,8 +64,8 @@ impl<T: TryFrom<u64> + Clone + Send + Sync + 'static> TypedValueParser for Whole
     }
 }
 
-/// `cmd` (and its subcommands) with every whole-number argument clap would read with its own
-/// parser read by [`whole`] instead, so that a refusal says "must be a whole number from 0 to
+/// `cmd` (and its subcommands) with every whole-number argument read by [`whole`] over its
+/// type's whole range (clap's own parsers are meant: a [`whole`] already there is replaced too), so that a refusal says "must be a whole number from 0 to
 /// 255", not clap's "invalid digit found in string". The agent's `--watch-max` keeps its range.
 pub fn plain_numbers(mut cmd: clap::Command) -> clap::Command {
     use clap::builder::ValueParser;
@@ -75,6 +75,9 @@ pub fn plain_numbers(mut cmd: clap::Command) -> clap::Command {
     // keys) stays.
     for id in ids {
         cmd = cmd.mut_arg(&id, |a| {
+            if !a.get_action().takes_values() {
+                return a;
+            }
             let t = a.get_value_parser().type_id();
             let replace: Option<ValueParser> = if id == "watch_max" {
                 Some(whole::<u32>(1..=65536).into())

@@ -155,6 +155,9 @@ pub enum Cmd {
         /// from the config, /run/cosched/state]
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
+        /// Machine-readable output: what was put back, and each failure, with a "schema_version"
+        #[arg(long)]
+        json: bool,
     },
     /// Check a host config as the daemon would load it, without starting anything: every key,
     /// value and range, the metrics address, the paths. Lists every error found

@@ -109,7 +109,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
             println!("{reply}");
             Ok(())
         }
-        Cmd::Restore { state_dir } => restore::restore(config, state_dir),
+        Cmd::Restore { state_dir, json } => restore::restore(config, state_dir, json),
         Cmd::CheckConfig { file, json } => check::run(file.as_deref().or(config), json),
         Cmd::Generate(GenerateCmd::Man { dir }) => man::generate(&dir),
         Cmd::Generate(GenerateCmd::GuestConfig) => {

@@ -18,8 +18,23 @@ pub enum RestoreError {
     Partial { count: usize, dir: PathBuf },
 }
 
-/// `cosched restore [--state-dir DIR]`.
-pub fn restore(config: Option<&Path>, state_dir: Option<PathBuf>) -> anyhow::Result<()> {
+/// The version of `cosched restore --json`'s keys.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// `cosched restore --json`.
+#[derive(Debug, serde::Serialize)]
+struct Out<'a> {
+    schema_version: u32,
+    state_dir: &'a Path,
+    restored: u64,
+    gone: u64,
+    untouched: u64,
+    /// Each setting or record not put back (its record is kept).
+    errors: &'a [String],
+}
+
+/// `cosched restore [--state-dir DIR] [--json]`.
+pub fn restore(config: Option<&Path>, state_dir: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
     // The config names the state directory, the cgroup hierarchy the weight lever's groups were
     // made in and the shield's host groups; what cannot be read of it is the default.
     let cfg = host_config(config);
@@ -29,10 +44,22 @@ pub fn restore(config: Option<&Path>, state_dir: Option<PathBuf>) -> anyhow::Res
         None => cfg.state_dir.clone(),
     };
     let r = cosched_host::daemon::restore_command(&state_dir, &cfg)?;
-    println!(
-        "restored {} thread(s); {} gone; {} left as they were (changed by someone else or never changed)",
-        r.restored, r.gone, r.untouched
-    );
+    if json {
+        let out = Out {
+            schema_version: SCHEMA_VERSION,
+            state_dir: &state_dir,
+            restored: r.restored,
+            gone: r.gone,
+            untouched: r.untouched,
+            errors: &r.errors,
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "restored {} thread(s); {} gone; {} left as they were (changed by someone else or never changed)",
+            r.restored, r.gone, r.untouched
+        );
+    }
     for e in &r.errors {
         eprintln!("cosched: restore: {e}");
     }

@@ -150,7 +150,7 @@ fn resources(out: &mut String, s: &Status) {
             let c = e.counters.as_ref();
             let _ = write!(
                 out,
-                "; FEAS for {} VMs, {} per {} ms, slices {} µs, charging {}, detection {}: {} device / {} timer / {} \
+                "; boosting {} VMs, {} per {} ms, slices {} µs, charging {}, detection {}: {} device / {} timer / {} \
                  internal wake-ups",
                 e.config.vms.name(),
                 e.config.n_limit,

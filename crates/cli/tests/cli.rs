@@ -161,6 +161,11 @@ fn restore_works_with_a_broken_config_and_names_each_failure() {
         );
     }
     assert!(stderr.contains("2 setting(s) could not be restored"), "{stderr}");
+    let out = cosched(&["--config", &cfg, "restore", "--state-dir", &state, "--json"]);
+    assert_exit(&out, 1);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["schema_version"].as_u64(), v["restored"].as_u64()), (Some(1), Some(0)), "{v:#}");
+    assert_eq!(v["errors"].as_array().map(Vec::len), Some(2), "{v:#}");
 }
 
 /// The safety commands reach the daemon whatever the config says: `disable` with a config that

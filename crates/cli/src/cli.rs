@@ -91,6 +91,8 @@ pub enum Cmd {
         /// cpu, io, membw or event [default: every resource]
         #[arg(value_parser = ResourceName)]
         resource: Option<String>,
+        #[arg(long, help = CHANGE_JSON)]
+        json: bool,
         #[arg(long, help = CONTROL_SOCKET, value_name = "PATH")]
         control_socket: Option<PathBuf>,
     },
@@ -101,6 +103,8 @@ pub enum Cmd {
         /// cpu, io, membw or event [default: every resource]
         #[arg(value_parser = ResourceName)]
         resource: Option<String>,
+        #[arg(long, help = CHANGE_JSON)]
+        json: bool,
         #[arg(long, help = CONTROL_SOCKET, value_name = "PATH")]
         control_socket: Option<PathBuf>,
     },
@@ -108,6 +112,9 @@ pub enum Cmd {
     Vm {
         #[command(subcommand)]
         cmd: VmCmd,
+        /// Machine-readable output, with a "schema_version": the list, or what was changed
+        #[arg(long, global = true)]
+        json: bool,
         #[arg(long, global = true, help = CONTROL_SOCKET, value_name = "PATH")]
         control_socket: Option<PathBuf>,
     },
@@ -131,8 +138,9 @@ pub enum Cmd {
         /// true: once every guarantee is met in a period, let every VM run until it ends
         #[arg(long, value_parser = boolean(), value_name = "BOOL")]
         best_effort: Option<bool>,
-        /// Show it as JSON (the status's "membw", with its "schema_version")
-        #[arg(long, conflicts_with_all = ["period_ms", "reclaim", "best_effort"])]
+        /// Machine-readable output, with a "schema_version": the status's "membw", or what was
+        /// changed
+        #[arg(long)]
         json: bool,
         #[arg(long, help = CONTROL_SOCKET, value_name = "PATH")]
         control_socket: Option<PathBuf>,
@@ -194,11 +202,7 @@ pub enum GenerateCmd {
 #[derive(Subcommand, Debug)]
 pub enum VmCmd {
     /// List the VMs: name, QEMU pid, agent, and each resource's level
-    List {
-        /// Machine-readable output, with a "schema_version"
-        #[arg(long)]
-        json: bool,
-    },
+    List,
     /// Coordinate this VM again, on every resource or one
     Enable {
         #[arg(help = VM)]
@@ -263,6 +267,11 @@ pub enum VmCmd {
         share: u64,
     },
 }
+
+/// Help of `--json` on the commands that change something.
+const CHANGE_JSON: &str =
+    "Say what was changed as JSON, with a \"schema_version\": the request the daemon carried out, \
+    and the line printed without --json";
 
 /// Help of every VM argument.
 const VM: &str = "The VM: its name (socket file name without .sock, libvirt domain or QEMU -name) or QEMU pid";

@@ -97,9 +97,13 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Cmd::Enable { resource, control_socket } => ops::switch_host(&socket(control_socket), resource, true),
-        Cmd::Disable { resource, control_socket } => ops::switch_host(&socket(control_socket), resource, false),
-        Cmd::Vm { cmd, control_socket } => ops::vm(&socket(control_socket), cmd),
+        Cmd::Enable { resource, json, control_socket } => {
+            ops::switch_host(&socket(control_socket), resource, true, json)
+        }
+        Cmd::Disable { resource, json, control_socket } => {
+            ops::switch_host(&socket(control_socket), resource, false, json)
+        }
+        Cmd::Vm { cmd, json, control_socket } => ops::vm(&socket(control_socket), cmd, json),
         Cmd::Membw { period_ms, reclaim, best_effort, json, control_socket } => {
             ops::membw(&socket(control_socket), period_ms, reclaim, best_effort, json)
         }

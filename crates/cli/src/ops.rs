@@ -47,19 +47,42 @@ fn what(resource: &Option<String>) -> &str {
     resource.as_deref().unwrap_or("every resource")
 }
 
-/// `cosched enable|disable [RESOURCE]`: for the whole host.
-pub fn switch_host(socket: &Path, resource: Option<String>, on: bool) -> anyhow::Result<()> {
-    let line = format!("{} {} for the whole host", if on { "enabled" } else { "disabled" }, what(&resource));
-    let req = if on { Request::Enable { vm: None, resource } } else { Request::Disable { vm: None, resource } };
-    request(socket, &req)?;
-    println!("{line}");
+/// The version of the JSON a change prints with `--json`.
+pub const CHANGE_SCHEMA_VERSION: u32 = 1;
+
+/// What a change prints with `--json`.
+#[derive(Debug, Serialize)]
+struct Change<'a> {
+    schema_version: u32,
+    /// The request the daemon carried out, as the control socket carries it.
+    changed: &'a Request,
+    /// The line printed without `--json`.
+    summary: &'a str,
+}
+
+/// Sends `req`, then says what it changed: `line`, or with `json` a [`Change`].
+fn change(socket: &Path, req: &Request, line: &str, json: bool) -> anyhow::Result<()> {
+    request(socket, req)?;
+    if json {
+        let out = Change { schema_version: CHANGE_SCHEMA_VERSION, changed: req, summary: line };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("{line}");
+    }
     Ok(())
 }
 
+/// `cosched enable|disable [RESOURCE]`: for the whole host.
+pub fn switch_host(socket: &Path, resource: Option<String>, on: bool, json: bool) -> anyhow::Result<()> {
+    let line = format!("{} {} for the whole host", if on { "enabled" } else { "disabled" }, what(&resource));
+    let req = if on { Request::Enable { vm: None, resource } } else { Request::Disable { vm: None, resource } };
+    change(socket, &req, &line, json)
+}
+
 /// `cosched vm ...`.
-pub fn vm(socket: &Path, cmd: VmCmd) -> anyhow::Result<()> {
+pub fn vm(socket: &Path, cmd: VmCmd, json: bool) -> anyhow::Result<()> {
     let (req, line) = match cmd {
-        VmCmd::List { json } => return list(socket, json),
+        VmCmd::List => return list(socket, json),
         VmCmd::Enable { vm, resource } => {
             let line = format!("{vm}: enabled {}", what(&resource));
             (Request::Enable { vm: Some(vm), resource }, line)
@@ -95,9 +118,7 @@ pub fn vm(socket: &Path, cmd: VmCmd) -> anyhow::Result<()> {
             (Request::MembwShare { vm, share }, line)
         }
     };
-    request(socket, &req)?;
-    println!("{line}");
-    Ok(())
+    change(socket, &req, &line, json)
 }
 
 /// `cosched membw`: with options, changes the regulation and says what; without, shows it.
@@ -133,9 +154,8 @@ pub fn membw(
     if let Some(b) = best_effort {
         changed.push(format!("best effort {b}"));
     }
-    request(socket, &Request::Membw { period_ms, reclaim, best_effort })?;
-    println!("membw: {}", changed.join(", "));
-    Ok(())
+    let line = format!("membw: {}", changed.join(", "));
+    change(socket, &Request::Membw { period_ms, reclaim, best_effort }, &line, json)
 }
 
 /// `cosched metrics`.

@@ -2827,6 +2827,11 @@ fn operator_commands_say_what_they_changed_and_show_json() {
     assert_eq!(ok(&["vm", "enable", "vm1"]), "vm1: enabled every resource\n");
     assert_eq!(ok(&["disable", "io"]), "disabled io for the whole host\n");
     assert_eq!(ok(&["enable"]), "enabled every resource for the whole host\n");
+    let change = json(&["vm", "ceiling", "vm1", "30", "--json"]);
+    assert_eq!(change["schema_version"], 1);
+    assert_eq!(change["changed"], serde_json::json!({"cmd": "ceiling", "vm": "vm1", "ceiling": 30}));
+    assert_eq!(change["summary"], "vm1: RT ceiling 30");
+    assert_eq!(json(&["enable", "io", "--json"])["summary"], "enabled io for the whole host");
 
     let list = ok(&["vm", "list"]);
     assert!(list.starts_with("VM ") && list.lines().nth(1).is_some_and(|l| l.starts_with("vm1 ")), "{list}");

@@ -81,9 +81,9 @@ pub fn plain_numbers(mut cmd: clap::Command) -> clap::Command {
             let t = a.get_value_parser().type_id();
             let replace: Option<ValueParser> = if id == "watch_max" {
                 Some(whole::<u32>(1..=65536).into())
-            } else if is(t.clone(), clap::value_parser!(u64).into()) {
+            } else if is(t, clap::value_parser!(u64).into()) {
                 Some(whole::<u64>(0..=u64::MAX).into())
-            } else if is(t.clone(), clap::value_parser!(u32).into()) {
+            } else if is(t, clap::value_parser!(u32).into()) {
                 Some(whole::<u32>(0..=u64::from(u32::MAX)).into())
             } else if is(t, clap::value_parser!(u8).into()) {
                 Some(whole::<u8>(0..=255).into())

@@ -57,6 +57,13 @@ pub enum Cmd {
     /// or a user with CAP_SYS_NICE and the other capabilities of its systemd unit)
     Host(HostArgs),
     /// Run the guest agent inside the VM (root): tell the host when this VM needs its help
+    ///
+    /// It opens the virtio-serial port org.cosched.0, registers with the host daemon the
+    /// resources whose eBPF detector loads here (CPU: real-time and newly started tasks; I/O: the
+    /// BFQ scheduler's urgent queues), then tells the host when this VM needs a boost and when it
+    /// no longer does. Its options are read from /etc/cosched/guest.toml (or the file --config
+    /// names), one key per option without its dashes; options on the command line win. The
+    /// package's unit (cosched-guest.service) starts it when the port appears.
     Guest(cosched_agent::Options),
     /// Show the host's coordination and each VM: levels, budgets, counters (their threads with
     /// --threads)

@@ -329,6 +329,10 @@ fn sections(name: &str) -> String {
                     ),
                     ("By hand, with its counters every 10 s:", "cosched guest -v --stats-interval-s 10"),
                     (
+                        "Keep boosts at least 800 µs: in /etc/cosched/guest.toml, then restart the agent:",
+                        "min_boost_us = 800\nsystemctl restart cosched-guest",
+                    ),
+                    (
                         "An application asks for 20% of the host's guaranteed memory bandwidth:",
                         "cosched request-membw 200",
                     ),

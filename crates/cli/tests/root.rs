@@ -804,7 +804,8 @@ fn operator_disable_enable_and_priority() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no VM named \"nosuchvm\" (connected: vm1)"));
     let out = d.cli(&["vm", "priority", "vm1", "99"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("out of range"), "{out:?}");
+    assert_eq!(out.status.code(), Some(2), "a usage error: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must be a whole number from 1 to 98"), "{out:?}");
 }
 
 #[test]
@@ -2848,6 +2849,9 @@ fn operator_commands_say_what_they_changed_and_show_json() {
     }
     assert_eq!(json(&["status", "--json"])["schema_version"], 1);
     assert_eq!(json(&["membw", "--json"])["schema_version"], 1);
+    let metrics = ok(&["metrics"]);
+    let build = format!("cosched_build_info{{version=\"{}\",commit=\"", env!("CARGO_PKG_VERSION"));
+    assert!(metrics.lines().any(|l| l.starts_with(&build) && l.ends_with("\"} 1")), "{metrics}");
 
     // Threads only when asked.
     let comm = "IO iothread0";

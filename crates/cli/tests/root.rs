@@ -2041,24 +2041,24 @@ fn static_fifo_97_98_over_a_dynamic_boost_each_undone_exactly() {
                 vm.request(Kind::Cpu, 0);
                 std::thread::sleep(Duration::from_millis(100));
                 assert!(static_fifo(&vm), "the deboost leaves the static class: {:?}", vm.attrs());
-                fifo_cmd("off");
+                fifo_cmd("false");
             }
             "boost first" => {
                 vm.request(Kind::Cpu, 1);
                 assert!(vm.boosted_soon(1));
-                fifo_cmd("on");
+                fifo_cmd("true");
                 assert!(static_fifo(&vm), "static over the boost: {:?}", vm.attrs());
                 vm.request(Kind::Cpu, 0);
                 std::thread::sleep(Duration::from_millis(100));
                 assert!(static_fifo(&vm), "the deboost leaves the static class: {:?}", vm.attrs());
-                fifo_cmd("off");
+                fifo_cmd("false");
             }
             _ => {
                 vm.request(Kind::Cpu, 1);
                 assert!(vm.boosted_soon(1));
-                fifo_cmd("on");
+                fifo_cmd("true");
                 assert!(static_fifo(&vm), "{:?}", vm.attrs());
-                fifo_cmd("off");
+                fifo_cmd("false");
                 assert!(vm.boosted_soon(1), "the boost under way comes back: {:?}", vm.attrs());
                 vm.request(Kind::Cpu, 0);
             }
@@ -2369,10 +2369,10 @@ fn static_fifo_with_the_guard_alternates_the_vcpu_within_its_share_and_is_undone
     drop(d2);
     let d = w.daemon(policy);
     d.wait_vm("vm1");
-    let out = d.cli(&["vm", "static", "vm1", "--fifo", "on", "--guard", "on"]);
+    let out = d.cli(&["vm", "static", "vm1", "--fifo", "true", "--guard", "true"]);
     assert!(out.status.success(), "{out:?}");
     wait_for("guarded", Duration::from_secs(2), || sched::get(vcpu).unwrap().same_as(&guarded).then_some(()));
-    let out = d.cli(&["vm", "static", "vm1", "--guard", "off"]);
+    let out = d.cli(&["vm", "static", "vm1", "--guard", "false"]);
     assert!(out.status.success(), "{out:?}");
     assert!(sched::get(vcpu).unwrap().same_as(&fifo(97)), "guard off: FIFO for good");
     let s = sample(vcpu, Duration::from_millis(400));
@@ -2543,12 +2543,12 @@ fn membw_throttle_through(kind: Freezer, choice: &str) {
     assert!(metrics.contains("cosched_vm_membw_stopping_seconds_total{vm=\"vm1\"}"), "{metrics}");
     assert!(metrics.contains("cosched_membw_period_ms{backend=\"simulated\"} 100"), "{metrics}");
     // The operator's switches, and their checks.
-    assert!(d.cli(&["membw", "--period-ms", "50", "--best-effort", "on"]).status.success());
+    assert!(d.cli(&["membw", "--period-ms", "50", "--best-effort", "true"]).status.success());
     let st = d.status();
     assert_eq!((st["membw"]["period_ms"].as_u64(), st["membw"]["best_effort"].as_bool()), (Some(50), Some(true)));
     let out = d.cli(&["membw", "--period-ms", "0"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("period_ms must be 1..=10000"), "{out:?}");
-    assert!(d.cli(&["membw", "--best-effort", "off"]).status.success());
+    assert!(d.cli(&["membw", "--best-effort", "false"]).status.success());
     let out = d.cli(&["vm", "membw", "nosuchvm", "10"]);
     assert!(!out.status.success());
     // kill -9 with the vCPU frozen. A 10 s period first: its budget (1 s of run) spent, the

@@ -36,13 +36,13 @@ fn exit_code(e: &anyhow::Error) -> i32 {
 }
 
 fn run_host(config: Option<&Path>, a: HostArgs) -> anyhow::Result<()> {
-    // Root, or the capabilities the README's "Least privilege" lists: at least CAP_SYS_NICE,
+    // Root, or the capabilities cosched-host(8) lists under PRIVILEGES: at least CAP_SYS_NICE,
     // without which no boost can change another process's thread.
     let caps = cosched_host::caps::Caps::read(Path::new("/proc/self/status"))?;
     if !caps.has(cosched_host::caps::CAP_SYS_NICE) {
         anyhow::bail!(
             "`cosched host` needs root, or at least CAP_SYS_NICE (it changes the scheduling of QEMU threads); the \
-             capabilities each feature needs are in the README, \"Least privilege\""
+             capabilities each feature needs are in `man cosched-host`, PRIVILEGES"
         );
     }
     let mut cfg = HostConfig::load(config)?;

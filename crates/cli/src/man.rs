@@ -297,6 +297,7 @@ fn sections(name: &str) -> String {
                 ],
             );
             tagged(&mut out, "FILES", &[CONFIG, SOCKETS, CONTROL, STATE, HOST_UNIT]);
+            privileges(&mut out);
             tagged(
                 &mut out,
                 "EXIT STATUS",
@@ -556,6 +557,32 @@ fn see_also(out: &mut String, pages: &[&str]) {
     out.push('\n');
 }
 
+/// PRIVILEGES: what each feature needs, from the daemon's own list.
+fn privileges(out: &mut String) {
+    use cosched_host::caps::{name, FEATURES, USED};
+    let used: Vec<&str> = USED.iter().map(|c| name(*c)).collect();
+    section(
+        out,
+        "PRIVILEGES",
+        &[&format!(
+            "The daemon needs neither uid 0 nor CAP_SYS_ADMIN: it runs as root, or as any user with the capabilities \
+             below (the unit's CapabilityBoundingSet: {}). CAP_SYS_NICE is required; without another, the features \
+             it serves are off, and the daemon says which at start. Its control socket accepts root and the user \
+             the daemon runs as.",
+            used.join(", ")
+        )],
+    );
+    for f in FEATURES {
+        let needs: Vec<String> =
+            f.needs.iter().map(|all| all.iter().map(|c| name(*c)).collect::<Vec<_>>().join(" and ")).collect();
+        let mut needs = needs.join(", or ");
+        if f.root_owns {
+            needs += ", or uid 0 (it writes files root owns)";
+        }
+        let _ = writeln!(out, ".TP\n{}\n{}", esc(f.name), esc(&needs));
+    }
+}
+
 /// METRICS: every family the daemon exports.
 fn metrics(out: &mut String) {
     out.push_str(".SH METRICS\n");
@@ -604,6 +631,8 @@ mod tests {
             let text = &pages.iter().find(|p| p.0 == page).unwrap().1;
             assert!(text.contains(".BR cosched\\-host.toml (5)"), "{page}: no cosched-host.toml(5) in SEE ALSO");
         }
+        let host = &pages.iter().find(|p| p.0 == "cosched-host").unwrap().1;
+        assert!(host.contains("\n.SH PRIVILEGES\n") && host.contains("CAP_SYS_NICE"), "{host}");
         let metrics = &pages.iter().find(|p| p.0 == "cosched-metrics").unwrap().1;
         assert!(metrics.contains("\\fBcosched_vm_boosts_total\\fR (counter)"), "{metrics}");
     }

@@ -40,8 +40,10 @@ const CONTROL_SOCKET: &str =
     after_help = EXIT_STATUS
 )]
 pub struct Cli {
-    /// The config (TOML): the host daemon's [default: /etc/cosched/host.toml, if it exists], or
-    /// with `guest` the agent's [default: /etc/cosched/guest.toml, if it exists]. The operator
+    /// The config file [default: /etc/cosched/host.toml; for guest: /etc/cosched/guest.toml]
+    ///
+    /// The host daemon's config (TOML), or with `guest` the agent's. A default path that does
+    /// not exist means the defaults; a path given must exist. The operator
     /// commands read the control socket and state directory from the host's; if it cannot be
     /// read, they say why and go on with the paths they can read from it, and the defaults.
     /// `request-membw` reads none

@@ -379,9 +379,23 @@ pub fn command() -> clap::Command {
     command_for(Role::of_this_system())
 }
 
+/// `--version`: the version, and the git commit built from where known (as
+/// `cosched_build_info` says them).
+fn version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| {
+        let b = cosched_host::build();
+        if b.commit.is_empty() {
+            b.version
+        } else {
+            format!("{} (commit {})", b.version, b.commit)
+        }
+    })
+}
+
 /// The command line offering `role`'s commands (the man pages and completions: [`Role::All`]).
 pub fn command_for(role: Role) -> clap::Command {
-    let mut cmd = Cli::command();
+    let mut cmd = Cli::command().version(version());
     for name in OPERATOR {
         cmd = cmd.mut_subcommand(name, |c| {
             let subs: Vec<String> = c.get_subcommands().map(|s| s.get_name().to_string()).collect();

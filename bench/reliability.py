@@ -1015,13 +1015,13 @@ class Operator:
         if r < 0.67:
             return self.run(["vm", "ceiling", vm, str(rng.randint(2, 49))])
         if r < 0.80:
-            guard = rng.choice(("on", "off"))
-            self.later.append((now + rng.uniform(2, 20), ["vm", "static", vm, "--fifo", "off", "--guard", "off"]))
-            return self.run(["vm", "static", vm, "--fifo", "on", "--guard", guard])
+            guard = rng.choice(("true", "false"))
+            self.later.append((now + rng.uniform(2, 20), ["vm", "static", vm, "--fifo", "false", "--guard", "false"]))
+            return self.run(["vm", "static", vm, "--fifo", "true", "--guard", guard])
         if r < 0.90:
             return self.run(["vm", "membw", vm, str(rng.randint(0, 300))])
         return self.run(["membw", "--period-ms", str(rng.choice((10, 20, 50))), "--reclaim",
-                         rng.choice(("on", "off")), "--best-effort", rng.choice(("on", "off"))])
+                         rng.choice(("true", "false")), "--best-effort", rng.choice(("true", "false"))])
 
     def due(self, now):
         for item in [x for x in self.later if x[0] <= now]:

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Debian packages, in target/debian:
-#   cosched_<version>_<arch>.deb        the binary, man pages (cosched-host.toml(5) among them),
-#                                       shell completions (bash, zsh, fish)
+#   cosched_<version>_<arch>.deb        the binary, man pages, shell completions (bash, zsh, fish)
 #   cosched-host_<version>_<arch>.deb   the host role: cosched-host.service (enabled and started
 #                                       where systemd runs), a commented /etc/cosched/host.toml,
 #                                       the Grafana dashboard
@@ -65,13 +64,14 @@ install -Dm755 "$bin" "$stage/usr/bin/cosched"
 strip --strip-unneeded "$stage/usr/bin/cosched"
 install -Dm644 README.md "$stage/usr/share/doc/cosched/README.md"
 gzip -9n "$stage/usr/share/doc/cosched/README.md"
-mkdir -p "$stage/usr/share/man/man1"
-"$bin" generate man "$stage/usr/share/man/man1"
-gzip -9n "$stage"/usr/share/man/man1/*.1
-# cosched-host.toml(5): every key of /etc/cosched/host.toml, from the configuration's reference.
-mkdir -p "$stage/usr/share/man/man5"
-"$bin" generate config-reference --format man > "$stage/usr/share/man/man5/cosched-host.toml.5"
-gzip -9n "$stage/usr/share/man/man5/cosched-host.toml.5"
+# Each page into the directory of its section (cosched.8, cosched-host.toml.5, ...).
+pages=$(mktemp -d)
+"$bin" generate man "$pages"
+for page in "$pages"/*; do
+    install -Dm644 "$page" "$stage/usr/share/man/man${page##*.}/${page##*/}"
+    gzip -9n "$stage/usr/share/man/man${page##*.}/${page##*/}"
+done
+rm -rf "$pages"
 install -d "$stage/usr/share/bash-completion/completions" "$stage/usr/share/zsh/vendor-completions" \
     "$stage/usr/share/fish/vendor_completions.d"
 "$bin" generate completions bash > "$stage/usr/share/bash-completion/completions/cosched"

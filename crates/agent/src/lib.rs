@@ -91,7 +91,7 @@ pub struct Options {
     /// needs), so that it can boost the VM just before. Meant for `--hold-periodic-max-us 0
     /// --idle-deboost-ms 1` (deboosted between activations). Stops by itself when the
     /// host refuses `WAKE` as unsupported, until the next registration
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub predict: bool,
     /// Predict only wake-ups due within this many ms; a later one is not sent (and a standing one
     /// is withdrawn)

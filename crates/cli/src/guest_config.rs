@@ -24,13 +24,14 @@ pub enum GuestConfigError {
     UnknownKey { path: PathBuf, key: String, known: String },
     #[error("{path}: {key} = {value}: {why}")]
     Value { path: PathBuf, key: String, value: String, why: String },
-    #[error("{0}")]
-    Options(#[from] clap::Error),
+    /// A value the agent's options refuse (the command line's were checked before: the file's).
+    #[error("{path}: {message}")]
+    Options { path: PathBuf, message: String },
 }
 
 /// The agent's options as a command of their own.
 pub(crate) fn command() -> clap::Command {
-    Options::augment_args(clap::Command::new("cosched guest"))
+    crate::parse::plain_numbers(Options::augment_args(clap::Command::new("cosched guest")))
 }
 
 /// The file's keys: the agent's long options, as TOML keys.
@@ -88,8 +89,24 @@ pub fn options(explicit: Option<&Path>, cli: &[String]) -> Result<Options, Guest
         Err(source) => return Err(GuestConfigError::Read { path, source }),
     }
     argv.extend(cli.iter().cloned());
-    let matches = command().args_override_self(true).try_get_matches_from(argv)?;
-    Ok(Options::from_arg_matches(&matches)?)
+    let refused = |e: clap::Error| GuestConfigError::Options { path: path.clone(), message: as_key(&e) };
+    let matches = command().args_override_self(true).try_get_matches_from(argv).map_err(refused)?;
+    Options::from_arg_matches(&matches).map_err(refused)
+}
+
+/// clap's "invalid value 'V' for '--long-name <NAME>': why" as the file says it:
+/// "long_name = V: why".
+fn as_key(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
+    let parts = first.strip_prefix("invalid value '").and_then(|r| r.split_once("' for '--")).and_then(|(value, r)| {
+        let (arg, why) = r.split_once("': ")?;
+        Some((value, arg.split(' ').next()?.replace('-', "_"), why))
+    });
+    match parts {
+        Some((value, key, why)) => format!("{key} = {value}: {why}"),
+        None => first.to_string(),
+    }
 }
 
 /// The arguments of `guest` on this process's command line: after the `guest` subcommand, less
@@ -188,7 +205,10 @@ mod tests {
         assert!(e.contains("unknown key \"min_boost\"") && e.contains("min_boost_us"), "{e}");
         let (_d, p) = write("watch_max = 0\n");
         let e = options(Some(&p), &[]).unwrap_err().to_string();
-        assert!(e.contains("--watch-max") && e.contains('0'), "{e}");
+        assert_eq!(e, format!("{}: watch_max = 0: must be a whole number from 1 to 65536", p.display()));
+        let (_d, p) = write("min_boost_us = -5\n");
+        let e = options(Some(&p), &[]).unwrap_err().to_string();
+        assert_eq!(e, format!("{}: min_boost_us = -5: must be a whole number, 0 or more", p.display()));
         let (_d, p) = write("no_membw = 3\n");
         let e = options(Some(&p), &[]).unwrap_err().to_string();
         assert!(e.contains("no_membw = 3: this key is true or false"), "{e}");

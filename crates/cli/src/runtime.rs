@@ -8,20 +8,32 @@ use cosched_host::control::{request, Request};
 use cosched_host::reload::Changes;
 
 /// `cosched reload`: the daemon reads its config file again and applies what changed.
-pub fn reload(socket: &Path) -> anyhow::Result<()> {
-    changes(socket, &Request::Reload)
+pub fn reload(socket: &Path, json: bool) -> anyhow::Result<()> {
+    changes(socket, &Request::Reload, json)
 }
 
 /// `cosched reset` (`vm`: `None`) or `cosched vm reset VM`: the operator's settings dropped,
 /// back to the config.
-pub fn reset(socket: &Path, vm: Option<String>) -> anyhow::Result<()> {
-    changes(socket, &Request::Reset { vm })
+pub fn reset(socket: &Path, vm: Option<String>, json: bool) -> anyhow::Result<()> {
+    changes(socket, &Request::Reset { vm }, json)
 }
 
-/// Sends `req`, prints the changes the daemon answers.
-fn changes(socket: &Path, req: &Request) -> anyhow::Result<()> {
+/// Sends `req`, prints the changes the daemon answers (with `json`, as JSON with a
+/// "schema_version").
+fn changes(socket: &Path, req: &Request, json: bool) -> anyhow::Result<()> {
     let data = request(socket, req)?.context("empty reply")?;
     let c: Changes = serde_json::from_value(data).context("reading the daemon's reply")?;
-    print!("{}", crate::status::changes_text(&c));
+    if json {
+        #[derive(serde::Serialize)]
+        struct Out<'a> {
+            schema_version: u32,
+            #[serde(flatten)]
+            changes: &'a Changes,
+        }
+        let out = Out { schema_version: crate::ops::CHANGE_SCHEMA_VERSION, changes: &c };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print!("{}", crate::status::changes_text(&c));
+    }
     Ok(())
 }

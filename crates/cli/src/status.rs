@@ -49,8 +49,14 @@ fn fmt_ms(ns_ms: f64) -> String {
     }
 }
 
-/// `cosched status`.
+/// `cosched status --threads`: everything, each VM's threads too.
+#[cfg(test)]
 pub fn text(s: &Status) -> String {
+    text_with(s, true)
+}
+
+/// `cosched status`: the host's coordination, then each VM (with `threads`, its threads too).
+pub fn text_with(s: &Status, threads: bool) -> String {
     let mut out = String::new();
     resources(&mut out, s);
     for (what, why) in [("io", &s.io.unsupported), ("event", &s.event.unsupported)] {
@@ -73,15 +79,12 @@ pub fn text(s: &Status) -> String {
     if s.vms.is_empty() {
         let _ = writeln!(out, "no VMs connected (socket directory {})", s.daemon.socket_dir.display());
     } else {
-        let _ = writeln!(
-            out,
-            "\n{:<16} {:>7} {:>4} {:>4} {:<6} {:>3} {:<8} {:>7} {:>9} {:>7} {:>9}  denied",
-            "VM", "PID", "REG", "PRIO", "RES", "ON", "LEVEL", "BOOSTS", "BOOSTED", "BUDGET", "MALFORMED"
-        );
+        out.push('\n');
+        vm_header(&mut out);
     }
     for vm in &s.vms {
         vm_rows(&mut out, vm);
-        vm_details(&mut out, vm);
+        vm_details(&mut out, vm, threads);
     }
     if !s.unconnected_sockets.is_empty() {
         // Quoted, as in the JSON.
@@ -90,6 +93,43 @@ pub fn text(s: &Status) -> String {
         let _ = writeln!(out, "\nsockets not connected (see the daemon's log): {}", quoted.join(", "));
     }
     out
+}
+
+/// `cosched status VM`: that VM's rows and details (with `threads`, its threads too).
+pub fn vm_text(vm: &VmStatus, threads: bool) -> String {
+    let mut out = String::new();
+    vm_header(&mut out);
+    vm_rows(&mut out, vm);
+    vm_details(&mut out, vm, threads);
+    out
+}
+
+/// The VM table's header.
+fn vm_header(out: &mut String) {
+    let _ = writeln!(
+        out,
+        "{:<16} {:>7} {:>4} {:>4} {:<6} {:>3} {:<8} {:>7} {:>9} {:>7} {:>9}  denied",
+        "VM", "PID", "REG", "PRIO", "RES", "ON", "LEVEL", "BOOSTS", "BOOSTED", "BUDGET", "MALFORMED"
+    );
+}
+
+/// No VM is named so (by name or QEMU pid).
+#[derive(Debug, thiserror::Error)]
+#[error("no VM named {key:?} (connected: {known})")]
+pub struct NoVm {
+    pub key: String,
+    pub known: String,
+}
+
+/// The status with only the VM named `key` (its name or QEMU pid) in `vms`.
+pub fn only(mut s: Status, key: &str) -> Result<Status, NoVm> {
+    let pid: Option<i32> = key.parse().ok();
+    let known: Vec<&str> = s.vms.iter().map(|v| v.name.as_str()).collect();
+    let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+    let vm = s.vms.iter().position(|v| v.name == key || Some(v.pid) == pid);
+    let vm = vm.ok_or_else(|| NoVm { key: key.to_string(), known })?;
+    s.vms = vec![s.vms.swap_remove(vm)];
+    Ok(s)
 }
 
 /// A line per resource: its switch, its budgets, and what it runs on.
@@ -114,7 +154,7 @@ fn resources(out: &mut String, s: &Status) {
             let c = e.counters.as_ref();
             let _ = write!(
                 out,
-                "; FEAS for {} VMs, {} per {} ms, slices {} µs, charging {}, detection {}: {} device / {} timer / {} \
+                "; boosting {} VMs, {} per {} ms, slices {} µs, charging {}, detection {}: {} device / {} timer / {} \
                  internal wake-ups",
                 e.config.vms.name(),
                 e.config.n_limit,
@@ -201,8 +241,9 @@ fn vm_rows(out: &mut String, vm: &VmStatus) {
     }
 }
 
-/// Under a VM's rows: RT co-scheduling, memory bandwidth, threads, static tunings, disks.
-fn vm_details(out: &mut String, vm: &VmStatus) {
+/// Under a VM's rows: RT co-scheduling, memory bandwidth, threads (with `threads`), static
+/// tunings, disks.
+fn vm_details(out: &mut String, vm: &VmStatus, threads: bool) {
     origin::vm(out, vm);
     if let Some(rt) = vm.resources.get(Resource::Cpu.name()).and_then(|r| r.rt.as_ref()) {
         rt_text(out, rt);
@@ -229,7 +270,7 @@ fn vm_details(out: &mut String, vm: &VmStatus) {
             st.lent_bytes as f64 / 1e6
         );
     }
-    for t in &vm.threads {
+    for t in vm.threads.iter().filter(|_| threads) {
         // The I/O lever's setting on the thread, if it has one.
         let io = t.io().map(|(k, v)| format!("  {k} {v}")).unwrap_or_default();
         let stat = t.statics().map(|v| format!("  static: {v}")).unwrap_or_default();
@@ -342,14 +383,17 @@ pub fn membw_text(m: &MembwStatus) -> String {
 }
 
 /// `cosched status --watch`: redraws [`watch_frame`] every `interval_ms` (on a terminal, from the
-/// top of a cleared screen), `count` times or until interrupted.
-pub fn watch(socket: &Path, interval_ms: u64, count: Option<u64>) -> anyhow::Result<()> {
+/// top of a cleared screen), `count` times or until interrupted; with `vm`, that VM only.
+pub fn watch(socket: &Path, interval_ms: u64, count: Option<u64>, vm: Option<&str>) -> anyhow::Result<()> {
     use std::io::IsTerminal;
     let tty = std::io::stdout().is_terminal();
     let mut prev: Option<(Status, std::time::Instant)> = None;
     let mut n = 0;
     loop {
-        let s = get(socket)?;
+        let s = match vm {
+            Some(key) => only(get(socket)?, key)?,
+            None => get(socket)?,
+        };
         let now = std::time::Instant::now();
         let frame = watch_frame(prev.as_ref().map(|(p, t)| (p, now.duration_since(*t).as_secs_f64())), &s);
         print!("{}{frame}", if tty { "\x1b[H\x1b[2J" } else { "" });

@@ -217,8 +217,19 @@ impl World {
 }
 
 /// Spawns a copy of the fake QEMU. A parallel test forking while our copy's fd was open makes
-/// exec fail with ETXTBSY for a moment: retry.
+/// exec fail with ETXTBSY for a moment: retry. It starts at nice 0 whatever the test runner's
+/// nice is (`nice cargo test`): the tests compare its threads with what a QEMU starts with.
 fn spawn_fake_qemu(cmd: &mut Command) -> Child {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setpriority is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setpriority(libc::PRIO_PROCESS, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     wait_for("exec of the fake QEMU", Duration::from_secs(5), || match cmd.spawn() {
         Ok(c) => Some(c),
         Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => None,
@@ -808,7 +819,8 @@ fn operator_disable_enable_and_priority() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no VM named \"nosuchvm\" (connected: vm1)"));
     let out = d.cli(&["vm", "priority", "vm1", "99"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("out of range"), "{out:?}");
+    assert_eq!(out.status.code(), Some(2), "a usage error: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must be a whole number from 1 to 98"), "{out:?}");
 }
 
 #[test]
@@ -2044,24 +2056,24 @@ fn static_fifo_97_98_over_a_dynamic_boost_each_undone_exactly() {
                 vm.request(Kind::Cpu, 0);
                 std::thread::sleep(Duration::from_millis(100));
                 assert!(static_fifo(&vm), "the deboost leaves the static class: {:?}", vm.attrs());
-                fifo_cmd("off");
+                fifo_cmd("false");
             }
             "boost first" => {
                 vm.request(Kind::Cpu, 1);
                 assert!(vm.boosted_soon(1));
-                fifo_cmd("on");
+                fifo_cmd("true");
                 assert!(static_fifo(&vm), "static over the boost: {:?}", vm.attrs());
                 vm.request(Kind::Cpu, 0);
                 std::thread::sleep(Duration::from_millis(100));
                 assert!(static_fifo(&vm), "the deboost leaves the static class: {:?}", vm.attrs());
-                fifo_cmd("off");
+                fifo_cmd("false");
             }
             _ => {
                 vm.request(Kind::Cpu, 1);
                 assert!(vm.boosted_soon(1));
-                fifo_cmd("on");
+                fifo_cmd("true");
                 assert!(static_fifo(&vm), "{:?}", vm.attrs());
-                fifo_cmd("off");
+                fifo_cmd("false");
                 assert!(vm.boosted_soon(1), "the boost under way comes back: {:?}", vm.attrs());
                 vm.request(Kind::Cpu, 0);
             }
@@ -2372,10 +2384,10 @@ fn static_fifo_with_the_guard_alternates_the_vcpu_within_its_share_and_is_undone
     drop(d2);
     let d = w.daemon(policy);
     d.wait_vm("vm1");
-    let out = d.cli(&["vm", "static", "vm1", "--fifo", "on", "--guard", "on"]);
+    let out = d.cli(&["vm", "static", "vm1", "--fifo", "true", "--guard", "true"]);
     assert!(out.status.success(), "{out:?}");
     wait_for("guarded", Duration::from_secs(2), || sched::get(vcpu).unwrap().same_as(&guarded).then_some(()));
-    let out = d.cli(&["vm", "static", "vm1", "--guard", "off"]);
+    let out = d.cli(&["vm", "static", "vm1", "--guard", "false"]);
     assert!(out.status.success(), "{out:?}");
     assert!(sched::get(vcpu).unwrap().same_as(&fifo(97)), "guard off: FIFO for good");
     let s = sample(vcpu, Duration::from_millis(400));
@@ -2546,12 +2558,12 @@ fn membw_throttle_through(kind: Freezer, choice: &str) {
     assert!(metrics.contains("cosched_vm_membw_stopping_seconds_total{vm=\"vm1\"}"), "{metrics}");
     assert!(metrics.contains("cosched_membw_period_ms{backend=\"simulated\"} 100"), "{metrics}");
     // The operator's switches, and their checks.
-    assert!(d.cli(&["membw", "--period-ms", "50", "--best-effort", "on"]).status.success());
+    assert!(d.cli(&["membw", "--period-ms", "50", "--best-effort", "true"]).status.success());
     let st = d.status();
     assert_eq!((st["membw"]["period_ms"].as_u64(), st["membw"]["best_effort"].as_bool()), (Some(50), Some(true)));
     let out = d.cli(&["membw", "--period-ms", "0"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("period_ms must be 1..=10000"), "{out:?}");
-    assert!(d.cli(&["membw", "--best-effort", "off"]).status.success());
+    assert!(d.cli(&["membw", "--best-effort", "false"]).status.success());
     let out = d.cli(&["vm", "membw", "nosuchvm", "10"]);
     assert!(!out.status.success());
     // kill -9 with the vCPU frozen. A 10 s period first: its budget (1 s of run) spent, the
@@ -2778,4 +2790,107 @@ fn status_json_keeps_the_keys_of_the_captured_sample() {
     // What the CLI reads it into writes it back whole (a key the types miss would be lost).
     let typed: cosched_status::Status = serde_json::from_value(st.clone()).unwrap();
     assert_eq!(serde_json::to_value(typed).unwrap(), st);
+}
+
+/// The unit's `ExecStopPost=cosched restore` with a config that does not load (a typo made
+/// after the daemon started): a SIGKILLed daemon's threads are still put back, from the state
+/// directory the broken config still names, or the one given on the command line; a warning
+/// says why the config was not used.
+#[test]
+fn restore_with_a_broken_config_still_restores_a_sigkilled_daemon_s_threads() {
+    for how in ["state_dir salvaged from the config", "--state-dir, config not TOML"] {
+        let Some(mut s) = one_vm(QUIET_POLICY) else { return };
+        let worker = s.vm.tid("worker");
+        sched::set(worker, &SchedAttr::other(-3, 0)).unwrap();
+        s.boost_then_kill_the_daemon();
+        assert!(s.vm.boosted_soon(1), "kill -9 restores nothing by itself");
+        assert_eq!(state_files(&s.w).len(), 1, "{how}: the dead daemon's record");
+        let cfg = s.w.p("broken.toml");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cosched"));
+        cmd.arg("--config").arg(&cfg).arg("restore");
+        if how.starts_with("state_dir") {
+            std::fs::write(&cfg, format!("state_dir = {:?}\n[policy]\nmax_continous_boost_ms = 5\n", s.w.state_dir()))
+                .unwrap();
+        } else {
+            std::fs::write(&cfg, "[policy\nmax_continuous_boost_ms = 5\n").unwrap();
+            cmd.arg("--state-dir").arg(s.w.state_dir());
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{how}: {out:?}");
+        assert!(stderr.contains("warning: cannot load the config"), "{how}: {stderr}");
+        assert!(String::from_utf8_lossy(&out.stdout).starts_with("restored "), "{how}: {out:?}");
+        assert!(s.vm.none_realtime(), "{how}: {:?}", s.vm.attrs());
+        assert!(sched::get(worker).unwrap().same_as(&SchedAttr::other(-3, 0)), "{how}: original nice");
+        assert!(state_files(&s.w).is_empty(), "{how}: state removed");
+    }
+}
+
+/// What a script sees: each change says what it changed, every listing has `--json` with a
+/// `schema_version`, `status` is compact unless asked for threads, a refused request exits 1, and
+/// `disable` reaches the daemon through a config that does not load.
+#[test]
+fn operator_commands_say_what_they_changed_and_show_json() {
+    let Some(s) = one_vm(QUIET_POLICY) else { return };
+    let ok = |args: &[&str]| -> String {
+        let out = s.d.cli(args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let json = |args: &[&str]| -> Value { serde_json::from_str(&ok(args)).unwrap() };
+    assert_eq!(ok(&["vm", "priority", "vm1", "10"]), "vm1: priority 10\n");
+    assert_eq!(ok(&["vm", "disable", "vm1", "io"]), "vm1: disabled io\n");
+    assert_eq!(ok(&["vm", "enable", "vm1"]), "vm1: enabled every resource\n");
+    assert_eq!(ok(&["disable", "io"]), "disabled io for the whole host\n");
+    assert_eq!(ok(&["enable"]), "enabled every resource for the whole host\n");
+    let change = json(&["vm", "ceiling", "vm1", "30", "--json"]);
+    assert_eq!(change["schema_version"], 1);
+    assert_eq!(change["changed"], serde_json::json!({"cmd": "ceiling", "vm": "vm1", "ceiling": 30}));
+    assert_eq!(change["summary"], "vm1: RT ceiling 30");
+    assert_eq!(json(&["enable", "io", "--json"])["summary"], "enabled io for the whole host");
+
+    let list = ok(&["vm", "list"]);
+    assert!(list.starts_with("VM ") && list.lines().nth(1).is_some_and(|l| l.starts_with("vm1 ")), "{list}");
+    let list = json(&["vm", "list", "--json"]);
+    assert_eq!(list["schema_version"], 1);
+    assert_eq!(list["vms"][0]["name"], "vm1");
+    assert_eq!(list["vms"][0]["pid"], s.vm.pid);
+    let pid = s.vm.pid.to_string();
+    for key in ["vm1", pid.as_str()] {
+        let one = json(&["status", key, "--json"]);
+        assert_eq!(one["schema_version"], 1);
+        assert_eq!(one["vms"].as_array().map(Vec::len), Some(1), "{key}: {one:#}");
+        assert_eq!(one["vms"][0]["name"], "vm1");
+    }
+    assert_eq!(json(&["status", "--json"])["schema_version"], 1);
+    assert_eq!(json(&["membw", "--json"])["schema_version"], 1);
+    let metrics = ok(&["metrics"]);
+    let build = format!("cosched_build_info{{version=\"{}\",commit=\"", env!("CARGO_PKG_VERSION"));
+    assert!(metrics.lines().any(|l| l.starts_with(&build) && l.ends_with("\"} 1")), "{metrics}");
+
+    // Threads only when asked.
+    let comm = "IO iothread0";
+    let compact = ok(&["status"]);
+    assert!(compact.contains("vm1") && !compact.contains(comm), "{compact}");
+    let threads = ok(&["status", "--threads"]);
+    assert!(threads.contains(comm), "{threads}");
+    let one = ok(&["status", "vm1", "--threads"]);
+    assert!(one.starts_with("VM ") && one.contains(comm), "{one}");
+
+    // Refused: 1, with the daemon's reason.
+    for args in [&["vm", "priority", "nosuch", "10"][..], &["status", "nosuch"]] {
+        let out = s.d.cli(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("nosuch"), "{args:?}: {out:?}");
+    }
+
+    // A config with a typo still names the control socket: disable reaches the daemon.
+    let cfg = s.w.p("broken.toml");
+    std::fs::write(&cfg, format!("control_socket = {:?}\nenabeld = false\n", s.w.control())).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cosched")).arg("--config").arg(&cfg).arg("disable").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "disabled every resource for the whole host\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning: cannot load the config"), "{out:?}");
+    let st = s.d.status();
+    assert!(st["resources"].as_object().unwrap().values().all(|r| r["enabled"] == false), "{st:#}");
 }

@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 use crate::actuator::{BoostClass, IoBoost};
 use crate::shield::CpuListError;
 
+pub mod check;
+
 pub const DEFAULT_CONFIG: &str = "/etc/cosched/host.toml";
 pub const DEFAULT_SOCKET_DIR: &str = "/run/cosched/vms";
 pub const DEFAULT_STATE_DIR: &str = "/run/cosched/state";
@@ -152,6 +154,13 @@ pub enum ConfigError {
         "[vm.*] membw_share add up to {total}‰: more than the host's guaranteed bandwidth (1000‰) can be guaranteed"
     )]
     SharesOver { total: u64 },
+    /// An address the metrics endpoint cannot listen on (the daemon binds an IP and a port; it
+    /// does not resolve host names).
+    #[error(
+        "metrics_listen = {value:?}: not an IP address and port like \"127.0.0.1:9477\" or \"[::1]:9477\" \
+         ({error}; host names are not resolved)"
+    )]
+    Listen { value: String, error: std::net::AddrParseError },
     /// Simulated memory bandwidth without the trace it replays.
     #[error("[membw] backend = \"simulated\" needs trace = \"<file>\"")]
     SimulatedWithoutTrace,
@@ -303,37 +312,67 @@ impl HostConfig {
         self.vm.get(name).cloned().unwrap_or_default().settings(self.policy.default_priority)
     }
 
+    /// The first of [`HostConfig::problems`], if any: what the daemon refuses to start with.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.policy.validate().map_err(ConfigError::from).map_err(ConfigError::within("[policy]"))?;
-        self.boost.validate().map_err(ConfigError::within("[boost]"))?;
-        self.io.validate()?;
-        self.event.validate()?;
-        self.membw.validate()?;
-        self.validate_membw_shares()?;
-        check_resource_names("[resources]", self.resources.keys())?;
+        match self.problems().into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Every check of the settings that fails, in the order the daemon checks them (a section's
+    /// own checks stop at its first error): what `cosched check-config` lists.
+    pub fn problems(&self) -> Vec<ConfigError> {
+        let mut out = Vec::new();
+        let mut check = |r: Result<(), ConfigError>| out.extend(r.err());
+        check(self.policy.validate().map_err(ConfigError::from).map_err(ConfigError::within("[policy]")));
+        check(self.boost.validate().map_err(ConfigError::within("[boost]")));
+        check(self.io.validate().map_err(ConfigError::from));
+        check(self.event.validate().map_err(ConfigError::from));
+        check(self.membw.validate());
+        check(self.validate_membw_shares());
+        check(check_resource_names("[resources]", self.resources.keys()));
         for (name, vm) in &self.vm {
             if let Some(p) = vm.priority {
-                check_priority(&format!("[vm.{name}] priority"), p)?;
+                check(check_priority(&format!("[vm.{name}] priority"), p).map_err(ConfigError::from));
             }
-            check_resource_names(&format!("[vm.{name}.resources]"), vm.resources.keys())?;
-            vm.statics.validate(&format!("[vm.{name}.static]"), self.daemon_priority)?;
+            check(check_resource_names(&format!("[vm.{name}.resources]"), vm.resources.keys()));
+            check(vm.statics.validate(&format!("[vm.{name}.static]"), self.daemon_priority));
             if vm.statics.guard && self.policy.rt_guard().is_none() {
-                return Err(ConfigError::GuardWithoutRule { vm: name.clone() });
+                check(Err(ConfigError::GuardWithoutRule { vm: name.clone() }));
             }
         }
         if let Some(hk) = &self.shield.housekeeping_cpus {
-            crate::shield::parse_cpus(hk)
-                .map_err(|error| ConfigError::CpuList { key: "[shield] housekeeping_cpus".into(), error })?;
+            check(
+                crate::shield::parse_cpus(hk)
+                    .map(drop)
+                    .map_err(|error| ConfigError::CpuList { key: "[shield] housekeeping_cpus".into(), error }),
+            );
         }
         let mut taken: BTreeMap<usize, &str> = BTreeMap::new();
         for (name, vm) in &self.vm {
             let cpus = vm.statics.shield.as_deref().map(crate::shield::parse_cpus).transpose().ok().flatten();
             for c in cpus.unwrap_or_default() {
                 if let Some(other) = taken.insert(c, name) {
-                    return Err(ConfigError::SharedCpu { vm: name.clone(), cpu: c, other: other.to_string() });
+                    check(Err(ConfigError::SharedCpu { vm: name.clone(), cpu: c, other: other.to_string() }));
+                    break;
                 }
             }
         }
+        check(self.validate_daemon_priority());
+        check(self.validate_rt());
+        if self.rescan_ms == 0 || self.thread_refresh_ms == 0 {
+            check(Err(CoreError::range("rescan_ms and thread_refresh_ms", "> 0").into()));
+        }
+        if let Some(addr) = &self.metrics_listen {
+            if let Err(error) = addr.parse::<std::net::SocketAddr>() {
+                check(Err(ConfigError::Listen { value: addr.clone(), error }));
+            }
+        }
+        out
+    }
+
+    fn validate_daemon_priority(&self) -> Result<(), ConfigError> {
         if self.daemon_priority > 99 {
             let rule = "must be 0 (SCHED_OTHER) or 1..=99";
             return Err(CoreError::invalid("daemon_priority", self.daemon_priority, rule).into());
@@ -344,10 +383,6 @@ impl HostConfig {
         if self.daemon_priority != 0 && self.daemon_priority <= highest_vm {
             let rule = format!("above every boosted thread's priority ({highest_vm}), or 0");
             return Err(CoreError::conflict("daemon_priority", self.daemon_priority, rule).into());
-        }
-        self.validate_rt()?;
-        if self.rescan_ms == 0 || self.thread_refresh_ms == 0 {
-            return Err(CoreError::range("rescan_ms and thread_refresh_ms", "> 0").into());
         }
         Ok(())
     }

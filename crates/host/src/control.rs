@@ -4,12 +4,11 @@
 //! the daemon runs as: see [`crate::caps`]): the operator interface must not be reachable by a
 //! guest or an unprivileged user.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,7 +109,6 @@ pub struct MetricsReply {
     pub text: String,
 }
 
-/// Sends `req` to the daemon at `socket` and returns its data, or its error as an error.
 /// The request in a control client's input so far: `None` until a whole line is in; the line
 /// parsed, or why it is not a request. What the daemon does with every control connection (and
 /// what the fuzzer feeds).
@@ -125,24 +123,55 @@ pub fn parse_request(input: &[u8]) -> Option<Result<Request, RequestError>> {
 #[error("bad request: {0}")]
 pub struct RequestError(pub serde_json::Error);
 
-pub fn request(socket: &Path, req: &Request) -> anyhow::Result<Option<serde_json::Value>> {
-    let mut s = UnixStream::connect(socket).with_context(|| {
-        format!(
-            "cannot reach the cosched host daemon at {} (is `cosched host` running? are you root?)",
-            socket.display()
-        )
-    })?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut line = serde_json::to_string(req)?;
-    line.push('\n');
-    s.write_all(line.as_bytes())?;
-    let mut reply = String::new();
-    BufReader::new(s).read_line(&mut reply).context("reading the daemon's reply")?;
-    let reply: Reply = serde_json::from_str(&reply).with_context(|| format!("bad reply from daemon: {reply:?}"))?;
-    if !reply.ok {
-        bail!("{}", reply.error.unwrap_or_else(|| "request failed".into()));
+/// Why a control request got no answer, or what the daemon said against it.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// Nothing listens at the socket (no file, or no daemon behind it): the daemon is not
+    /// running (`cosched` exits 3 for it, as systemctl does for a unit that is not active).
+    #[error("the cosched host daemon is not running: nothing listens at {} ({error}); start it with `systemctl start cosched-host`", .socket.display())]
+    NotRunning { socket: PathBuf, error: io::Error },
+    /// The socket is there but this user may not connect (root and the daemon's own user may).
+    #[error("cannot connect to the cosched host daemon at {}: {error} (the control socket accepts root and the user the daemon runs as)", .socket.display())]
+    Connect { socket: PathBuf, error: io::Error },
+    /// The exchange broke off (a write, a read or the 10 s timeout).
+    #[error("talking to the cosched host daemon at {}: {error}", .socket.display())]
+    Io { socket: PathBuf, error: io::Error },
+    /// The reply is not the protocol's.
+    #[error("bad reply from the daemon: {reply:?}: {error}")]
+    BadReply { reply: String, error: serde_json::Error },
+    /// The daemon refused the request, saying why.
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl ControlError {
+    /// Whether it means that no daemon is running.
+    pub fn not_running(&self) -> bool {
+        matches!(self, ControlError::NotRunning { .. })
     }
-    Ok(reply.data)
+}
+
+/// Sends `req` to the daemon at `socket` and returns its data, or its error as an error.
+pub fn request(socket: &Path, req: &Request) -> Result<Option<serde_json::Value>, ControlError> {
+    let io = |error| ControlError::Io { socket: socket.to_path_buf(), error };
+    let mut s = UnixStream::connect(socket).map_err(|error| match error.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
+            ControlError::NotRunning { socket: socket.to_path_buf(), error }
+        }
+        _ => ControlError::Connect { socket: socket.to_path_buf(), error },
+    })?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(io)?;
+    let mut line = serde_json::to_string(req).expect("a request is plain JSON");
+    line.push('\n');
+    s.write_all(line.as_bytes()).map_err(io)?;
+    let mut reply = String::new();
+    BufReader::new(s).read_line(&mut reply).map_err(io)?;
+    let parsed: Reply =
+        serde_json::from_str(&reply).map_err(|error| ControlError::BadReply { reply: reply.clone(), error })?;
+    if !parsed.ok {
+        return Err(ControlError::Refused(parsed.error.unwrap_or_else(|| "request failed".into())));
+    }
+    Ok(parsed.data)
 }
 
 #[cfg(test)]

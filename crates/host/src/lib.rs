@@ -38,3 +38,10 @@ pub mod shield;
 pub mod store;
 
 pub use sched::{SchedOps, ThreadOps};
+
+/// This binary's build: its version, and the git commit it was built from (the build script's
+/// `COSCHED_GIT_COMMIT`: the environment's, else `git rev-parse` of the checkout; empty if
+/// neither).
+pub fn build() -> cosched_status::Build {
+    cosched_status::Build { version: env!("CARGO_PKG_VERSION").into(), commit: env!("COSCHED_GIT_COMMIT").into() }
+}

@@ -76,6 +76,7 @@ pub fn render(status: &Status) -> String {
     let mut out = Exposition::default();
     // Written even before their first sample, as they always were.
     out.declare_histograms::<VmStatus>();
+    out.add(&status.daemon.build, "");
     for (r, res) in &status.resources {
         out.add(res, &format!("resource=\"{r}\""));
     }
@@ -87,6 +88,29 @@ pub fn render(status: &Status) -> String {
         vm_series(&mut out, vm);
     }
     out.text()
+}
+
+/// Every metric family the daemon exports: name, type and help, by name (for its manual).
+pub fn families() -> Vec<(&'static str, Kind, &'static str)> {
+    fn of<T: Metrics>(out: &mut BTreeMap<&'static str, (Kind, &'static str)>) {
+        for m in T::METRICS {
+            out.insert(m.name, (m.kind, m.help));
+        }
+    }
+    let mut all = BTreeMap::new();
+    of::<cosched_status::Build>(&mut all);
+    of::<cosched_status::ResourceStatus>(&mut all);
+    of::<cosched_status::MembwStatus>(&mut all);
+    of::<VmStatus>(&mut all);
+    of::<cosched_status::VmCounters>(&mut all);
+    of::<cosched_status::VmMembw>(&mut all);
+    of::<cosched_status::VmBwStats>(&mut all);
+    of::<cosched_status::VmResource>(&mut all);
+    of::<cosched_status::SlotCounters>(&mut all);
+    of::<cosched_status::CpuCounters>(&mut all);
+    of::<cosched_status::RtStatus>(&mut all);
+    of::<cosched_status::EventCounters>(&mut all);
+    all.into_iter().map(|(name, (kind, help))| (name, kind, help)).collect()
 }
 
 /// A VM's series; every figure of a resource carries a `resource` label.
@@ -221,6 +245,20 @@ mod tests {
         }
         let empty = render(&Status::default());
         assert!(empty.starts_with("# HELP cosched_hint_to_applied_seconds From reading a guest frame"), "{empty}");
+    }
+
+    /// The daemon's own build is a metric (a status read from JSON knows no build: none).
+    #[test]
+    fn the_build_is_a_metric() {
+        let mut status = Status::default();
+        status.daemon.build = crate::build();
+        let text = render(&status);
+        let line = text.lines().find(|l| l.starts_with("cosched_build_info{")).unwrap_or_else(|| panic!("{text}"));
+        assert!(line.starts_with(&format!("cosched_build_info{{version=\"{}\",commit=\"", env!("CARGO_PKG_VERSION"))));
+        assert!(line.ends_with("\"} 1"), "{line}");
+        assert!(text.contains("# TYPE cosched_build_info gauge\n"), "{text}");
+        let names: Vec<&str> = families().iter().map(|f| f.0).collect();
+        assert!(names.contains(&"cosched_build_info") && names.contains(&"cosched_vm_boosts_total"), "{names:?}");
     }
 
     #[test]

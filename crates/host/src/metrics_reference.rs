@@ -54,6 +54,8 @@ fn own_labels<T>(m: &Metric<T>) -> Vec<String> {
 /// [`crate::metrics::render`].
 pub fn families() -> BTreeMap<&'static str, Family> {
     let mut out = BTreeMap::new();
+    // Its labels are its value (version, commit), not a container's.
+    of::<cosched_status::Build>("the host", &["version", "commit"], &mut out);
     of::<ResourceStatus>("each resource, host-wide", &["resource"], &mut out);
     of::<MembwStatus>("the host", &["backend"], &mut out);
     of::<VmStatus>("each VM", &["vm"], &mut out);
@@ -76,6 +78,8 @@ const LABELS: &[(&str, &str)] = &[
     ("reason", "why a request was refused: `disabled`, `unsupported`, `budget`, `malformed`, `rate_limited`, `not_registered`, `host_reserve`"),
     ("outcome", "what became of predicted wake-ups: `received`, `applied`, `covered`, `refused`, `confirmed` (of which `early`), `unconfirmed` (of which `late`), `denied`, `cancelled`"),
     ("quantile", "`0.5` or `0.99`, over the recent samples"),
+    ("version", "the daemon's version (`cosched --version`)"),
+    ("commit", "the git commit it was built from, empty when not built from a git checkout"),
     ("le", "a histogram bucket's upper bound, in seconds"),
 ];
 

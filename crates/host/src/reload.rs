@@ -40,7 +40,18 @@ pub struct Source {
 impl Source {
     /// The file, loaded and validated, with the command line's overrides.
     pub fn load(&self) -> anyhow::Result<HostConfig> {
-        let mut cfg = HostConfig::load(self.path.as_deref())?;
+        let mut cfg = match HostConfig::load(self.path.as_deref()) {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                // The loader stops at its first error; the check lists every one.
+                let report = crate::config::check::check(self.path.as_deref());
+                if report.errors.len() < 2 {
+                    return Err(e);
+                }
+                let all: Vec<String> = report.errors.iter().map(|f| format!("  {f}")).collect();
+                anyhow::bail!("{}: {} errors:\n{}", report.path.display(), all.len(), all.join("\n"));
+            }
+        };
         if let Some(d) = &self.socket_dir {
             cfg.socket_dir = d.clone();
         }

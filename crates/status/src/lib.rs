@@ -86,6 +86,43 @@ pub struct DaemonInfo {
     pub cost: Cost,
     /// Frames per second read from one VM's channel (`[policy] read_rate` in force).
     pub read_rate_per_vm: u64,
+    /// The daemon's build: in its metrics, not in the JSON (whose keys stay those of
+    /// `schema_version` 1).
+    #[serde(skip)]
+    pub build: Build,
+}
+
+/// A build of the daemon: its version, and the git commit it was built from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Metrics)]
+pub struct Build {
+    #[metric(
+        gauge,
+        name = "cosched_build_info",
+        help = "Always 1: the labels say the daemon's version and the git commit it was built from (empty if not \
+                known).",
+        value = Self::info
+    )]
+    pub version: String,
+    /// Empty where the build did not know it (not built from a git checkout).
+    pub commit: String,
+}
+
+impl Build {
+    /// The one sample, labelled; none for a build not known (a status read back from JSON).
+    fn info(&self) -> Option<BuildLabels> {
+        let clean = |s: &str| s.replace(['"', '\\', '\n'], "_");
+        (!self.version.is_empty())
+            .then(|| BuildLabels(format!("version=\"{}\",commit=\"{}\"", clean(&self.version), clean(&self.commit))))
+    }
+}
+
+/// `cosched_build_info`'s labels.
+pub struct BuildLabels(String);
+
+impl Sample for BuildLabels {
+    fn each(&self, _by: &str, out: &mut dyn FnMut(&str, &str, f64)) {
+        out("", &self.0, 1.0)
+    }
 }
 
 /// Where the daemon's time goes, in total since it started (the `scale` experiment divides by

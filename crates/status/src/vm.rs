@@ -205,7 +205,12 @@ pub struct CpuCounters {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, Metrics)]
 #[serde(default)]
 pub struct EventCounters {
-    #[metric(counter, name = "cosched_vm_events_total", help = "Device events for the VM (FEAS).", absent = 0)]
+    #[metric(
+        counter,
+        name = "cosched_vm_events_total",
+        help = "Device events for the VM (event boosting).",
+        absent = 0
+    )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<u64>,
     /// Events for a VM event boosting does not apply to.

@@ -86,6 +86,7 @@ fn daemon(v: &View) -> st::DaemonInfo {
         thread_events: v.thread_events.map(str::to_string),
         cost: v.cost.clone(),
         read_rate_per_vm: v.cfg.policy.read_rate(),
+        build: crate::build(),
     }
 }
 

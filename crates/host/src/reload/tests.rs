@@ -207,3 +207,20 @@ fn the_command_lines_overrides_stay_over_the_file() {
     std::fs::write(&path, "socket_dir = 5\n").unwrap();
     assert!(format!("{:#}", src.load().unwrap_err()).contains("parsing config"));
 }
+
+#[test]
+fn a_config_that_does_not_load_is_refused_with_every_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("host.toml");
+    std::fs::write(&path, "enabeld = true\n[policy]\nmax_continous_boost_ms = 5\n").unwrap();
+    let source = Source {
+        path: Some(path),
+        socket_dir: None,
+        state_dir: None,
+        control_socket: None,
+        metrics_listen: None,
+        disabled: false,
+    };
+    let e = format!("{:#}", source.load().unwrap_err());
+    assert!(e.contains("2 errors") && e.contains("enabeld") && e.contains("max_continous_boost_ms"), "{e}");
+}

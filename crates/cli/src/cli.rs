@@ -33,7 +33,7 @@ const CONTROL_SOCKET: &str =
         QEMU needs: -name <vm>,debug-threads=on -device virtio-serial \
         -chardev socket,path=/run/cosched/vms/<vm>.sock,server=on,wait=off,id=cosched0 \
         -device virtserialport,chardev=cosched0,name=org.cosched.0\n\n\
-        The operator commands (status, enable, disable, vm, membw, metrics) talk to the running \
+        The operator commands (status, enable, disable, reload, reset, vm, membw, metrics) talk to the running \
         daemon through its control socket, which accepts root and the user the daemon runs as. \
         A VM is named by its socket file's name without .sock, its libvirt domain or QEMU's -name, \
         or by its QEMU pid. Switches take true or false.",

@@ -48,7 +48,14 @@ impl Source {
                 if report.errors.len() < 2 {
                     return Err(e);
                 }
-                let all: Vec<String> = report.errors.iter().map(|f| format!("  {f}")).collect();
+                let all: Vec<String> = report
+                    .errors
+                    .iter()
+                    .map(|f| match &f.at {
+                        Some(at) => format!("  line {}, column {}: {f}", at.line, at.column),
+                        None => format!("  {f}"),
+                    })
+                    .collect();
                 anyhow::bail!("{}: {} errors:\n{}", report.path.display(), all.len(), all.join("\n"));
             }
         };

@@ -223,4 +223,5 @@ fn a_config_that_does_not_load_is_refused_with_every_error() {
     };
     let e = format!("{:#}", source.load().unwrap_err());
     assert!(e.contains("2 errors") && e.contains("enabeld") && e.contains("max_continous_boost_ms"), "{e}");
+    assert!(e.contains("line 1, column 1:") && e.contains("line 3, column 1:"), "{e}");
 }

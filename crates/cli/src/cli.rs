@@ -469,7 +469,7 @@ pub fn parse() -> Cli {
     use clap::FromArgMatches;
     let mut cmd = command();
     let cli = Cli::from_arg_matches(&cmd.get_matches_mut()).unwrap_or_else(|e| e.exit());
-    if let Err(why) = cli.check() {
+    if let Some(why) = cli.misuse() {
         cmd.error(clap::error::ErrorKind::ArgumentConflict, why).exit();
     }
     cli
@@ -478,12 +478,13 @@ pub fn parse() -> Cli {
 impl Cli {
     /// What clap cannot say: `--config` is the host's config, or with `guest` the agent's, and
     /// means nothing to `request-membw` (which talks to the agent's socket).
-    fn check(&self) -> Result<(), String> {
+    fn misuse(&self) -> Option<&'static str> {
         match (&self.cmd, &self.config) {
-            (Cmd::RequestMembw { .. }, Some(_)) => Err("--config means nothing to request-membw: it reads no config, \
-                it asks the running agent (cosched guest, which reads /etc/cosched/guest.toml) through --socket"
-                .into()),
-            _ => Ok(()),
+            (Cmd::RequestMembw { .. }, Some(_)) => Some(
+                "--config means nothing to request-membw: it reads no config, it asks the running agent (cosched \
+                 guest, which reads /etc/cosched/guest.toml) through --socket",
+            ),
+            _ => None,
         }
     }
 }
@@ -580,8 +581,8 @@ mod tests {
     #[test]
     fn config_is_refused_where_it_means_nothing() {
         let cli = Cli::try_parse_from(["cosched", "--config", "/x.toml", "request-membw", "100"]).unwrap();
-        assert!(cli.check().unwrap_err().contains("--config means nothing to request-membw"));
+        assert!(cli.misuse().unwrap().contains("--config means nothing to request-membw"));
         let cli = Cli::try_parse_from(["cosched", "--config", "/x.toml", "guest"]).unwrap();
-        assert_eq!(cli.check(), Ok(()), "guest reads it: its guest.toml");
+        assert_eq!(cli.misuse(), None, "guest reads it: its guest.toml");
     }
 }

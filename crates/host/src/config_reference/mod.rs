@@ -146,16 +146,24 @@ pub fn example_path(path: &str) -> String {
     out.join(".")
 }
 
+/// Why [`default_value`] has no value for a path.
+#[derive(Debug, thiserror::Error)]
+pub enum DefaultError {
+    #[error("serializing the defaults: {0}")]
+    Serialize(#[from] serde_json::Error),
+    #[error("{0}: no such key in the default configuration")]
+    NoSuchKey(String),
+}
+
 /// The code's default at `path`: JSON `null` for a key unset by default (an `Option`, or a key
 /// of a map such as `resources`). An error names a path that the defaults do not have.
-pub fn default_value(path: &str) -> Result<Value, String> {
-    let serialized = |v: Result<Value, serde_json::Error>| v.map_err(|e| format!("serializing the defaults: {e}"));
+pub fn default_value(path: &str) -> Result<Value, DefaultError> {
     let (root, rest) = if let Some(rest) = path.strip_prefix("vm.NAME.") {
-        (serialized(serde_json::to_value(VmConfig::default()))?, rest)
+        (serde_json::to_value(VmConfig::default())?, rest)
     } else if let Some(rest) = path.strip_prefix("policy.resource.RESOURCE.") {
-        (serialized(serde_json::to_value(LimitsOverride::default()))?, rest)
+        (serde_json::to_value(LimitsOverride::default())?, rest)
     } else {
-        (serialized(serde_json::to_value(HostConfig::default()))?, path)
+        (serde_json::to_value(HostConfig::default())?, path)
     };
     let parts: Vec<&str> = rest.split('.').collect();
     let mut at = &root;
@@ -163,7 +171,7 @@ pub fn default_value(path: &str) -> Result<Value, String> {
         if *p == RESOURCE && i + 1 == parts.len() && at.is_object() {
             return Ok(Value::Null);
         }
-        at = at.get(p).ok_or_else(|| format!("{path}: no such key in the default configuration"))?;
+        at = at.get(p).ok_or_else(|| DefaultError::NoSuchKey(path.to_string()))?;
     }
     Ok(at.clone())
 }

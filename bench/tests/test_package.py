@@ -206,7 +206,11 @@ class Package(unittest.TestCase):
                 self.assertEqual(run("dpkg-query", "-W", "-f=${Version}", package).stdout, new_version)
             run("/usr/bin/cosched", "--version")
             self.assertEqual(harness.policy(vcpu), os.SCHED_RR, "an upgrade alone does not restore")
+            # A typo in the config must not keep the package's prerm from restoring.
+            with open("/etc/cosched/host.toml", "a") as f:
+                f.write("\nenabeld = true\n")
             r = run("dpkg", "--purge", "cosched-host", "cosched")
+            self.assertIn("cannot load the config", r.stdout + r.stderr)
             self.assertRegex(r.stdout + r.stderr, r"restored [1-9]\d* thread\(s\)")
             self.assertEqual(harness.policy(vcpu), os.SCHED_OTHER, "the purge restored the vCPU")
             for p in self.procs:

@@ -190,6 +190,9 @@ struct VmEntry {
     registered: bool,
     /// Per resource: its level (`normal`, `boosted`, ...), or `off` where not active.
     levels: std::collections::BTreeMap<String, String>,
+    /// Per resource whose last change of level failed on the threads: why.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    not_applied: std::collections::BTreeMap<String, String>,
 }
 
 /// `cosched vm list`.
@@ -207,6 +210,11 @@ fn list(socket: &Path, json: bool) -> anyhow::Result<()> {
                 .resources
                 .iter()
                 .map(|(r, res)| (r.clone(), if res.active { res.level.name() } else { "off" }.to_string()))
+                .collect(),
+            not_applied: vm
+                .resources
+                .iter()
+                .filter_map(|(r, res)| Some((r.clone(), res.not_applied.clone()?)))
                 .collect(),
         })
         .collect();
@@ -234,13 +242,19 @@ fn list_text<'a>(resources: impl Iterator<Item = &'a String>, vms: &[VmEntry]) -
         };
         let mut line = format!("{:<16} {:>8} {:<10}", vm.name, vm.pid, agent);
         for r in &resources {
-            let _ = write!(line, " {:<9}", vm.levels.get(*r).map_or("-", String::as_str));
+            let level = vm.levels.get(*r).map_or("-", String::as_str);
+            // A level decided but not in force on the threads: marked, `cosched status` says why.
+            let mark = if vm.not_applied.contains_key(*r) { "!" } else { "" };
+            let _ = write!(line, " {:<9}", format!("{level}{mark}"));
         }
         out += line.trim_end();
         out.push('\n');
     }
     if vms.is_empty() {
         out += "no VMs\n";
+    }
+    if vms.iter().any(|v| !v.not_applied.is_empty()) {
+        out += "!: decided but not applied to the VM's threads (`cosched status VM` says why)\n";
     }
     out
 }
@@ -257,6 +271,7 @@ mod tests {
             agent: true,
             registered: true,
             levels: [("cpu".to_string(), "boosted".to_string()), ("io".to_string(), "off".to_string())].into(),
+            not_applied: Default::default(),
         }];
         let resources = ["cpu".to_string(), "io".to_string(), "membw".to_string()];
         let text = list_text(resources.iter(), &vms);

@@ -245,6 +245,10 @@ fn vm_rows(out: &mut String, vm: &VmStatus) {
 /// tunings, disks.
 fn vm_details(out: &mut String, vm: &VmStatus, threads: bool) {
     origin::vm(out, vm);
+    for (r, why) in vm.resources.iter().filter_map(|(r, res)| Some((r, res.not_applied.as_ref()?))) {
+        let level = vm.resources[r].level.name();
+        let _ = writeln!(out, "    {r}: {level} decided but NOT APPLIED to its threads: {}", shorten(why, 300));
+    }
     if let Some(rt) = vm.resources.get(Resource::Cpu.name()).and_then(|r| r.rt.as_ref()) {
         rt_text(out, rt);
     }
@@ -477,6 +481,15 @@ fn watch_rows(out: &mut String, vm: &VmStatus, before: Option<(&VmStatus, f64)>)
             rates.map_or("-".into(), |r| format!("{:.0}%", r.1)),
             rates.map_or("-".into(), |r| format!("{:.1}", r.2)),
         );
+    }
+}
+
+/// `text` cut to about `max` characters, saying so (a refused change's message can run to
+/// kilobytes; the daemon's log has it whole).
+fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}... (whole in the daemon's log)", &text[..at]),
+        None => text.to_string(),
     }
 }
 

@@ -2894,3 +2894,52 @@ fn operator_commands_say_what_they_changed_and_show_json() {
     let st = s.d.status();
     assert!(st["resources"].as_object().unwrap().values().all(|r| r["enabled"] == false), "{st:#}");
 }
+
+/// A boost the kernel refuses is shown as decided but not applied: in `status` (text and JSON)
+/// and `vm list`, not as a boost in force. Real-time group scheduling refuses it here: a v1 `cpu`
+/// group with no real-time runtime (`cpu.rt_runtime_us` 0, as libvirt's groups have) cannot hold
+/// a real-time thread. A kernel without real-time group scheduling has no such refusal.
+#[test]
+fn a_boost_the_kernel_refuses_is_shown_as_not_applied() {
+    if !have_root() {
+        return;
+    }
+    let Some(group) = TestGroup::new("cpu").filter(|g| g.dir.join("cpu.rt_runtime_us").is_file()) else {
+        eprintln!("not applicable: this kernel has no real-time group scheduling (no cpu.rt_runtime_us)");
+        return;
+    };
+    assert_eq!(group.read(&group.name, "cpu.rt_runtime_us"), "0", "a new group has no real-time runtime");
+    let w = World::new();
+    let d = w.daemon(QUIET_POLICY);
+    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    d.wait_vm("vm1");
+    group.add_process(vm.pid);
+    vm.register();
+    vm.request(Kind::Cpu, 1);
+    let why = wait_for_or(
+        "the refused boost in the status",
+        Duration::from_secs(5),
+        || d.vm_status("vm1")?["resources"]["cpu"]["not_applied"].as_str().map(str::to_string),
+        || format!("; status: {}", d.vm_status("vm1").map(|v| v["resources"]["cpu"].to_string()).unwrap_or_default()),
+    );
+    assert!(why.contains("rt_runtime_us"), "{why}");
+    assert!(vm.none_realtime(), "{:?}", vm.attrs());
+    let text = String::from_utf8_lossy(&d.cli(&["status", "vm1"]).stdout).to_string();
+    assert!(text.contains("cpu: boosted decided but NOT APPLIED"), "{text}");
+    let list = String::from_utf8_lossy(&d.cli(&["vm", "list"]).stdout).to_string();
+    assert!(list.contains("boosted!"), "{list}");
+    let metrics = String::from_utf8_lossy(&d.cli(&["metrics"]).stdout).to_string();
+    assert!(metrics.contains("cosched_vm_not_applied{vm=\"vm1\",resource=\"cpu\"} 1"), "{metrics}");
+    // Out of the group, the next boost applies, and the mark goes.
+    let root_procs = group.root.join("cgroup.procs");
+    std::fs::write(&root_procs, vm.pid.to_string()).unwrap();
+    vm.request(Kind::Cpu, 0);
+    vm.request(Kind::Cpu, 1);
+    assert!(vm.boosted_soon(1), "{:?}", vm.attrs());
+    wait_for_or(
+        "the mark gone",
+        Duration::from_secs(5),
+        || d.vm_status("vm1")?["resources"]["cpu"].get("not_applied").is_none().then_some(()),
+        || format!("; status: {}", d.vm_status("vm1").map(|v| v["resources"]["cpu"].to_string()).unwrap_or_default()),
+    );
+}

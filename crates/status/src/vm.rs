@@ -109,12 +109,28 @@ pub struct VmResource {
     pub boost_share_permille: u64,
     pub in_cooldown: bool,
     pub counters: SlotCounters,
+    /// Why the level in force could not be applied to the VM's threads (the last change's first
+    /// error, e.g. a real-time class refused); absent when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[metric(
+        gauge,
+        name = "cosched_vm_not_applied",
+        help = "1 if the last change of the VM's level on the resource failed on its threads (the daemon's log and \
+                `cosched status` say why): the level shown is decided, not in force.",
+        value = Self::failing
+    )]
+    pub not_applied: Option<String>,
     /// CPU only: RT co-scheduling and predictions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rt: Option<RtStatus>,
 }
 
 impl VmResource {
+    /// The last change of its level failed on the threads.
+    pub fn failing(&self) -> bool {
+        self.not_applied.is_some()
+    }
+
     /// Away from normal (boosted, guarded, throttled).
     pub fn changed(&self) -> bool {
         self.level != Level::Normal

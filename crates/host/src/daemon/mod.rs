@@ -552,7 +552,7 @@ impl Daemon {
             out.gone,
             out.foreign
         );
-        vm.note(&out, now);
+        vm.note_level(resource, &out, now);
     }
 
     /// Writes the replies queued during this loop turn: one write per VM however many frames

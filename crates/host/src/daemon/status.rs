@@ -264,6 +264,7 @@ fn slot(v: &View, e: &VmEntry, vm: &Vm, r: Resource) -> st::VmResource {
         boost_share_permille: s.boost_share_permille(now, &limits),
         in_cooldown: s.in_cooldown(now),
         counters: slot_counters(&s.counters),
+        not_applied: e.not_applied.get(&r).cloned(),
         // RT co-scheduling and predictions (`cosched_core::rt`).
         rt: if r == Resource::Cpu { coord.rt_status(e.id, now).map(rt_status) } else { None },
     }

@@ -23,7 +23,10 @@ pub struct VmEntry {
     /// The devices under its disk images and their schedulers (found when I/O coordination
     /// is supported here).
     pub disks: Vec<crate::blockdev::Disk>,
-    last_warn_ns: Option<u64>,
+    /// Per resource: the first error of its last change of level, while that change failed.
+    pub not_applied: HashMap<cosched_proto::Resource, String>,
+    /// The last warning logged, and when.
+    last_warn: Option<(u64, String)>,
 }
 
 impl VmEntry {
@@ -44,11 +47,27 @@ impl VmEntry {
         self.warn(&out.errors.join("; "), now);
     }
 
-    /// Warns about this VM at most once per second.
+    /// What a change of `resource`'s level did: its errors counted and warned of, and kept for
+    /// the status until a change of that resource succeeds.
+    pub fn note_level(&mut self, resource: cosched_proto::Resource, out: &Outcome, now: u64) {
+        match out.errors.first() {
+            Some(e) => self.not_applied.insert(resource, e.clone()),
+            None => self.not_applied.remove(&resource),
+        };
+        self.note(out, now);
+    }
+
+    /// Warns about this VM at most once per second, and the same message again at most once a
+    /// minute (a refused boost fails the same way at every boost).
     pub fn warn(&mut self, msg: &str, now: u64) {
-        if self.last_warn_ns.is_none_or(|t| now >= t + 1_000 * NS_PER_MS) {
-            self.last_warn_ns = Some(now);
-            warn!("{}: {msg}", self.threads.name);
+        let quiet = match &self.last_warn {
+            Some((t, last)) if last == msg => now < t + 60_000 * NS_PER_MS,
+            Some((t, _)) => now < t + 1_000 * NS_PER_MS,
+            None => false,
+        };
+        if !quiet {
+            self.last_warn = Some((now, msg.to_string()));
+            warn!("{}: {msg} (the same again is logged at most once a minute)", self.threads.name);
         }
     }
 }
@@ -106,8 +125,9 @@ impl Vms {
             threads,
             latency: Latency::default(),
             actuation_errors: 0,
+            not_applied: HashMap::new(),
             disks: Vec::new(),
-            last_warn_ns: None,
+            last_warn: None,
         };
         self.map.insert(token, entry);
         Ok(token)

@@ -215,7 +215,8 @@ class Package(unittest.TestCase):
             self.assertEqual(harness.policy(vcpu), os.SCHED_OTHER, "the purge restored the vCPU")
             for p in self.procs:
                 p.kill()
-        for f in COMMON + [HOST_UNIT, "/etc/cosched"]:
+        # /run/cosched/vms still holds the fake VM's socket (a VM's, not the package's).
+        for f in COMMON + [HOST_UNIT, "/etc/cosched", "/run/cosched/state", "/run/cosched/control.sock"]:
             self.assertFalse(os.path.exists(f), f)
         for package in PACKAGES:
             self.assertFalse(installed(package), package)

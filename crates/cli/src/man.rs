@@ -292,7 +292,7 @@ fn sections(name: &str) -> String {
                     ("By hand, logging every boost:", "cosched --config /etc/cosched/host.toml host -v"),
                     (
                         "Check a changed config, then apply it:",
-                        "cosched check-config && systemctl restart cosched-host",
+                        "cosched check-config && cosched reload  # or systemctl reload cosched-host",
                     ),
                 ],
             );

@@ -128,7 +128,7 @@ pub struct RequestError(pub serde_json::Error);
 pub enum ControlError {
     /// Nothing listens at the socket (no file, or no daemon behind it): the daemon is not
     /// running (`cosched` exits 3 for it, as systemctl does for a unit that is not active).
-    #[error("the cosched host daemon is not running: nothing listens at {} ({error}); start it with `systemctl start cosched-host`", .socket.display())]
+    #[error("the cosched host daemon is not running: nothing listens at {} ({error}); start it with `systemctl start cosched-host` (without systemd: `cosched host`)", .socket.display())]
     NotRunning { socket: PathBuf, error: io::Error },
     /// The socket is there but this user may not connect (root and the daemon's own user may).
     #[error("cannot connect to the cosched host daemon at {}: {error} (the control socket accepts root and the user the daemon runs as)", .socket.display())]

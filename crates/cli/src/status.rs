@@ -8,7 +8,8 @@ use std::path::Path;
 use anyhow::Context;
 use cosched_host::control::{request, Request};
 use cosched_proto::Resource;
-use cosched_status::{MembwStatus, RtStatus, Status, VmStatus};
+use cosched_status::rundelay::human_ns;
+use cosched_status::{MembwStatus, RtStatus, RunDelay, Status, VmStatus};
 
 mod origin;
 pub use origin::changes_text;
@@ -63,6 +64,9 @@ pub fn text_with(s: &Status, threads: bool) -> String {
         if let Some(why) = why {
             let _ = writeln!(out, "{what}: unsupported here: {why}");
         }
+    }
+    if let Some(why) = &s.run_delay.unsupported {
+        let _ = writeln!(out, "run delay: unsupported here because {why}");
     }
     out += &membw_text(&s.membw);
     host(&mut out, s);
@@ -248,6 +252,9 @@ fn vm_details(out: &mut String, vm: &VmStatus, threads: bool) {
     for (r, why) in vm.resources.iter().filter_map(|(r, res)| Some((r, res.not_applied.as_ref()?))) {
         let level = vm.resources[r].level.name();
         let _ = writeln!(out, "    {r}: {level} decided but NOT APPLIED to its threads: {}", shorten(why, 300));
+    }
+    if let Some(line) = run_delay_text(&vm.run_delay, None) {
+        let _ = writeln!(out, "    {line}");
     }
     if let Some(rt) = vm.resources.get(Resource::Cpu.name()).and_then(|r| r.rt.as_ref()) {
         rt_text(out, rt);
@@ -441,6 +448,9 @@ pub fn watch_frame(prev: Option<(&Status, f64)>, s: &Status) -> String {
     if s.vms.is_empty() {
         let _ = writeln!(out, "no VMs (socket directory {})", s.daemon.socket_dir.display());
     }
+    if let Some(why) = &s.run_delay.unsupported {
+        let _ = writeln!(out, "run delay: unsupported here because {why}");
+    }
     out
 }
 
@@ -482,6 +492,33 @@ fn watch_rows(out: &mut String, vm: &VmStatus, before: Option<(&VmStatus, f64)>)
             rates.map_or("-".into(), |r| format!("{:.1}", r.2)),
         );
     }
+    // The waits of the last interval (the first redraw: since the VM was found).
+    if let Some(line) = run_delay_text(&vm.run_delay, before.map(|(b, _)| &b.run_delay)) {
+        let _ = writeln!(out, "{:<16} {line}", "");
+    }
+}
+
+/// `run delay: boosted p50 3 µs p99 40 µs (n 812); normal p50 1.2 ms p99 9.8 ms (n 95)`: per
+/// level, the vCPUs' waits runnable before they ran; with `before` (the same VM's in an earlier
+/// status), only those since. `None` without any.
+fn run_delay_text(now: &BTreeMap<String, RunDelay>, before: Option<&BTreeMap<String, RunDelay>>) -> Option<String> {
+    let levels: Vec<String> = now
+        .iter()
+        .filter_map(|(level, d)| {
+            let mut d = d.clone();
+            if let Some(b) = before.and_then(|b| b.get(level)) {
+                for (n, was) in d.counts.iter_mut().zip(&b.counts) {
+                    *n = n.saturating_sub(*was);
+                }
+                d.count = d.count.saturating_sub(b.count);
+                d.sum_ns = d.sum_ns.saturating_sub(b.sum_ns);
+            }
+            let (p50, p99) = (d.quantile_ns(0.5)?, d.quantile_ns(0.99)?);
+            Some(format!("{level} p50 {} p99 {} (n {})", human_ns(p50), human_ns(p99), d.count))
+        })
+        .collect();
+    (!levels.is_empty())
+        .then(|| format!("run delay{}: {}", if before.is_some() { " since" } else { "" }, levels.join("; ")))
 }
 
 /// `text` cut to about `max` characters, saying so (a refused change's message can run to

@@ -16,12 +16,68 @@ use std::os::fd::RawFd;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
-use crate::skel_feas::types::{feas_conf, feas_msg, feas_msg_kind, feas_stats, feas_thread, feas_vm};
+use crate::skel_feas::types::{feas_conf, feas_msg, feas_msg_kind, feas_stats, feas_thread, feas_vm, rd_hist, rd_key};
 use crate::skel_feas::{FeasSkel, FeasSkelBuilder};
 use crate::{bytes_of, probe, read_prefix, Error, Mechanism, ObjectStorage, Plain, Ring};
 
 /// vCPU threads of one VM the kernel side looks at.
 pub const MAX_VCPUS: usize = 32;
+
+/// Buckets of a run-delay histogram: bucket `i` counts delays in `[2^i, 2^(i+1))` ns, the last
+/// also everything longer.
+pub const RD_BUCKETS: usize = 40;
+
+/// The level a VM's vCPU threads are at, as the daemon applied it: the run delays are kept per
+/// level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RunLevel {
+    Normal = 0,
+    /// The CPU boost.
+    Boosted = 1,
+    /// Event boosting (FEAS).
+    EventBoosted = 2,
+    /// A static FIFO tuning.
+    Static = 3,
+}
+
+impl RunLevel {
+    pub const ALL: [RunLevel; 4] = [RunLevel::Normal, RunLevel::Boosted, RunLevel::EventBoosted, RunLevel::Static];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RunLevel::Normal => "normal",
+            RunLevel::Boosted => "boosted",
+            RunLevel::EventBoosted => "event-boosted",
+            RunLevel::Static => "static",
+        }
+    }
+}
+
+/// How long a VM's vCPU threads waited runnable before they ran, at one level: woken ones from
+/// their wake-up, preempted ones from their switch-out, to their switch-in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunDelays {
+    pub count: u64,
+    pub sum_ns: u64,
+    /// See [`RD_BUCKETS`].
+    pub buckets: [u64; RD_BUCKETS],
+}
+
+impl Default for RunDelays {
+    fn default() -> Self {
+        RunDelays { count: 0, sum_ns: 0, buckets: [0; RD_BUCKETS] }
+    }
+}
+
+impl RunDelays {
+    fn add(&mut self, h: &rd_hist) {
+        self.count += h.count;
+        self.sum_ns += h.sum_ns;
+        for (d, s) in self.buckets.iter_mut().zip(h.buckets.iter()) {
+            *d += s;
+        }
+    }
+}
 
 /// What the kernel side needs of the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +134,10 @@ unsafe impl Plain for feas_vm {}
 unsafe impl Plain for feas_conf {}
 // SAFETY: as above: ten u64.
 unsafe impl Plain for feas_stats {}
+// SAFETY: as above: an i32 and two u16.
+unsafe impl Plain for rd_key {}
+// SAFETY: as above: u64s.
+unsafe impl Plain for rd_hist {}
 
 /// The kernel side's counters, summed over CPUs (see `struct feas_stats` in feas_intf.h).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -188,9 +248,38 @@ impl FeasWatch {
             .map_err(|source| Error::Map { what: format!("watching VM process {tgid} for events"), source })
     }
 
-    /// Forgets VM `tgid`.
+    /// Forgets VM `tgid`, and its run delays.
     pub fn remove_vm(&mut self, tgid: i32) {
         let _ = self.skel.maps.feas_vms.delete(&tgid.to_ne_bytes());
+        let _ = self.skel.maps.rd_levels.delete(&tgid.to_ne_bytes());
+        for key in rd_keys(tgid) {
+            let _ = self.skel.maps.rd_hists.delete(bytes_of(&key));
+        }
+    }
+
+    /// VM `tgid`'s vCPU threads are at `level` from now on: their run delays count there.
+    pub fn set_run_level(&mut self, tgid: i32, level: RunLevel) -> Result<(), Error> {
+        let v = level as u32;
+        self.skel
+            .maps
+            .rd_levels
+            .update(&tgid.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|source| Error::Map { what: format!("setting the run-delay level of VM process {tgid}"), source })
+    }
+
+    /// VM `tgid`'s vCPU threads' run delays, per level (woken and preempted together, summed
+    /// over CPUs), since it was first watched.
+    pub fn run_delays(&self, tgid: i32) -> [RunDelays; 4] {
+        let mut out = [RunDelays::default(); 4];
+        for key in rd_keys(tgid) {
+            let Ok(Some(per_cpu)) = self.skel.maps.rd_hists.lookup_percpu(bytes_of(&key), MapFlags::ANY) else {
+                continue;
+            };
+            for h in per_cpu.iter().filter_map(|v| read_prefix::<rd_hist>(v)) {
+                out[key.level as usize].add(&h);
+            }
+        }
+        out
     }
 
     /// Thread `tid` of VM `tgid` has `role`. A thread already known with the same process and
@@ -291,6 +380,11 @@ impl FeasWatch {
     pub fn attached(&self) -> usize {
         self.links.len()
     }
+}
+
+/// The keys of VM `tgid`'s run-delay histograms: every level, both kinds.
+fn rd_keys(tgid: i32) -> impl Iterator<Item = rd_key> {
+    RunLevel::ALL.into_iter().flat_map(move |l| (0..2u16).map(move |kind| rd_key { tgid, level: l as u16, kind }))
 }
 
 /// `CLOCK_MONOTONIC` now, in ns: the clock of [`FeasMsg`] timestamps and [`FeasParams::epoch_ns`].
@@ -394,7 +488,9 @@ mod tests {
     #[test]
     fn record_layouts_match_feas_intf_h() {
         assert_eq!(size_of::<feas_msg>(), 16);
-        assert_eq!(size_of::<feas_thread>(), 40);
+        assert_eq!(size_of::<feas_thread>(), 48);
+        assert_eq!(size_of::<rd_key>(), 8);
+        assert_eq!(size_of::<rd_hist>(), 16 + 8 * RD_BUCKETS);
         assert_eq!(size_of::<feas_vm>(), 4 + 4 + 4 * MAX_VCPUS + 8 + 4 + 4 + 8);
         assert_eq!(size_of::<feas_conf>(), 32);
         assert_eq!(size_of::<feas_stats>(), 80);

@@ -15,6 +15,7 @@ extern crate self as cosched_status;
 pub mod config;
 pub mod metric;
 pub mod origin;
+pub mod rundelay;
 pub mod vm;
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 pub use config::{BoostConfig, DetectionCounters, EventStatus, IoStatus, MembwStatus};
 use metric::{Metrics, Sample};
 pub use origin::{Origin, SettingsFrom};
+pub use rundelay::{RunDelay, RunDelayStatus};
 pub use vm::{
     CpuCounters, Disk, EventCounters, PredictCounters, PriorityMap, RtStatus, SamplesSummary, ShieldPlan, SlotCounters,
     StaticPlan, ThreadStatus, VmBwStats, VmCounters, VmMembw, VmResource, VmStatic, VmStatus,
@@ -51,6 +53,9 @@ pub struct Status {
     pub io: IoStatus,
     pub event: EventStatus,
     pub membw: MembwStatus,
+    /// Whether the vCPUs' run delay is measured here (absent from a daemon that did not say).
+    #[serde(skip_serializing_if = "RunDelayStatus::is_unknown")]
+    pub run_delay: RunDelayStatus,
     pub shield: ShieldReport,
     /// `None` when the daemon could not read its own capabilities.
     pub privileges: Option<Privileges>,

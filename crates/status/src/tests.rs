@@ -152,7 +152,7 @@ fn a_metric_has_one_type_and_help() {
     declared::<RtStatus>(&mut all);
     declared::<VmMembw>(&mut all);
     declared::<VmBwStats>(&mut all);
-    assert_eq!(all.len(), 39, "{:#?}", all.keys());
+    assert_eq!(all.len(), 40, "{:#?}", all.keys());
     for (name, decls) in &all {
         assert!(decls.windows(2).all(|w| w[0] == w[1]), "{name}: {decls:?}");
         assert!(name.starts_with("cosched_") && !decls[0].1.is_empty());

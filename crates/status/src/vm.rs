@@ -45,6 +45,17 @@ pub struct VmStatus {
         help = "From reading a guest frame to its threads changed."
     )]
     pub latency_histogram: Histogram,
+    /// How long its vCPU threads waited runnable before they ran, per level (`normal`,
+    /// `boosted`, `event-boosted`, `static`), while the host measures it.
+    #[metric(
+        histogram,
+        name = "cosched_vcpu_run_delay_seconds",
+        help = "How long the VM's vCPU threads waited runnable before they ran (from a wake-up or a preemption \
+                to the switch in), by the level the VM was at (host BPF).",
+        by = "level"
+    )]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub run_delay: BTreeMap<String, crate::RunDelay>,
     /// Each thread and the settings on it: only in the status `cosched status` asks for (not
     /// built for the metrics).
     pub threads: Vec<ThreadStatus>,

@@ -90,3 +90,32 @@ fn membw_prints_the_regulation_or_why_there_is_none() {
     let off = membw_text(&sample("status-v1/unprivileged.json").membw);
     assert_eq!(off, "membw: unsupported here: off: [membw] backend = \"off\"\n");
 }
+
+fn delays(bucket: usize, n: u64) -> RunDelay {
+    let mut counts = vec![0; cosched_status::rundelay::RUN_DELAY_BUCKETS];
+    counts[bucket] = n;
+    RunDelay { counts, count: n, sum_ns: n << bucket }
+}
+
+#[test]
+fn the_run_delay_shows_per_level_and_in_the_watch_since_the_last_redraw() {
+    let mut s = status(1, 0, 0, 0, "normal");
+    s.vms[0].run_delay.insert("normal".into(), delays(20, 100));
+    s.vms[0].run_delay.insert("boosted".into(), delays(10, 10));
+    let text = text(&s);
+    assert!(
+        text.contains("    run delay: boosted p50 1.5 µs p99 2.0 µs (n 10); normal p50 1.6 ms p99 2.1 ms (n 100)\n"),
+        "{text}"
+    );
+    // The watch: only what the last interval added.
+    let mut later = s.clone();
+    later.vms[0].run_delay.insert("boosted".into(), delays(10, 30));
+    let frame = watch_frame(Some((&s, 1.0)), &later);
+    assert!(frame.contains("run delay since: boosted p50 1.5 µs p99 2.0 µs (n 20)\n"), "{frame}");
+    // Nothing measured: no line; not measurable here: why.
+    let mut none = status(1, 0, 0, 0, "normal");
+    none.run_delay.unsupported = Some("it is measured by event boosting's host BPF, which does not run here".into());
+    let text = super::text(&none);
+    assert!(!text.contains("    run delay"), "{text}");
+    assert!(text.contains("run delay: unsupported here because it is measured by"), "{text}");
+}

@@ -5,9 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use cosched_core::{FeasConfig, VmId};
-use cosched_hostbpf::feas::{monotonic_ns, FeasCounters, FeasMsg, FeasParams, FeasWatch, Role};
+use cosched_core::{FeasConfig, Level, VmId};
+use cosched_hostbpf::feas::{monotonic_ns, FeasCounters, FeasMsg, FeasParams, FeasWatch, Role, RunLevel};
 use cosched_procfs::ThreadRole;
+use cosched_proto::Resource;
 use mio::unix::SourceFd;
 use mio::{Interest, Poll, Token};
 
@@ -26,6 +27,8 @@ struct Told {
     threads: BTreeMap<i32, Role>,
     /// The generation of the VM's thread list `threads` follows (`None`: not all written).
     generation: Option<u64>,
+    /// The level its run delays count at, as the BPF side was told.
+    run_level: Option<RunLevel>,
 }
 
 pub struct EventBoost {
@@ -34,6 +37,27 @@ pub struct EventBoost {
     epoch_ns: u64,
     told: BTreeMap<VmId, Told>,
     msgs: Vec<FeasMsg>,
+}
+
+/// The level a VM's vCPU threads are at, as its actuators applied it: a static FIFO tuning
+/// (unguarded) over the CPU boost over event boosting. A level decided but refused by the
+/// kernel still counts as that level: its run delays are what it delivered.
+pub fn run_level(static_fifo: bool, cpu: Level, event: Level) -> RunLevel {
+    if static_fifo {
+        RunLevel::Static
+    } else if cpu == Level::Boosted {
+        RunLevel::Boosted
+    } else if event == Level::Boosted {
+        RunLevel::EventBoosted
+    } else {
+        RunLevel::Normal
+    }
+}
+
+fn vm_run_level(vm: &VmEntry) -> RunLevel {
+    let t = &vm.threads;
+    let plan = t.static_plan();
+    run_level(plan.fifo.is_some() && plan.guarded.is_none(), t.level(Resource::Cpu), t.level(Resource::Event))
 }
 
 fn role(r: ThreadRole) -> Option<Role> {
@@ -138,6 +162,13 @@ impl EventBoost {
             });
             told.generation = complete.then_some(generation);
         }
+        let level = vm_run_level(vm);
+        if told.run_level != Some(level) {
+            match self.watch.set_run_level(pid, level) {
+                Ok(()) => told.run_level = Some(level),
+                Err(e) => warn!("{}: {e}", vm.name()),
+            }
+        }
         let vcpus = || told.threads.iter().filter(|(_, r)| **r == Role::Vcpu).map(|(t, _)| *t);
         if told.on != on || !told.vcpus.iter().copied().eq(vcpus()) {
             let vcpus: Vec<i32> = vcpus().collect();
@@ -159,6 +190,12 @@ impl EventBoost {
             }
         }
         self.watch.remove_vm(pid);
+    }
+
+    /// VM `pid`'s vCPUs' run delays, per level with any.
+    pub fn run_delays(&self, pid: i32) -> Vec<(RunLevel, cosched_hostbpf::feas::RunDelays)> {
+        let all = self.watch.run_delays(pid);
+        RunLevel::ALL.into_iter().zip(all).filter(|(_, d)| d.count > 0).collect()
     }
 
     /// What the BPF side sees of the scheduler: a VM's vCPUs' run time, sleep and waiting.
@@ -189,4 +226,21 @@ pub fn vcpu_asleep_ns(watch: &FeasWatch, vms: &Vms, vm: VmId) -> u64 {
 /// Whether one of a VM's vCPUs is runnable but not running.
 pub fn vcpu_waiting(watch: &FeasWatch, vms: &Vms, vm: VmId) -> bool {
     vcpus(vms, vm).any(|tid| watch.waiting(tid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_level_is_the_strongest_applied() {
+        use Level::*;
+        assert_eq!(run_level(false, Normal, Normal), RunLevel::Normal);
+        assert_eq!(run_level(false, Boosted, Normal), RunLevel::Boosted);
+        assert_eq!(run_level(false, Boosted, Boosted), RunLevel::Boosted);
+        assert_eq!(run_level(false, Normal, Boosted), RunLevel::EventBoosted);
+        // A guarded CPU boost runs at the fair class: its delays are not the boost's.
+        assert_eq!(run_level(false, Guarded, Normal), RunLevel::Normal);
+        assert_eq!(run_level(true, Boosted, Boosted), RunLevel::Static);
+    }
 }

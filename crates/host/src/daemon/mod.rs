@@ -553,6 +553,8 @@ impl Daemon {
             out.foreign
         );
         vm.note_level(resource, &out, now);
+        // The run delays count at the level now applied.
+        self.sync_events(token);
     }
 
     /// Writes the replies queued during this loop turn: one write per VM however many frames
@@ -566,7 +568,7 @@ impl Daemon {
     }
 
     /// Tells the event detection what changed of VM `token` (its threads, whether event
-    /// boosting applies to it) and lets go of its vCPUs if it no longer does.
+    /// boosting applies to it, the level its run delays count at) and lets go of its vCPUs if it no longer does.
     fn sync_events(&mut self, token: usize) {
         let Ok(ev) = self.events.as_mut() else { return };
         let Some(vm) = self.vms.get(token) else { return };

@@ -88,6 +88,7 @@ impl Daemon {
         for n in vm.threads.static_notes() {
             warn!("{name}: {n}");
         }
+        self.sync_events(token);
         self.update_host_shield();
         match err {
             Some(e) => {
@@ -196,6 +197,7 @@ impl Daemon {
         debug!("{}: static guard: vCPUs {}", vm.name(), if guarded { "guarded" } else { "back at FIFO" });
         let out = vm.threads.set_static(&mut self.host, &plan);
         vm.note(&out, now);
+        self.sync_events(token);
     }
 }
 

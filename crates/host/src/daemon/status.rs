@@ -58,6 +58,7 @@ pub fn snapshot(v: &View, detail: Detail) -> st::Status {
         boost: boost(&v.cfg.boost),
         io: io_status(v),
         event: event_status(v),
+        run_delay: run_delay_status(v),
         membw: super::membw::status(v.cfg, v.membw, v.coord.policy_of::<cosched_core::MembwPolicy>()),
         shield: v.shield.report().clone(),
         privileges: v.caps.as_ref().map(privileges),
@@ -185,6 +186,29 @@ fn event_status(v: &View) -> st::EventStatus {
     out
 }
 
+/// Whether the vCPUs' run delay is measured: by event boosting's host BPF, which follows them.
+fn run_delay_status(v: &View) -> st::RunDelayStatus {
+    match v.events {
+        Ok(ev) => st::RunDelayStatus { measured_by: Some(ev.mechanism().to_string()), unsupported: None },
+        Err(why) => st::RunDelayStatus {
+            measured_by: None,
+            unsupported: Some(format!("it is measured by event boosting's host BPF, which does not run here ({why})")),
+        },
+    }
+}
+
+/// VM `pid`'s vCPUs' run delays per level with any, while they are measured.
+fn run_delays(v: &View, pid: i32) -> std::collections::BTreeMap<String, st::RunDelay> {
+    let Ok(ev) = v.events else { return Default::default() };
+    ev.run_delays(pid)
+        .into_iter()
+        .map(|(level, d)| {
+            let cosched_hostbpf::feas::RunDelays { count, sum_ns, buckets } = d;
+            (level.name().to_string(), st::RunDelay { counts: buckets.to_vec(), count, sum_ns })
+        })
+        .collect()
+}
+
 fn privileges(c: &crate::caps::Caps) -> st::Privileges {
     st::Privileges {
         uid: c.uid,
@@ -218,6 +242,7 @@ fn vm(v: &View, token: usize, e: &VmEntry, detail: Detail) -> Option<st::VmStatu
         read_held: v.channels.held(token),
         latency: e.latency.summary(),
         latency_histogram: e.latency.histogram(),
+        run_delay: run_delays(v, e.pid()),
         threads,
         disks: e.disks.iter().map(disk).collect(),
         event_balance_ns: v

@@ -64,6 +64,21 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } feas_msgs SEC(".maps");
 
+/* Run delay (feas_intf.h): each VM's level, as the daemon applied it, and the histograms. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, s32);	/* tgid */
+	__type(value, u32);	/* enum rd_level */
+} rd_levels SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096 * RD_LEVELS * 2);
+	__type(key, struct rd_key);
+	__type(value, struct rd_hist);
+} rd_hists SEC(".maps");
+
 /* Per CPU: how deep in timer callbacks and in interrupt handlers this CPU is. */
 /* Which contexts a CPU is in, one bit each: each kind does not nest with itself on a CPU
  * (hrtimer callbacks run in hard interrupt context, timer_list callbacks in the timer softirq,
@@ -98,6 +113,10 @@ const struct feas_msg *feas_msg_type __attribute__((unused));
 const struct feas_thread *feas_thread_type __attribute__((unused));
 const struct feas_vm *feas_vm_type __attribute__((unused));
 const struct feas_conf *feas_conf_type __attribute__((unused));
+const struct rd_key *rd_key_type __attribute__((unused));
+const struct rd_hist *rd_hist_type __attribute__((unused));
+const enum rd_level *rd_level_type __attribute__((unused));
+const enum rd_kind *rd_kind_type __attribute__((unused));
 
 static __always_inline struct feas_stats *stats(void)
 {
@@ -143,6 +162,61 @@ static __always_inline void send(enum feas_msg_kind kind, s32 tgid, u64 now)
 	m->tgid = tgid;
 	m->ts = now;
 	bpf_ringbuf_submit(m, 0);
+}
+
+static __always_inline u32 log2_u64(u64 v)
+{
+	u32 r = 0;
+
+	if (v >> 32) {
+		v >>= 32;
+		r += 32;
+	}
+	if (v >> 16) {
+		v >>= 16;
+		r += 16;
+	}
+	if (v >> 8) {
+		v >>= 8;
+		r += 8;
+	}
+	if (v >> 4) {
+		v >>= 4;
+		r += 4;
+	}
+	if (v >> 2) {
+		v >>= 2;
+		r += 2;
+	}
+	if (v >> 1)
+		r += 1;
+	return r;
+}
+
+/* A vCPU thread of VM `tgid` waited `ns` runnable before it ran: into its VM's histogram at the
+ * VM's level now. */
+static __always_inline void run_delay(s32 tgid, u32 kind, u64 ns)
+{
+	struct rd_key key = { .tgid = tgid, .kind = kind };
+	struct rd_hist *h;
+	u32 *level = bpf_map_lookup_elem(&rd_levels, &tgid);
+	u32 b = log2_u64(ns);
+
+	key.level = level && *level < RD_LEVELS ? *level : RD_NORMAL;
+	h = bpf_map_lookup_elem(&rd_hists, &key);
+	if (!h) {
+		struct rd_hist zero = {};
+
+		bpf_map_update_elem(&rd_hists, &key, &zero, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&rd_hists, &key);
+		if (!h)
+			return;
+	}
+	if (b >= RD_BUCKETS)
+		b = RD_BUCKETS - 1;
+	h->count++;
+	h->sum_ns += ns;
+	h->buckets[b]++;
 }
 
 /* An event for VM `tgid`: boost, postpone, or nothing. */
@@ -215,10 +289,15 @@ static __always_inline void on_waking(struct task_struct *p)
 	if (t->role == FEAS_VCPU) {
 		u64 now = bpf_ktime_get_ns();
 
+		/* A thread woken before it switched out (it set itself asleep, then was woken) or
+		 * one already waiting preempted is runnable all along: its time and wait go on. */
+		if (t->state == FEAS_RUNNING || t->state == FEAS_WAITING)
+			return;
 		if (t->state == FEAS_SLEEPING && t->since && now > t->since)
 			t->sleep_ns += now - t->since;
 		t->since = now;
 		t->state = FEAS_WAITING;
+		t->woken = 1;
 		return;
 	}
 	if (t->role != FEAS_EVENT && t->role != FEAS_WORKER)
@@ -264,6 +343,7 @@ static __always_inline void on_switch(bool preempt, struct task_struct *prev, st
 					t->run_ns += now - t->since;
 				t->since = now;
 				t->state = asleep ? FEAS_SLEEPING : FEAS_WAITING;
+				t->woken = 0;
 				if (asleep) {
 					struct feas_vm *vm = bpf_map_lookup_elem(&feas_vms, &tgid);
 					u32 policy = BPF_CORE_READ(prev, policy);
@@ -286,8 +366,12 @@ static __always_inline void on_switch(bool preempt, struct task_struct *prev, st
 	tid = BPF_CORE_READ(next, pid);
 	t = bpf_map_lookup_elem(&feas_threads, &tid);
 	if (t && t->role == FEAS_VCPU && t->tgid == BPF_CORE_READ(next, tgid)) {
+		u64 now = bpf_ktime_get_ns();
+
+		if (t->state == FEAS_WAITING && t->since && now > t->since)
+			run_delay(t->tgid, t->woken ? RD_WOKEN : RD_PREEMPTED, now - t->since);
 		t->state = FEAS_RUNNING;
-		t->since = bpf_ktime_get_ns();
+		t->since = now;
 	}
 }
 

@@ -37,6 +37,9 @@ struct feas_thread {
 	/* FEAS_VCPU: time spent asleep up to `since` (from its switch-out asleep to its wake-up):
 	 * a vCPU that sleeps wants less than its share, and its boosts are not charged. */
 	unsigned long long sleep_ns;
+	/* FEAS_VCPU, while FEAS_WAITING: 1 if woken (sched_waking), 0 if preempted while runnable. */
+	unsigned int woken;
+	unsigned int pad;
 };
 
 /* Map feas_vms: QEMU pid -> this. Written by the daemon (on, vcpus); the rest by the programs. */
@@ -84,6 +87,37 @@ struct feas_stats {
 	unsigned long long not_waiting;	/* events while no vCPU of the VM was waiting */
 	unsigned long long blocked;	/* FEAS_BLOCKED sent */
 	unsigned long long dropped;	/* messages lost: the ring buffer was full */
+};
+
+/* Run delay: how long a vCPU thread waits runnable before it runs, from its wake-up
+ * (sched_waking) or its preemption (switched out runnable) to its switch in, in log2 buckets of
+ * ns per (VM, level, kind). The daemon says each VM's level (map rd_levels: tgid -> level). */
+#define RD_BUCKETS 40	/* bucket i: [2^i, 2^(i+1)) ns; the last also holds everything longer */
+
+enum rd_level {
+	RD_NORMAL = 0,
+	RD_BOOSTED = 1,		/* the CPU boost (the guest asked) */
+	RD_EVENT = 2,		/* event boosting (FEAS) */
+	RD_STATIC = 3,		/* a static FIFO tuning */
+	RD_LEVELS = 4,
+};
+
+enum rd_kind {
+	RD_PREEMPTED = 0,	/* switched out runnable, until switched in */
+	RD_WOKEN = 1,		/* from its wake-up to its switch in */
+};
+
+struct rd_key {
+	int tgid;
+	unsigned short level;
+	unsigned short kind;
+};
+
+/* Map rd_hists (per CPU): rd_key -> this. */
+struct rd_hist {
+	unsigned long long count;
+	unsigned long long sum_ns;
+	unsigned long long buckets[RD_BUCKETS];
 };
 
 #endif

@@ -25,6 +25,10 @@ use serde_json::Value;
 #[path = "root/persist.rs"]
 mod persist;
 
+/// The run delay measured by the host: normal against boosted beside CPU hogs.
+#[path = "root/rundelay.rs"]
+mod rundelay;
+
 /// `cosched-fake-qemu` (crate `cosched-testtools`), built beside `cosched` by `cargo test
 /// --workspace` (or `cargo build -p cosched-testtools`): a test tool, not shipped with the CLI.
 fn fake_qemu_bin() -> PathBuf {

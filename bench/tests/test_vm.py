@@ -363,6 +363,31 @@ python3 /tmp/rt.py
         self.assertLessEqual(deboosts, 4, why)
         self.assertGreaterEqual(share, 0.9, why)
 
+    def test_the_guests_vcpu_run_delay_is_in_the_status(self):
+        """The host measures how long the guest's vCPUs wait to run (host BPF), per level the VM
+        was at: by the end of the boosted cyclictest window, under 2 host hogs, its waits
+        boosted are in the status."""
+        need_root(self)
+        self.assertIsNotNone(self.marks, "the shared boot did not run")
+        end = "HOLD-END cyclictest"
+        self.assertIn(end, self.marks, self.console[-2000:])
+        _, s = self.marks[end]
+        rd = s.get("run_delay", {})
+
+        def p(d, q):
+            """Quantile q of a log2 histogram (ns), at the upper bound of its bucket."""
+            total, below = sum(d["counts"]), 0
+            for i, n in enumerate(d["counts"]):
+                below += n
+                if below >= q * total:
+                    return 2 ** (i + 1)
+            return None
+        print("\n  run delay: " + "; ".join(f"{level} n {d['count']} p50 <= {p(d, 0.5) / 1e3:.0f} µs "
+                                             f"p99 <= {p(d, 0.99) / 1e3:.0f} µs" for level, d in rd.items()),
+              file=sys.stderr)
+        self.assertIn("boosted", rd, s)
+        self.assertGreater(rd["boosted"]["count"], 0, rd)
+
 
 class EndToEnd(unittest.TestCase):
     def test_coordination_under_host_load(self):

@@ -78,6 +78,7 @@ const LABELS: &[(&str, &str)] = &[
     ("reason", "why a request was refused: `disabled`, `unsupported`, `budget`, `malformed`, `rate_limited`, `not_registered`, `host_reserve`"),
     ("outcome", "what became of predicted wake-ups: `received`, `applied`, `covered`, `refused`, `confirmed` (of which `early`), `unconfirmed` (of which `late`), `denied`, `cancelled`"),
     ("quantile", "`0.5` or `0.99`, over the recent samples"),
+    ("level", "the level a VM's vCPU threads were at: `normal`, `boosted` (the CPU boost), `event-boosted`, `static` (a static FIFO tuning)"),
     ("version", "the daemon's version (`cosched --version`)"),
     ("commit", "the git commit it was built from, empty when not built from a git checkout"),
     ("le", "a histogram bucket's upper bound, in seconds"),

@@ -2716,11 +2716,11 @@ fn json_shape(v: &Value, at: &str, out: &mut std::collections::BTreeSet<String>)
         Value::Object(_) => "object",
     };
     // What depends on what happened: a resource's own counters appear once counted, a reason
-    // once denied.
+    // once denied, a level's run delays once a vCPU waited at it.
     let shared = ["requests", "boosts", "deboosts", "boosted_ns", "budget_exhausted", "denied"];
     let own = at.starts_with(".vms[].resources.")
         && at.rsplit_once(".counters.").is_some_and(|(_, k)| !k.contains('.') && !shared.contains(&k));
-    if own || at.contains(".denied.") {
+    if own || at.contains(".denied.") || at.starts_with(".vms[].run_delay.") {
         return;
     }
     out.insert(format!("{at}: {kind}"));

@@ -95,11 +95,14 @@ pub struct FeasConfig {
     /// Guaranteed-slice accounting: the CPU time run while boosted is paid back at nice 19
     /// before the next boost, so boosting does not change CPU shares.
     pub charge: bool,
+    /// Measure the vCPUs' run delay with the same host BPF (a measure, not part of the policy:
+    /// it applies to every VM the daemon knows, whether or not `vms` boosts it).
+    pub run_delay: bool,
 }
 
 impl Default for FeasConfig {
     fn default() -> Self {
-        FeasConfig { vms: EventVms::NoAgent, n_limit: 1, cycle_ms: 10, slice_us: 1000, charge: true }
+        FeasConfig { vms: EventVms::NoAgent, n_limit: 1, cycle_ms: 10, slice_us: 1000, charge: true, run_delay: true }
     }
 }
 

@@ -88,6 +88,8 @@ pub struct FeasParams {
     /// How long after a [`FeasMsg::Boost`] a vCPU going to sleep sends [`FeasMsg::Blocked`].
     pub slice_ns: u64,
     pub n_limit: u32,
+    /// Measure the vCPUs' run delay ([`FeasWatch::run_delays`]).
+    pub run_delay: bool,
 }
 
 /// What a thread is to its VM.
@@ -212,7 +214,7 @@ impl FeasWatch {
             cycle_ns: params.cycle_ns.max(1),
             slice_ns: params.slice_ns,
             n_limit: params.n_limit,
-            ..Default::default()
+            run_delay: params.run_delay as u32,
         };
         skel.maps
             .feas_conf

@@ -529,6 +529,7 @@ mod feas {
             cycle_ns: 10_000_000,
             slice_ns: 1_000_000,
             n_limit: 1,
+            run_delay: true,
         })
         .expect("FEAS programs load and attach");
         eprintln!("FEAS detection on {}, KVM tracepoints {}", w.mechanism(), w.kvm_attached());

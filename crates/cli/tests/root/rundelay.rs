@@ -129,3 +129,23 @@ fn the_run_delay_beside_two_hogs_is_larger_at_normal_than_boosted_in_the_metric_
     let line = text.lines().find(|l| l.trim_start().starts_with("run delay:")).unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains("boosted p50 ") && line.contains("normal p50 "), "{line}");
 }
+
+#[test]
+fn with_run_delay_off_nothing_is_measured_and_status_says_why() {
+    if !have_root() {
+        return;
+    }
+    let w = World::new();
+    let d = w.daemon(&format!("{QUIET_POLICY}[event]\nrun_delay = false\n"));
+    let exe = w.fake_qemu("rd", "qemu-system-x86_64");
+    let args: Vec<String> = ["--spin", "CPU 0/TCG"].iter().map(|s| s.to_string()).collect();
+    let _vm = w.vm_args(&exe, "rd", &args, &["CPU 0/TCG"], None);
+    d.wait_vm("rd");
+    // The vCPU spins 5 ms and sleeps 5 ms: 100 ms is 10 wake-ups that would have counted.
+    std::thread::sleep(Duration::from_millis(100));
+    let st = d.status();
+    assert_eq!(st["run_delay"]["unsupported"], "it is off ([event] run_delay = false)", "{}", st["run_delay"]);
+    assert!(d.vm_status("rd").unwrap()["run_delay"].is_null(), "{}", d.vm_status("rd").unwrap());
+    let text = String::from_utf8(d.cli(&["status"]).stdout).unwrap();
+    assert!(text.contains("run delay: unsupported here because it is off ([event] run_delay = false)\n"), "{text}");
+}

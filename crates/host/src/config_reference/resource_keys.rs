@@ -86,6 +86,15 @@ pub(super) fn event() -> Table {
                  does not change CPU shares.",
                 "Off only if the VMs' CPU shares need not stay fair: every boost is then a gift.",
             ),
+            key(
+                "run_delay",
+                "",
+                Bool,
+                "Measure how long each VM's vCPU threads wait runnable before they run, per level \
+                 (`cosched_vcpu_run_delay_seconds`, `cosched status`), with this table's host BPF. It is \
+                 loaded unless `vms = \"none\"`, and measures every VM, boosted by events or not.",
+                "Off to save its cost (a map update per vCPU switch in) on a host that switches vCPUs very often.",
+            ),
         ],
     )
 }

@@ -73,8 +73,13 @@ impl EventBoost {
     /// Loads the event detection (registered with `poll` under `token`); `Err` says why it
     /// cannot run here. `zero`: the daemon's time zero, as `CLOCK_MONOTONIC` ns.
     pub fn open(cfg: &FeasConfig, poll: &Poll, token: Token, zero: u64) -> Result<EventBoost, Why> {
-        let params =
-            FeasParams { epoch_ns: zero, cycle_ns: cfg.cycle_ns(), slice_ns: cfg.slice_ns(), n_limit: cfg.n_limit };
+        let params = FeasParams {
+            epoch_ns: zero,
+            cycle_ns: cfg.cycle_ns(),
+            slice_ns: cfg.slice_ns(),
+            n_limit: cfg.n_limit,
+            run_delay: cfg.run_delay,
+        };
         let watch = FeasWatch::open(params)?;
         poll.registry().register(&mut SourceFd(&watch.fd()), token, Interest::READABLE).map_err(Why::FeasRing)?;
         info!(

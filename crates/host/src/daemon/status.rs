@@ -189,6 +189,9 @@ fn event_status(v: &View) -> st::EventStatus {
 /// Whether the vCPUs' run delay is measured: by event boosting's host BPF, which follows them.
 fn run_delay_status(v: &View) -> st::RunDelayStatus {
     match v.events {
+        Ok(_) if !v.cfg.event.run_delay => {
+            st::RunDelayStatus { measured_by: None, unsupported: Some("it is off ([event] run_delay = false)".into()) }
+        }
         Ok(ev) => st::RunDelayStatus { measured_by: Some(ev.mechanism().to_string()), unsupported: None },
         Err(why) => st::RunDelayStatus {
             measured_by: None,

@@ -199,9 +199,12 @@ static __always_inline void run_delay(s32 tgid, u32 kind, u64 ns)
 {
 	struct rd_key key = { .tgid = tgid, .kind = kind };
 	struct rd_hist *h;
-	u32 *level = bpf_map_lookup_elem(&rd_levels, &tgid);
-	u32 b = log2_u64(ns);
+	u32 zero = 0, *level, b = log2_u64(ns);
+	struct feas_conf *conf = bpf_map_lookup_elem(&feas_conf, &zero);
 
+	if (!conf || !conf->run_delay)
+		return;
+	level = bpf_map_lookup_elem(&rd_levels, &tgid);
 	key.level = level && *level < RD_LEVELS ? *level : RD_NORMAL;
 	h = bpf_map_lookup_elem(&rd_hists, &key);
 	if (!h) {

@@ -59,7 +59,7 @@ struct feas_conf {
 	unsigned long long cycle_ns;
 	unsigned long long slice_ns;
 	unsigned int n_limit;
-	unsigned int pad;
+	unsigned int run_delay;	/* measure the run delay (rd_hists) */
 };
 
 /* What wakes the daemon (ring buffer feas_msgs). */

@@ -1,9 +1,13 @@
-"""Experiment 5: the guest agent's overhead (FEAS, Table 2).
+"""Experiment 5: the guest agent's overhead (FEAS, Table 2), and the host's run-delay measure's.
 
 In one boot of the guest (host idle, daemon running so the agent registers and attaches), a fixed
 CPU-bound job (trial-division prime search, as in the FEAS paper) and a context-switch-heavy job (pipe
 ping-pong) run alternately without and with the agent, round after round, so that drifts of this
 shared machine hit both sides alike. We report each job's slowdown with the agent.
+
+The run delay (the daemon's host BPF timing each vCPU's waits, `[event] run_delay`) cannot be
+switched within a boot: the same jobs run without the agent in two more boots, one with it off and
+one on, and we report each job's slowdown with it on.
 """
 
 import statistics
@@ -14,7 +18,9 @@ import harness
 from experiments.common import Output, log, md_table
 
 NAME = "overhead"
-COLUMNS = ["round", "agent", "job", "us"]
+# part: "agent" (without and with the agent, one boot) or "run-delay" (the daemon's run_delay off
+# and on, one boot each, no agent).
+COLUMNS = ["part", "round", "agent", "run_delay", "job", "us"]
 
 
 def plan(quick):
@@ -39,6 +45,19 @@ echo "COSCHED-MEASURE-END"
 """
 
 
+def delay_body(rounds, limit, trips):
+    """The jobs alone, `rounds` times (no agent): for the run-delay part."""
+    return f"""cosched-tools primes {limit // 10} >/dev/null   # warm up
+echo "COSCHED-MEASURE-START"
+r=1
+while [ $r -le {rounds} ]; do
+    echo "ROUND $r off"; cosched-tools primes {limit}; cosched-tools pingpong {trips}
+    r=$((r+1))
+done
+echo "COSCHED-MEASURE-END"
+"""
+
+
 def parse(console):
     rows, cur = [], None
     for line in console.splitlines():
@@ -50,11 +69,12 @@ def parse(console):
     return rows
 
 
-def slowdowns(rows):
+def slowdowns(rows, key="agent"):
+    """Each job's slowdown with `key` (agent, run_delay) on, over rows that differ only in it."""
     out = []
     for job in ("primes", "pingpong"):
-        off = [r["us"] for r in rows if r["job"] == job and not r["agent"]]
-        on = [r["us"] for r in rows if r["job"] == job and r["agent"]]
+        off = [r["us"] for r in rows if r["job"] == job and not r[key]]
+        on = [r["us"] for r in rows if r["job"] == job and r[key]]
         # Paired by round: each "on" next to its own "off".
         pairs = [100.0 * (b - a) / a for a, b in zip(off, on)]
         out.append(dict(job=job, runs=len(pairs), off_ms=statistics.mean(off) / 1000,
@@ -96,12 +116,23 @@ def main(quick, out=None, verbose=False, fresh=False):
     o = Output(NAME, quick, out, fresh)
     rounds, limit, trips = plan(quick)
     r = harness.run(body(rounds, limit, trips), policy="cosched", start_agent=False, tools=True, verbose=verbose)
-    rows = parse(r["console"])
+    rows = [dict(x, part="agent", run_delay=1) for x in parse(r["console"])]
     if len(rows) != rounds * 4:
         raise RuntimeError(f"expected {rounds * 4} measurements, got {len(rows)}:\n" + r["console"][-2000:])
-    o.csv(rows, COLUMNS)
+    delay_rows = []
+    for on in (0, 1):
+        r = harness.run(delay_body(rounds, limit, trips), policy="cosched", start_agent=False, tools=True,
+                        daemon_config=f"[event]\nrun_delay = {'true' if on else 'false'}\n", verbose=verbose)
+        got = [dict(x, part="run-delay", run_delay=on) for x in parse(r["console"])]
+        if len(got) != rounds * 2:
+            raise RuntimeError(f"expected {rounds * 2} measurements, got {len(got)}:\n" + r["console"][-2000:])
+        delay_rows += got
+    o.csv(rows + delay_rows, COLUMNS)
     o.png(plot(rows))
     sd = slowdowns(rows)
+    rd = slowdowns(delay_rows, "run_delay")
+    for s in rd:
+        log(f"run delay {s['job']}: {s['off_ms']:.1f} ms -> {s['on_ms']:.1f} ms ({s['slowdown_pct']:+.2f}%)")
     for s in sd:
         log(f"{s['job']}: {s['off_ms']:.1f} ms -> {s['on_ms']:.1f} ms ({s['slowdown_pct']:+.2f}%)")
     primes = sd[0]
@@ -131,6 +162,17 @@ robust view: the median of the paired differences is {primes['median_pct']:+.1f}
 {primes['slower']} of {primes['runs']} rounds were slower with the agent; {sign}. One round differs from the
 next by ±{primes['sd_pct']:.0f}% here (a TCG guest on a shared machine). The context-switch-heavy
 job pays for the BPF programs on every switch and wake-up: {sd[1]['slowdown_pct']:+.2f}%.
+
+The host's run-delay measure (`[event] run_delay`, on by default: a map lookup and a per-CPU
+histogram update at each switch in of a vCPU thread), off and on, the same jobs without the agent
+in one boot each (so unpaired: between boots the machine may drift more than within one):
+
+{md_table(rd, ["job", "runs", "off_ms", "on_ms", "slowdown_pct", "median_pct", "sd_pct"],
+          ["job", "rounds", "run delay off ms", "on ms", "slowdown %", "median of round-by-round %",
+           "sd of round-by-round %"])}
+
+Its cost is per switch of a vCPU thread on the host, so it grows with how often the vCPUs block
+and wake (a guest that idles, sleeps or waits for I/O), not with what they compute.
 
 **The paper** (FEAS, Table 2, prime search below 10^7): 32.44 -> 32.59 s (+0.48%) with other
 domains busy, 8.78 -> 8.80 s (+0.24%) all idle, 8.12 -> 8.15 s (+0.29%) in Domain 0: "less than 1%".

@@ -6,6 +6,9 @@
 //! Everything else (timer wake-ups, a VM's own threads waking each other, events while no vCPU
 //! waits) is decided and counted in the kernel ([`FeasCounters`]) and never wakes the daemon.
 //!
+//! The same programs time how long each watched vCPU thread waits runnable before it runs, per
+//! VM and level ([`FeasWatch::run_delays`], [`FeasWatch::set_run_level`]).
+//!
 //! The daemon says which threads are which ([`FeasWatch::set_thread`]) and which VMs get event
 //! boosting ([`FeasWatch::set_vm`]); thread ids are checked against the task's process in the
 //! kernel, so a recycled id is never taken for a VM's thread.

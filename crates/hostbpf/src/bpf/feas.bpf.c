@@ -24,6 +24,10 @@
  * or asleep), and so does their run time, exact at any moment (the daemon charges boosts by it). A boosted vCPU (asked for in the last slice and at a real-time class) going to
  * sleep sends FEAS_BLOCKED: the boost ends.
  *
+ * The same states time the run delay (feas_intf.h: rd_hists): a vCPU's wait runnable, from its
+ * wake-up or its preemption to its switch in, per VM, level (rd_levels, written by the daemon)
+ * and kind, in log2 buckets, unless feas_conf.run_delay is 0.
+ *
  * Two sets of the same programs, one per attach mechanism (tp_btf, else raw_tp); the crate loads
  * one. The KVM injection tracepoints are raw_tp only and optional (no KVM: not attached).
  */

@@ -16,14 +16,21 @@
 //!   the next cycle if a vCPU is still waiting then (the seed's postponed queue, swapped in at
 //!   the cycle's tick). Several events in one cycle make one postponed boost.
 //! - **A boosted vCPU runs until it blocks or its slice ends** (`slice_ns`). The seed's boosted
-//!   vCPU cannot be pre-empted (`is_immediate`); here the RR class does that.
+//!   vCPU cannot be pre-empted (`is_immediate`); here the RR class does that. With `run_us`
+//!   (ours), the boost ends once the VM's vCPUs have run that long since it started, from the
+//!   host BPF's run time: it costs what the vCPU used to handle the event. A block before that
+//!   does not end it (a TCG or KVM vCPU blocks on its VM's own lock in the middle of an I/O
+//!   exit, and is woken within microseconds; measured, ending the boost there sent 40% of the
+//!   answers back behind the other VMs), and an event while a vCPU *runs* boosts it too, so it
+//!   is not preempted before it has answered (FEAS boosts only waiting vCPUs: measured, the 15%
+//!   of pings that found the vCPU running made the whole tail).
 //! - **Guaranteed-slice accounting.** Xen's credit scheduler debits the time a boosted vCPU ran,
 //!   so boosting reorders but does not give more. Linux's fair class does not: time a thread
 //!   runs at `SCHED_RR` is not added to its virtual runtime, so every boost would be a gift of
 //!   CPU time. With `charge` on, the CPU time the VM's vCPUs ran while boosted becomes a debt,
-//!   paid back at [`Level::Guarded`]: the vCPUs are held at nice 19 (weight 15 against nice 0's
-//!   1024), where they run next to nothing while anyone else wants the CPU, until they have
-//!   missed as much as they got. What they miss is measured, not assumed: the VM's CPU share at
+//!   paid back at [`Level::Guarded`]: the vCPUs are held at `repay_nice` (19 by default: weight
+//!   15 against nice 0's 1024), where they run next to nothing while anyone else wants the CPU,
+//!   until they have missed as much as they got. What they miss is measured, not assumed: the VM's CPU share at
 //!   its normal level is gathered over the stretches between boosts, a cycle's worth per sample,
 //!   and averaged, and a hold of `t` pays `t x share`. What the vCPUs run while held is not counted as received: the fair class
 //!   keeps a thread's lag across a change of weight (`reweight_entity()`), so it takes that time
@@ -31,8 +38,10 @@
 //!   first sample, a hold pays its whole length. (Charging the boost to the virtual runtime
 //!   through the low weight does not work: the kernel rescales a thread's lag when its weight
 //!   changes back, which forgives most of it; measured, a pinged VM kept 26.5% of a CPU shared
-//!   four ways.) A pay-back checked once a cycle overshoots; the excess is kept as credit for
-//!   the next boosts. A VM in debt is not boosted: its events are postponed until the debt is
+//!   four ways.) A pay-back is checked when the debt should be paid at the measured share
+//!   (at least 0.5 ms, at most a cycle later): a check once a cycle held a VM 10 ms for a
+//!   0.5 ms debt, and an event arriving meanwhile waited for the rest. What a check overshoots
+//!   is kept as credit for the next boosts. A VM in debt is not boosted: its events are postponed until the debt is
 //!   paid (the seed's "overdraft limited to one rotation"). Only a CPU-bound VM pays: one whose
 //!   vCPUs slept less than a tenth of the time since its previous boost. A VM that sleeps uses
 //!   less than its share anyway, and a hold at nice 19 beside busy VMs would make its next
@@ -98,11 +107,29 @@ pub struct FeasConfig {
     /// Measure the vCPUs' run delay with the same host BPF (a measure, not part of the policy:
     /// it applies to every VM the daemon knows, whether or not `vms` boosts it).
     pub run_delay: bool,
+    /// A boost ends once the VM's vCPUs have run this long since it started (µs): the woken vCPU
+    /// had its turn, and the boost costs what it used. A vCPU that blocks before (on a lock of
+    /// its own VM's, in the middle of handling the event) stays boosted. 0: a boost lasts until
+    /// a vCPU blocks or the slice ends (the FEAS paper's rule).
+    pub run_us: u64,
+    /// The nice level a VM pays its boosts back at (1..=19). Nice 19 pays fastest and holds the
+    /// vCPUs hardest (weight 15); a milder level pays over more cycles, and an event that comes
+    /// meanwhile waits for less.
+    pub repay_nice: i32,
 }
 
 impl Default for FeasConfig {
     fn default() -> Self {
-        FeasConfig { vms: EventVms::NoAgent, n_limit: 1, cycle_ms: 10, slice_us: 1000, charge: true, run_delay: true }
+        FeasConfig {
+            vms: EventVms::NoAgent,
+            n_limit: 1,
+            cycle_ms: 10,
+            slice_us: 1000,
+            charge: true,
+            run_delay: true,
+            run_us: 0,
+            repay_nice: 19,
+        }
     }
 }
 
@@ -121,7 +148,21 @@ impl FeasConfig {
                 format!("must be 100..={} (at least 100 µs, at most one cycle)", self.cycle_ms * 1000),
             ));
         }
+        if self.run_us != 0 && (self.run_us < 50 || self.run_us > self.slice_us) {
+            return Err(ConfigError::invalid(
+                "[event] run_us",
+                self.run_us,
+                format!("must be 0 (off) or 50..={} (at most the slice, `slice_us`)", self.slice_us),
+            ));
+        }
+        if !(1..=19).contains(&self.repay_nice) {
+            return Err(ConfigError::invalid("[event] repay_nice", self.repay_nice, "must be 1..=19"));
+        }
         Ok(())
+    }
+
+    pub fn run_ns(&self) -> u64 {
+        self.run_us * 1000
     }
 
     pub fn cycle_ns(&self) -> u64 {
@@ -136,10 +177,12 @@ impl FeasConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Idle,
-    /// Boosted until `until`; its vCPUs had run `cpu0` ns when it started; `charged`: whether
-    /// the VM was CPU-bound before it (its boosts are then paid back).
+    /// Boosted until `until` at the latest; its vCPUs had run `cpu0` ns when it started;
+    /// `check`: when to see whether they have run `run_us` (`until` without it); `charged`:
+    /// whether the VM was CPU-bound before it (its boosts are then paid back).
     Boosted {
         until: u64,
+        check: u64,
         cpu0: u64,
         charged: bool,
     },
@@ -187,7 +230,7 @@ struct VmState {
     /// The CPU share the VM's vCPUs get at their normal level, in parts per million (an
     /// average of samples a cycle long each): what holding them back costs them.
     share_ppm: Option<u64>,
-    /// CPU time the vCPUs ran while held at nice 19 since the last share sample.
+    /// CPU time the vCPUs ran while held at `repay_nice` since the last share sample.
     hold_ran: u64,
     /// The last boost's start: (time, the vCPUs' time asleep then).
     last_start: Option<(u64, u64)>,
@@ -281,16 +324,23 @@ impl EventPolicy {
         self.roll(vm, now);
         let n_limit = self.cfg.n_limit;
         let s = self.state(vm);
-        match s.phase {
+        let (phase, count) = (s.phase, s.count);
+        match phase {
             Phase::Boosted { .. } => Outcome::AlreadyBoosted,
             Phase::Repaying { .. } => self.postpone(sh, vm),
-            Phase::Idle if s.count >= n_limit => self.postpone(sh, vm),
-            Phase::Idle if !host.vcpu_waiting(vm) => {
+            Phase::Idle if count >= n_limit => self.postpone(sh, vm),
+            Phase::Idle if !self.wants_boost(vm, host) => {
                 sh.count(vm, Resource::Event, "not_waiting", 1);
                 Outcome::NotWaiting
             }
             Phase::Idle => self.start(sh, vm, now, host, out),
         }
+    }
+
+    /// Whether a boost of `vm` would do anything: a vCPU waits for a CPU, or (with `run_us`) one
+    /// runs, and the boost keeps it on its CPU until it has handled the event.
+    fn wants_boost(&self, vm: VmId, host: &mut dyn Sensors) -> bool {
+        host.vcpu_waiting(vm) || (self.cfg.run_us > 0 && host.vcpu_running(vm))
     }
 
     fn postpone(&mut self, sh: &mut Shared, vm: VmId) -> Outcome {
@@ -315,22 +365,37 @@ impl EventPolicy {
         // holding it back would only make it late.
         let charged = s.last_start.is_some_and(|(t0, a0)| asleep.saturating_sub(a0) * 10 < now.saturating_sub(t0));
         s.last_start = Some((now, asleep));
+        let until = now + slice;
+        let check = if self.cfg.run_us > 0 { now + self.cfg.run_ns() } else { until };
         match sh.request(self, vm, 1, now, None, out) {
             Ok(_) => {
-                self.state(vm).phase = Phase::Boosted { until: now + slice, cpu0, charged };
+                self.state(vm).phase = Phase::Boosted { until, check, cpu0, charged };
                 Outcome::Boosted
             }
             Err(reason) => Outcome::Refused(reason),
         }
     }
 
-    /// A boosted vCPU of `vm` blocked: the boost ends.
+    /// A boosted vCPU of `vm` blocked: the boost ends, unless it has not yet run `run_us` (it
+    /// waits for a lock of its VM's while it handles the event, and is woken soon).
     fn blocked(&mut self, sh: &mut Shared, vm: VmId, now: u64, host: &mut dyn Sensors, out: &mut Vec<Action>) {
         self.sync(sh, vm);
-        if matches!(self.state(vm).phase, Phase::Boosted { .. }) {
+        if let Phase::Boosted { cpu0, .. } = self.state(vm).phase {
+            if self.cfg.run_us > 0 && host.vcpu_run_ns(vm).saturating_sub(cpu0) < self.cfg.run_ns() {
+                sh.count(vm, Resource::Event, "blocked_early", 1);
+                return;
+            }
             sh.count(vm, Resource::Event, "blocked", 1);
             self.end_boost(sh, vm, now, host, out);
         }
+    }
+
+    /// When a VM owing `balance` ns, with a share `share_ppm` at its normal level, has paid at
+    /// its repay level (at least 0.5 ms from now, at most a cycle).
+    fn repay_wait(&self, balance: i64, share_ppm: Option<u64>) -> u64 {
+        let share = share_ppm.unwrap_or(1_000_000).max(1) as u128;
+        let t = (balance.max(0) as u128 * 1_000_000 / share) as u64;
+        t.clamp(NS_PER_MS / 2, self.cfg.cycle_ns())
     }
 
     /// Ends a boost: the CPU time it gave becomes a debt, paid back at `Guarded`.
@@ -343,11 +408,13 @@ impl EventPolicy {
         if self.cfg.charge && !charged {
             sh.count(vm, Resource::Event, "uncharged", 1);
         }
-        let next = now + self.cfg.cycle_ns();
         let s = self.state(vm);
         if charge {
             s.balance += ran as i64;
         }
+        let (balance, share) = (s.balance, s.share_ppm);
+        let next = now + self.repay_wait(balance, share);
+        let s = self.state(vm);
         if s.balance > 0 {
             s.phase = Phase::Repaying { cpu, at: now, next };
             sh.host_level(self, vm, Level::Guarded, out);
@@ -380,6 +447,16 @@ impl EventPolicy {
                 sh.count(vm, Resource::Event, "slices", 1);
                 self.end_boost(sh, vm, now, host, out);
             }
+            Phase::Boosted { until, check, cpu0, charged } if check <= now => {
+                let ran = host.vcpu_run_ns(vm).saturating_sub(cpu0);
+                if ran >= self.cfg.run_ns() {
+                    sh.count(vm, Resource::Event, "ran", 1);
+                    self.end_boost(sh, vm, now, host, out);
+                } else {
+                    let check = (now + self.cfg.run_ns() - ran).min(until);
+                    self.state(vm).phase = Phase::Boosted { until, check, cpu0, charged };
+                }
+            }
             Phase::Repaying { cpu, at, next } if next <= now => self.repay(sh, vm, now, (at, cpu), host, out),
             _ => {}
         }
@@ -396,15 +473,16 @@ impl EventPolicy {
         let s = self.state(vm);
         if s.phase == Phase::Idle && s.postponed && s.count < n_limit {
             s.postponed = false;
-            if self.eligible(sh, vm) && host.vcpu_waiting(vm) {
+            if self.eligible(sh, vm) && self.wants_boost(vm, host) {
                 sh.count(vm, Resource::Event, "postponed_boosts", 1);
                 self.start(sh, vm, now, host, out);
             }
         }
     }
 
-    /// A check while paying back: held at nice 19 since `last` (time, run time), the VM paid
-    /// what it would have run at its normal share and did not.
+    /// A check while paying back: held at `repay_nice` since `last` (time, run time), the VM
+    /// paid what it would have run at its normal share (what it ran held is taken back from it
+    /// later by the fair class, which keeps its lag, and counts in its next share sample).
     fn repay(
         &mut self,
         sh: &mut Shared,
@@ -416,7 +494,6 @@ impl EventPolicy {
     ) {
         let cpu = host.vcpu_run_ns(vm);
         let ran = cpu.saturating_sub(last.1);
-        let next = now + self.cfg.cycle_ns();
         let max_credit = (MAX_CREDIT_CYCLES * self.cfg.cycle_ns()) as i64;
         let s = self.state(vm);
         // Without a measured share yet (the first boost), the whole time held counts.
@@ -424,6 +501,9 @@ impl EventPolicy {
         let paid = (now.saturating_sub(last.0) as u128 * share / 1_000_000) as u64;
         s.hold_ran += ran;
         s.balance = (s.balance - paid as i64).max(-max_credit);
+        let (balance, share) = (s.balance, s.share_ppm);
+        let next = now + self.repay_wait(balance, share);
+        let s = self.state(vm);
         sh.count(vm, Resource::Event, "repaid_ns", paid);
         if s.balance <= 0 {
             // The next stretch samples the share; what the vCPUs ran while held is taken back
@@ -436,7 +516,7 @@ impl EventPolicy {
 
     fn deadline(&self, s: &VmState) -> Option<u64> {
         match s.phase {
-            Phase::Boosted { until, .. } => Some(until),
+            Phase::Boosted { until, check, .. } => Some(until.min(check)),
             Phase::Repaying { next, .. } => Some(next),
             Phase::Idle if s.postponed => Some((s.cycle + 1) * self.cfg.cycle_ns()),
             Phase::Idle => s.idle_from.map(|(t0, _)| t0 + self.cfg.cycle_ns()),

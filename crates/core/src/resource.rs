@@ -103,6 +103,10 @@ pub trait Sensors {
     fn vcpu_waiting(&mut self, _vm: VmId) -> bool {
         false
     }
+    /// Whether one of the VM's vCPU threads is running.
+    fn vcpu_running(&mut self, _vm: VmId) -> bool {
+        false
+    }
     /// Bytes of memory traffic the VM's vCPUs caused since the last call (memory bandwidth).
     fn membw_bytes(&mut self, _vm: VmId, _now: u64) -> u64 {
         0

@@ -93,6 +93,8 @@ pub struct FeasParams {
     pub n_limit: u32,
     /// Measure the vCPUs' run delay ([`FeasWatch::run_delays`]).
     pub run_delay: bool,
+    /// An event while one of the VM's vCPUs runs (and none waits) is a [`FeasMsg::Boost`] too.
+    pub boost_running: bool,
 }
 
 /// What a thread is to its VM.
@@ -218,6 +220,8 @@ impl FeasWatch {
             slice_ns: params.slice_ns,
             n_limit: params.n_limit,
             run_delay: params.run_delay as u32,
+            boost_running: params.boost_running as u32,
+            pad: 0,
         };
         skel.maps
             .feas_conf
@@ -320,6 +324,11 @@ impl FeasWatch {
     /// Whether vCPU thread `tid` is runnable but not running, as the kernel side last saw it.
     pub fn waiting(&self, tid: i32) -> bool {
         self.thread(tid).is_some_and(|t| t.state == 2)
+    }
+
+    /// Whether vCPU thread `tid` is running, as the kernel side last saw it.
+    pub fn running(&self, tid: i32) -> bool {
+        self.thread(tid).is_some_and(|t| t.state == 3)
     }
 
     /// CPU time vCPU thread `tid` has run since the kernel side first saw it switch, in ns,
@@ -497,7 +506,7 @@ mod tests {
         assert_eq!(size_of::<rd_key>(), 8);
         assert_eq!(size_of::<rd_hist>(), 16 + 8 * RD_BUCKETS);
         assert_eq!(size_of::<feas_vm>(), 4 + 4 + 4 * MAX_VCPUS + 8 + 4 + 4 + 8);
-        assert_eq!(size_of::<feas_conf>(), 32);
+        assert_eq!(size_of::<feas_conf>(), 40);
         assert_eq!(size_of::<feas_stats>(), 80);
     }
 

@@ -530,6 +530,7 @@ mod feas {
             slice_ns: 1_000_000,
             n_limit: 1,
             run_delay: true,
+            boost_running: false,
         })
         .expect("FEAS programs load and attach");
         eprintln!("FEAS detection on {}, KVM tracepoints {}", w.mechanism(), w.kvm_attached());

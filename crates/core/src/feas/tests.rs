@@ -17,6 +17,7 @@ struct FakeHost {
     cpu: BTreeMap<VmId, u64>,
     asleep: BTreeMap<VmId, u64>,
     not_waiting: bool,
+    running: bool,
 }
 
 impl Sensors for FakeHost {
@@ -28,6 +29,9 @@ impl Sensors for FakeHost {
     }
     fn vcpu_waiting(&mut self, _vm: VmId) -> bool {
         !self.not_waiting
+    }
+    fn vcpu_running(&mut self, _vm: VmId) -> bool {
+        self.running
     }
 }
 
@@ -150,6 +154,101 @@ fn a_boost_ends_with_its_slice() {
     assert_eq!(r.take(), vec![Level::Normal]);
     assert_eq!(counter(&r.coord, VM, "slices"), 1);
     assert_eq!(r.coord.next_deadline(), None);
+}
+
+#[test]
+fn with_run_us_a_boost_ends_once_the_vcpu_has_run_that_long() {
+    let mut r = Rig::new(FeasConfig { run_us: 300, ..no_charge() });
+    r.event(0);
+    assert_eq!(r.take(), vec![Level::Boosted]);
+    assert_eq!(r.coord.next_deadline(), Some(300 * US), "the earliest it can have run 300 µs");
+    // It waited 200 µs for a lock of its VM's, then ran 100 µs: not yet.
+    r.run(100 * US);
+    r.tick(300 * US);
+    assert!(r.take().is_empty());
+    assert_eq!(r.coord.next_deadline(), Some(500 * US), "200 µs of run to go");
+    // A block before it has run 300 µs does not end it: it is in the middle of the event.
+    r.blocked(400 * US);
+    assert!(r.take().is_empty());
+    assert_eq!(counter(&r.coord, VM, "blocked_early"), 1);
+    r.run(200 * US);
+    r.tick(500 * US);
+    assert_eq!(r.take(), vec![Level::Normal], "it had its turn");
+    assert_eq!(counter(&r.coord, VM, "ran"), 1);
+    assert_eq!(counter(&r.coord, VM, "boosted_cpu_ns"), 300_000, "the boost cost what it used");
+    // A vCPU that never runs enough (asleep in the guest) is ended by the slice.
+    r.event(10 * MS);
+    r.run(50 * US);
+    r.tick(10 * MS + 300 * US);
+    r.tick(11 * MS);
+    assert_eq!(r.take(), vec![Level::Boosted, Level::Normal]);
+    assert_eq!(counter(&r.coord, VM, "slices"), 1);
+    // And a block once it has run enough ends it at once.
+    r.event(20 * MS);
+    r.run(400 * US);
+    r.blocked(20 * MS + 200 * US);
+    assert_eq!(r.take(), vec![Level::Boosted, Level::Normal]);
+    assert_eq!(counter(&r.coord, VM, "blocked"), 1);
+}
+
+#[test]
+fn with_run_us_an_event_while_the_vcpu_runs_keeps_it_on_its_cpu() {
+    let mut r = Rig::new(FeasConfig { run_us: 300, ..no_charge() });
+    r.host.not_waiting = true;
+    r.host.running = true;
+    assert_eq!(r.event(0), Outcome::Boosted, "it runs: the boost keeps it from being preempted");
+    r.run(300 * US);
+    r.tick(300 * US);
+    assert_eq!(r.take(), vec![Level::Boosted, Level::Normal]);
+    // Without run_us, FEAS's rule: only a waiting vCPU is boosted.
+    let mut r = Rig::new(no_charge());
+    r.host.not_waiting = true;
+    r.host.running = true;
+    assert_eq!(r.event(0), Outcome::NotWaiting);
+}
+
+#[test]
+fn run_us_and_repay_nice_are_checked() {
+    let ok = |c: FeasConfig| c.validate().is_ok();
+    assert!(ok(FeasConfig { run_us: 0, ..FeasConfig::default() }));
+    assert!(ok(FeasConfig { run_us: 50, ..FeasConfig::default() }));
+    assert!(ok(FeasConfig { run_us: 1000, ..FeasConfig::default() }), "up to the slice");
+    let e = FeasConfig { run_us: 1001, ..FeasConfig::default() }.validate().unwrap_err().to_string();
+    assert!(e.contains("[event] run_us = 1001") && e.contains("50..=1000"), "{e}");
+    assert!(!ok(FeasConfig { run_us: 49, ..FeasConfig::default() }));
+    assert!(ok(FeasConfig { repay_nice: 1, ..FeasConfig::default() }));
+    assert!(!ok(FeasConfig { repay_nice: 0, ..FeasConfig::default() }));
+    assert!(!ok(FeasConfig { repay_nice: 20, ..FeasConfig::default() }));
+}
+
+#[test]
+fn a_pay_back_is_checked_when_it_should_be_paid_not_a_cycle_later() {
+    let mut r = Rig::new(FeasConfig::default());
+    r.event(0); // the first boost, not charged
+    r.run(500 * US);
+    r.tick(MS);
+    r.event(10 * MS);
+    r.run(500 * US);
+    r.tick(11 * MS);
+    assert_eq!(r.take(), vec![Level::Boosted, Level::Normal, Level::Boosted, Level::Guarded]);
+    // No share measured yet: the time held counts whole, so 500 µs owed are paid in 500 µs.
+    assert_eq!(r.coord.next_deadline(), Some(11 * MS + 500 * US));
+    r.tick(11 * MS + 500 * US);
+    assert_eq!(r.take(), vec![Level::Normal]);
+    // A cycle at the normal level: a share of 25%.
+    r.run(2_500 * US);
+    r.tick(21 * MS + 500 * US);
+    assert_eq!(r.feas().share_ppm(VM), Some(250_000));
+    assert_eq!(r.event(30 * MS), Outcome::Boosted);
+    r.run(500 * US);
+    r.tick(31 * MS);
+    assert_eq!(r.take(), vec![Level::Boosted, Level::Guarded]);
+    assert_eq!(r.feas().balance_ns(VM), 500_000);
+    // 500 µs owed at a 25% share: paid after 2 ms held, not at the next cycle's check.
+    assert_eq!(r.coord.next_deadline(), Some(33 * MS));
+    r.tick(33 * MS);
+    assert_eq!(r.take(), vec![Level::Normal]);
+    assert_eq!(r.feas().balance_ns(VM), 0);
 }
 
 #[test]

@@ -18,8 +18,8 @@ use crate::sched::{SchedAttr, SCHED_FLAG_RESET_ON_FORK, SCHED_RR};
 use crate::settings::SchedKind;
 use crate::store::Entry;
 
-/// The nice level a VM pays an event boost back at (weight 15 against nice 0's 1024: see
-/// `cosched_core::feas`).
+/// The nice level a VM pays an event boost back at by default (weight 15 against nice 0's 1024:
+/// see `cosched_core::feas`); `[event] repay_nice`.
 pub const EVENT_REPAY_NICE: i32 = 19;
 
 /// What each level sets on which threads.
@@ -27,19 +27,19 @@ pub const EVENT_REPAY_NICE: i32 = 19;
 enum Targets {
     /// CPU coordination: `[boost]`.
     Cpu(BoostClass),
-    /// Event boosting: vCPU threads only.
-    Event,
+    /// Event boosting: vCPU threads only; the nice level of the pay-back.
+    Event { repay_nice: i32 },
 }
 
 impl Targets {
     fn target(&self, level: Level, role: ThreadRole, vcpus_known: bool, grant: Grant) -> Option<SchedAttr> {
         match self {
             Targets::Cpu(class) => class.target(level, role, vcpus_known, grant),
-            Targets::Event => match level {
+            Targets::Event { repay_nice } => match level {
                 _ if !super::class::is_vcpu(role, vcpus_known) => None,
                 Level::Normal | Level::Throttled => None,
                 Level::Boosted => Some(SchedAttr::rt(SCHED_RR, grant.priority() as u32, SCHED_FLAG_RESET_ON_FORK)),
-                Level::Guarded => Some(SchedAttr::other(EVENT_REPAY_NICE, SCHED_FLAG_RESET_ON_FORK)),
+                Level::Guarded => Some(SchedAttr::other(*repay_nice, SCHED_FLAG_RESET_ON_FORK)),
             },
         }
     }
@@ -61,9 +61,9 @@ impl CpuActuator {
         CpuActuator::with(Resource::Cpu, Targets::Cpu(class))
     }
 
-    /// Event boosting (FEAS).
-    pub fn event() -> CpuActuator {
-        CpuActuator::with(Resource::Event, Targets::Event)
+    /// Event boosting (FEAS), paid back at nice `repay_nice`.
+    pub fn event(repay_nice: i32) -> CpuActuator {
+        CpuActuator::with(Resource::Event, Targets::Event { repay_nice })
     }
 
     fn with(resource: Resource, targets: Targets) -> CpuActuator {

@@ -653,8 +653,10 @@ fn a_thread_shows_the_sched_value_in_force_whichever_layer_set_it() {
     // (SCHED_OTHER) for threads the CPU layer had raised.
     let mut w = World::new();
     let process = w.host.procfs.process(PID).unwrap().task;
-    let acts: Vec<Box<dyn Actuator>> =
-        vec![Box::new(CpuActuator::new(w.class.clone())), Box::new(CpuActuator::event())];
+    let acts: Vec<Box<dyn Actuator>> = vec![
+        Box::new(CpuActuator::new(w.class.clone())),
+        Box::new(CpuActuator::event(crate::actuator::EVENT_REPAY_NICE)),
+    ];
     let mut vm = VmThreads::new("vm1", process, &mut w.host, acts).unwrap();
     vm.set_level(&mut w.host, Resource::Cpu, Level::Boosted, 1);
     let boosted = SchedKind.show(&rr(1));

@@ -81,10 +81,30 @@ pub(super) fn event() -> Table {
                 "charge",
                 "",
                 Bool,
-                "Pay the boosted CPU time back: after a boost the VM's vCPUs are held at nice 19 until they have \
-                 missed as much CPU time as they got, and a VM still paying back is not boosted. So boosting \
+                "Pay the boosted CPU time back: after a boost the VM's vCPUs are held at `repay_nice` until \
+                 they have missed as much CPU time as they got, and a VM still paying back is not boosted. So boosting \
                  does not change CPU shares.",
                 "Off only if the VMs' CPU shares need not stay fair: every boost is then a gift.",
+            ),
+            key(
+                "run_us",
+                "µs",
+                Rule("0, or 50 to `slice_us`"),
+                "A boost ends once the VM's vCPUs have run this long since it started: the woken vCPU had its \
+                 turn, and the boost costs (and is paid back for) what it used. A vCPU that blocks before that \
+                 (on a lock of its own VM's, while it handles the event) stays boosted. 0: a boost lasts until a \
+                 vCPU blocks or the slice ends.",
+                "Raise it if a guest needs longer than this to handle one event (its answers then come late); \
+                 lower it to make each boost cheaper.",
+            ),
+            key(
+                "repay_nice",
+                "nice",
+                Int { min: 1, max: Some(19) },
+                "The nice level a VM's vCPUs are held at while they pay a boost back (with `charge`). 19 pays \
+                 fastest and holds hardest; a milder level pays over more cycles, and an event arriving \
+                 meanwhile waits for less.",
+                "See the trade-off measured in docs/evaluation.md (event boosting).",
             ),
             key(
                 "run_delay",

@@ -79,6 +79,7 @@ impl EventBoost {
             slice_ns: cfg.slice_ns(),
             n_limit: cfg.n_limit,
             run_delay: cfg.run_delay,
+            boost_running: cfg.run_us > 0,
         };
         let watch = FeasWatch::open(params)?;
         poll.registry().register(&mut SourceFd(&watch.fd()), token, Interest::READABLE).map_err(Why::FeasRing)?;
@@ -231,6 +232,11 @@ pub fn vcpu_asleep_ns(watch: &FeasWatch, vms: &Vms, vm: VmId) -> u64 {
 /// Whether one of a VM's vCPUs is runnable but not running.
 pub fn vcpu_waiting(watch: &FeasWatch, vms: &Vms, vm: VmId) -> bool {
     vcpus(vms, vm).any(|tid| watch.waiting(tid))
+}
+
+/// Whether one of a VM's vCPUs is running.
+pub fn vcpu_running(watch: &FeasWatch, vms: &Vms, vm: VmId) -> bool {
+    vcpus(vms, vm).any(|tid| watch.running(tid))
 }
 
 #[cfg(test)]

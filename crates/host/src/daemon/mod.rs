@@ -244,7 +244,7 @@ impl Daemon {
             acts.push(Box::new(KnobActuator::io(&self.cfg.io, hierarchy)));
         }
         if self.events.is_ok() {
-            acts.push(Box::new(CpuActuator::event()));
+            acts.push(Box::new(CpuActuator::event(self.cfg.event.repay_nice)));
         }
         if let Ok(m) = &self.membw {
             acts.push(Box::new(KnobActuator::throttle(&m.lever)));
@@ -617,6 +617,9 @@ impl Sensors for HostSensors<'_> {
     }
     fn vcpu_waiting(&mut self, vm: VmId) -> bool {
         self.events.is_some_and(|w| events::vcpu_waiting(w, self.vms, vm))
+    }
+    fn vcpu_running(&mut self, vm: VmId) -> bool {
+        self.events.is_some_and(|w| events::vcpu_running(w, self.vms, vm))
     }
     fn membw_bytes(&mut self, vm: VmId, now: u64) -> u64 {
         let vms = self.vms;

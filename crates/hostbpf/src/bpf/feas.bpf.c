@@ -233,10 +233,13 @@ static __always_inline void fire(s32 tgid)
 	struct feas_vm *vm = bpf_map_lookup_elem(&feas_vms, &tgid);
 	struct feas_conf *conf;
 	u32 zero = 0, i, n;
-	bool waiting = false;
+	bool waiting = false, running = false;
 	u64 now, cycle;
 
 	if (!vm || !vm->on || !st)
+		return;
+	conf = bpf_map_lookup_elem(&feas_conf, &zero);
+	if (!conf || !conf->cycle_ns)
 		return;
 	n = vm->nr_vcpus;
 	for (i = 0; i < FEAS_MAX_VCPUS; i++) {
@@ -251,14 +254,15 @@ static __always_inline void fire(s32 tgid)
 			waiting = true;
 			break;
 		}
+		if (t && t->state == FEAS_RUNNING)
+			running = true;
 	}
-	if (!waiting) {
+	/* A vCPU that runs when the event comes handles it, unless it is preempted first: with
+	 * boost_running, the boost keeps it on its CPU until it has run the policy's run_us. */
+	if (!waiting && !(running && conf->boost_running)) {
 		st->not_waiting++;
 		return;
 	}
-	conf = bpf_map_lookup_elem(&feas_conf, &zero);
-	if (!conf || !conf->cycle_ns)
-		return;
 	now = bpf_ktime_get_ns();
 	cycle = (now - conf->epoch_ns) / conf->cycle_ns;
 	if (vm->cycle != cycle) {

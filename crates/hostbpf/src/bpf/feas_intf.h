@@ -60,11 +60,13 @@ struct feas_conf {
 	unsigned long long slice_ns;
 	unsigned int n_limit;
 	unsigned int run_delay;	/* measure the run delay (rd_hists) */
+	unsigned int boost_running;	/* an event while a vCPU runs (none waits) boosts too */
+	unsigned int pad;
 };
 
 /* What wakes the daemon (ring buffer feas_msgs). */
 enum feas_msg_kind {
-	FEAS_BOOST = 1,		/* an event for a VM with a waiting vCPU, within n_limit */
+	FEAS_BOOST = 1,		/* an event for a VM with a waiting (or running, boost_running) vCPU, within n_limit */
 	FEAS_POSTPONED = 2,	/* the same beyond n_limit: boost at the next cycle (once per cycle) */
 	FEAS_BLOCKED = 3,	/* a boosted (real-time) vCPU of the VM went to sleep */
 };

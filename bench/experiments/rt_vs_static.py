@@ -45,6 +45,10 @@ VARIANTS = [
     ("shield_fifo", None, "fifo = true\n" + SHIELD, "shielding + FIFO 97/98"),
     ("cosched_paper", PAPER_RT_ARGS + " --predict false", None, "the paper's co-scheduling (guest priority)"),
     ("cosched", "", None, "cosched, default (hold follows the period)"),
+    # The default plus one frame per period that changes nothing (the agent's channel probe, at
+    # each RT activation, where the paper's and the predictive modes send CPU 1): what the frames
+    # cost, without the class changes.
+    ("cosched_probe", "--probe-frames", None, "cosched, default + a dummy frame per period"),
     ("cosched_predict", PAPER_RT_ARGS, None, "cosched, predictive boost"),
 ]
 POLICIES = [v[0] for v in VARIANTS]
@@ -173,7 +177,7 @@ def aggregate(rows):
 
 
 def color(policy):
-    return {"cosched_paper": "tab:olive", "cosched_predict": "tab:cyan", "shield_fifo": "tab:pink",
+    return {"cosched_paper": "tab:olive", "cosched_predict": "tab:cyan", "cosched_probe": "tab:gray", "shield_fifo": "tab:pink",
             "static_fifo_guard": "tab:purple"}.get(
         policy) or STYLE[policy]["color"]
 

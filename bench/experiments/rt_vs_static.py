@@ -271,8 +271,8 @@ and which changes nothing) goes where the paper's and the predictive modes send 
 detector event, the agent's wake-up, the write, the host's `ACK` and its read; host jobs with it
 {total["cosched_probe"]:.1f} s against {total["cosched"]:.1f} s without.
 
-Predictions (all runs of the predictive mode): {pred["wakes"]} predicted wake-ups told (most carried by
-their `CPU 0`, the others as `WAKE`), {pred["predicted"]} predicted
+Predictions (all runs of the predictive mode): {pred["wakes"]} predicted wake-ups told (each carried by
+its `CPU 0`, or as `WAKE` when that had gone out already), {pred["predicted"]} predicted
 boosts applied, {pred["confirmed"]} confirmed by the guest's `CPU 1`, {pred["unconfirmed"]} unconfirmed
 (ended after the hold, charged to the prediction budget; the guest's `CPU 1` came after the hold
 for {pred["late"]} of them); lead {pred["lead_us"]:.0f} µs and hold {pred["hold_us"]:.0f} µs (medians of the

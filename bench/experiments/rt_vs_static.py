@@ -204,9 +204,10 @@ def plot(agg):
     return fig
 
 
-def main(quick, out=None, verbose=False, fresh=False):
+def main(quick, out=None, verbose=False, fresh=False, rows=None):
+    """rows: a run's data.csv rows, to render its plot and summary again without measuring."""
     o = Output(NAME, quick, out, fresh)
-    rows = measure(quick, verbose)
+    rows = rows if rows is not None else measure(quick, verbose)
     agg = aggregate(rows)
     o.csv(rows, COLUMNS)
     o.png(plot(agg))
@@ -224,6 +225,29 @@ def main(quick, out=None, verbose=False, fresh=False):
     t_probe = probe["avg_us"] / dflt["avg_us"]
     gap = pred["avg_us"] - dflt["avg_us"]
     share = (probe["avg_us"] - dflt["avg_us"]) / gap if gap > 0 else float("nan")
+    # Each run of the policies that matter here, in order: one run's ratios are noisy on a shared host.
+    def runs(policy, f):
+        return "/".join(f"{f(r):.0f}" for r in sorted((r for r in rows if r["policy"] == policy), key=lambda r: r["rep"]))
+
+    def jobs(r):
+        return r["gzip_s"] + r["bzip2_s"]
+
+    shares = []
+    for rep in sorted({r["rep"] for r in rows}):
+        one = {r["policy"]: r["avg_us"] for r in rows if r["rep"] == rep}
+        if one["cosched_predict"] > one["cosched"]:
+            shares.append(f"{(one['cosched_probe'] - one['cosched']) / (one['cosched_predict'] - one['cosched']):.0%}")
+    spread = max((max(jobs(r) for r in rows if r["policy"] == p) / min(jobs(r) for r in rows if r["policy"] == p), p)
+                 for p in POLICIES)
+    per_run = (f"Per run, in order: guest average µs: the default {runs('cosched', lambda r: r['avg_us'])}, "
+               f"with the dummy frame {runs('cosched_probe', lambda r: r['avg_us'])}, predictive "
+               f"{runs('cosched_predict', lambda r: r['avg_us'])}, the paper's mode "
+               f"{runs('cosched_paper', lambda r: r['avg_us'])}; host jobs s: the default {runs('cosched', jobs)}, "
+               f"with the dummy frame {runs('cosched_probe', jobs)}, predictive {runs('cosched_predict', jobs)}, "
+               f"the paper's mode {runs('cosched_paper', jobs)}. The dummy frame's share of the gap, run by run: "
+               f"{', '.join(shares) or 'none (no gap)'}. The host jobs of one policy varied up to "
+               f"{spread[0]:.1f}× between its runs ({LABEL[spread[1]]})"
+               + (": the host was noisy, and one run's ratios say little." if spread[0] > 1.5 else "."))
     if gap <= 0:
         cause = ("the predictive mode's average is not above the default's in this run: there is no gap for "
                  "the dummy frame to explain")
@@ -270,6 +294,8 @@ at each RT activation that finds its CPU boosted already, `WAKE 0`, which the ho
 and which changes nothing) goes where the paper's and the predictive modes send `CPU 1`, with its
 detector event, the agent's wake-up, the write, the host's `ACK` and its read; host jobs with it
 {total["cosched_probe"]:.1f} s against {total["cosched"]:.1f} s without.
+
+{per_run}
 
 Predictions (all runs of the predictive mode): {pred["wakes"]} predicted wake-ups told (each carried by
 its `CPU 0`, or as `WAKE` when that had gone out already), {pred["predicted"]} predicted

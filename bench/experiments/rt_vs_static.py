@@ -335,7 +335,7 @@ did not help there: with `predict_lead_min_us = 2000` (a separate probe, 2 runs 
 the guest average was 300-321 µs against 291-318 µs with 500 µs, and the host jobs took
 16.7-19.0 s against 15.6-16.0 s; cosched's default gave 133-204 µs there.
 
-Earlier full run the same day (before the hold adapted to late confirmations): no policy 16.2 s,
+A full run earlier on 2026-11-24 (before the hold adapted to late confirmations): no policy 16.2 s,
 static FIFO 24.6 s (guest 721 µs avg, 52.8 ms max), static FIFO + guard 21.8 s (307 µs, 5.0 ms),
 the paper's mode 19.5 s (1.26× as fast as static FIFO; guest 1059 µs avg), cosched's default
 25.5 s (389 µs), predictive 21.5 s (681 µs avg, 7.8 ms max, 900 of 7244 predictions unconfirmed).

@@ -45,6 +45,10 @@ VARIANTS = [
     ("shield_fifo", None, "fifo = true\n" + SHIELD, "shielding + FIFO 97/98"),
     ("cosched_paper", PAPER_RT_ARGS + " --predict false", None, "the paper's co-scheduling (guest priority)"),
     ("cosched", "", None, "cosched, default (hold follows the period)"),
+    # The default plus one frame per period that changes nothing (the agent's channel probe, at
+    # each RT activation, where the paper's and the predictive modes send CPU 1): what the frames
+    # cost, without the class changes.
+    ("cosched_probe", "--probe-frames", None, "cosched, default + a dummy frame per period"),
     ("cosched_predict", PAPER_RT_ARGS, None, "cosched, predictive boost"),
 ]
 POLICIES = [v[0] for v in VARIANTS]
@@ -173,7 +177,7 @@ def aggregate(rows):
 
 
 def color(policy):
-    return {"cosched_paper": "tab:olive", "cosched_predict": "tab:cyan", "shield_fifo": "tab:pink",
+    return {"cosched_paper": "tab:olive", "cosched_predict": "tab:cyan", "cosched_probe": "tab:gray", "shield_fifo": "tab:pink",
             "static_fifo_guard": "tab:purple"}.get(
         policy) or STYLE[policy]["color"]
 
@@ -200,9 +204,10 @@ def plot(agg):
     return fig
 
 
-def main(quick, out=None, verbose=False, fresh=False):
+def main(quick, out=None, verbose=False, fresh=False, rows=None):
+    """rows: a run's data.csv rows, to render its plot and summary again without measuring."""
     o = Output(NAME, quick, out, fresh)
-    rows = measure(quick, verbose)
+    rows = rows if rows is not None else measure(quick, verbose)
     agg = aggregate(rows)
     o.csv(rows, COLUMNS)
     o.png(plot(agg))
@@ -214,6 +219,45 @@ def main(quick, out=None, verbose=False, fresh=False):
     t_jobs = total["cosched_predict"] / total["cosched_paper"]
     t_avg = pred["avg_us"] / dflt["avg_us"]
     t_seed = total["static_fifo"] / total["cosched_paper"]
+    # The separation: how far one dummy frame per period (no class change) moves the default's
+    # average towards the predictive mode's (its share of the gap between the two).
+    probe = by["cosched_probe"]
+    t_probe = probe["avg_us"] / dflt["avg_us"]
+    gap = pred["avg_us"] - dflt["avg_us"]
+    share = (probe["avg_us"] - dflt["avg_us"]) / gap if gap > 0 else float("nan")
+    # Each run of the policies that matter here, in order: one run's ratios are noisy on a shared host.
+    def runs(policy, f):
+        return "/".join(f"{f(r):.0f}" for r in sorted((r for r in rows if r["policy"] == policy), key=lambda r: r["rep"]))
+
+    def jobs(r):
+        return r["gzip_s"] + r["bzip2_s"]
+
+    shares = []
+    for rep in sorted({r["rep"] for r in rows}):
+        one = {r["policy"]: r["avg_us"] for r in rows if r["rep"] == rep}
+        if one["cosched_predict"] > one["cosched"]:
+            shares.append(f"{(one['cosched_probe'] - one['cosched']) / (one['cosched_predict'] - one['cosched']):.0%}")
+    spread = max((max(jobs(r) for r in rows if r["policy"] == p) / min(jobs(r) for r in rows if r["policy"] == p), p)
+                 for p in POLICIES)
+    per_run = (f"Per run, in order: guest average µs: the default {runs('cosched', lambda r: r['avg_us'])}, "
+               f"with the dummy frame {runs('cosched_probe', lambda r: r['avg_us'])}, predictive "
+               f"{runs('cosched_predict', lambda r: r['avg_us'])}, the paper's mode "
+               f"{runs('cosched_paper', lambda r: r['avg_us'])}; host jobs s: the default {runs('cosched', jobs)}, "
+               f"with the dummy frame {runs('cosched_probe', jobs)}, predictive {runs('cosched_predict', jobs)}, "
+               f"the paper's mode {runs('cosched_paper', jobs)}. The dummy frame's share of the gap, run by run: "
+               f"{', '.join(shares) or 'none (no gap)'}. The host jobs of one policy varied up to "
+               f"{spread[0]:.1f}× between its runs ({LABEL[spread[1]]})"
+               + (": the host was noisy, and one run's ratios say little." if spread[0] > 1.5 else "."))
+    if gap <= 0:
+        cause = ("the predictive mode's average is not above the default's in this run: there is no gap for "
+                 "the dummy frame to explain")
+    elif share >= 0.5:
+        cause = (f"the frames: one dummy frame per period alone covers {share:.0%} of the gap, without a "
+                 "single class change")
+    else:
+        cause = (f"not mainly the frames: one dummy frame per period covers {share:.0%} of the gap; the rest "
+                 "comes with the predictive mode's own work per period, the vCPU's two class changes (and "
+                 "its time deboosted between activations)")
 
     def met(ok):
         return "**met**" if ok else "**missed**"
@@ -232,8 +276,8 @@ cyclictest pinned to the vCPU's (shielded) CPU stands in for that CPU's per-CPU 
 Both jobs together: no policy {total["none"]:.1f} s, static FIFO {total["static_fifo"]:.1f} s, static FIFO
 with the RT guard {total["static_fifo_guard"]:.1f} s, shielding
 {total["shield"]:.1f} s, shielding + FIFO {total["shield_fifo"]:.1f} s, the paper's co-scheduling
-{total["cosched_paper"]:.1f} s, cosched's default {total["cosched"]:.1f} s, predictive boost
-{total["cosched_predict"]:.1f} s.
+{total["cosched_paper"]:.1f} s, cosched's default {total["cosched"]:.1f} s (with a dummy frame per period
+{total["cosched_probe"]:.1f} s), predictive boost {total["cosched_predict"]:.1f} s.
 
 Targets, in this run:
 
@@ -243,8 +287,18 @@ Targets, in this run:
 | predictive: guest average ≤ 1.2× cosched's default | {t_avg:.2f}× ({pred["avg_us"]:.0f} against {dflt["avg_us"]:.0f} µs) | {met(t_avg <= 1.2)} |
 | predictive: guest max below static FIFO's | {pred["max_us"]:.0f} against {fifo["max_us"]:.0f} µs | {met(pred["max_us"] < fifo["max_us"])} |
 | the paper's co-scheduling: host jobs ≥ 1.5× as fast as static FIFO | {t_seed:.2f}× | {met(t_seed >= 1.5)} |
+| separation: the default + a dummy frame per period, against the default | {t_probe:.2f}× ({probe["avg_us"]:.0f} against {dflt["avg_us"]:.0f} µs; predictive {pred["avg_us"]:.0f} µs) | {share:.0%} of the gap to the predictive mode |
 
-Predictions (all runs of the predictive mode): {pred["wakes"]} `WAKE` frames, {pred["predicted"]} predicted
+**Which cause the separation showed:** {cause}. The dummy frame (`cosched guest --probe-frames`:
+at each RT activation that finds its CPU boosted already, `WAKE 0`, which the host acknowledges
+and which changes nothing) goes where the paper's and the predictive modes send `CPU 1`, with its
+detector event, the agent's wake-up, the write, the host's `ACK` and its read; host jobs with it
+{total["cosched_probe"]:.1f} s against {total["cosched"]:.1f} s without.
+
+{per_run}
+
+Predictions (all runs of the predictive mode): {pred["wakes"]} predicted wake-ups told (each carried by
+its `CPU 0`, or as `WAKE` when that had gone out already), {pred["predicted"]} predicted
 boosts applied, {pred["confirmed"]} confirmed by the guest's `CPU 1`, {pred["unconfirmed"]} unconfirmed
 (ended after the hold, charged to the prediction budget; the guest's `CPU 1` came after the hold
 for {pred["late"]} of them); lead {pred["lead_us"]:.0f} µs and hold {pred["hold_us"]:.0f} µs (medians of the
@@ -268,19 +322,20 @@ jobs take {total["static_fifo_guard"]:.1f} s against {total["static_fifo"]:.1f} 
 {guard["kthread_max_us"]:.0f} µs (average {guard["kthread_avg_us"]:.0f}) against {fifo["kthread_max_us"]:.0f} µs
 (average {fifo["kthread_avg_us"]:.0f}) under the throttle.
 
-**Why the predictive average misses.** The predicted boosts are in time: applied a median of
--2 µs from their plan, 98-99% confirmed by the guest's `CPU 1`, which came a median of 0.9 ms after
-the predicted wake-up (the guest's own latency and the frame's way out). A longer lead does not
-help: with `predict_lead_min_us = 2000` (a separate probe, 2 runs each, same load) the guest
-average was 300-321 µs against 291-318 µs with 500 µs, and the host jobs took 16.7-19.0 s
-against 15.6-16.0 s; cosched's default gave 133-204 µs there. What the predictive and the paper's
-modes share, and the default does not, is three frames per period (`CPU 1`, `CPU 0`, `WAKE`)
-through virtio-serial, each an interrupt and an exit in the TCG guest around its RT task's
-wake-up, and a vCPU that changes class twice per period; we did not separate the two. The
-host-jobs side holds: predictive boost costs the host no more than the paper's mode and keeps the
-guest's maximum at 8 ms where static FIFO's is 53 ms.
+**The predictive mode's frames.** Since 2026-11-28 a deboost carries the next wake-up (`CPU 0`
+with bit 17, see docs/architecture.md): two frames per period (`CPU 1` at the wake-up, `CPU 0`
+with the next wake-up after the hold) where there were three (`CPU 1`, `CPU 0`, `WAKE`). The one
+removed came about 1 ms after the RT task's activation, far from the next one; the `CPU 1` at the
+wake-up, the one the dummy frame stands for, is still there: it confirms the prediction (the
+host keeps the predicted boost for it and learns its lead and hold from when it comes). In the
+full run before (2026-11-24, three frames per period) the predictive mode's average was 424 µs
+against the default's 234 µs (1.81×), host jobs 16.0 s against the paper's mode's 16.4 s, the
+predicted boosts applied a median of -2 µs from their plan and 98-99% confirmed. A longer lead
+did not help there: with `predict_lead_min_us = 2000` (a separate probe, 2 runs each, same load)
+the guest average was 300-321 µs against 291-318 µs with 500 µs, and the host jobs took
+16.7-19.0 s against 15.6-16.0 s; cosched's default gave 133-204 µs there.
 
-Earlier full run the same day (before the hold adapted to late confirmations): no policy 16.2 s,
+A full run earlier on 2026-11-24 (before the hold adapted to late confirmations): no policy 16.2 s,
 static FIFO 24.6 s (guest 721 µs avg, 52.8 ms max), static FIFO + guard 21.8 s (307 µs, 5.0 ms),
 the paper's mode 19.5 s (1.26× as fast as static FIFO; guest 1059 µs avg), cosched's default
 25.5 s (389 µs), predictive 21.5 s (681 µs avg, 7.8 ms max, 900 of 7244 predictions unconfirmed).

@@ -67,6 +67,7 @@ fn reason_name(e: &types::cosched_event) -> &'static str {
         cosched_reason::COSCHED_REASON_TIMER => "no-switch timer",
         cosched_reason::COSCHED_REASON_PRIO => "priority of the need changed",
         cosched_reason::COSCHED_REASON_WITHDRAW => "predicted RT wake-up withdrawn (woken early)",
+        cosched_reason::COSCHED_REASON_EPISODE => "rt task on a boosted CPU (channel probe)",
         _ if e.want != 0 => "?",
         _ => "hold elapsed at a switch",
     }
@@ -95,6 +96,7 @@ unsafe fn open_skel(storage: &ObjectStorage, opts: &Options) -> anyhow::Result<O
         open.maps.watch.set_max_entries(opts.watch_max).context("sizing the watch map")?;
     }
     ro.agent_tgid = std::process::id();
+    ro.report_episodes = opts.probe_frames as u32;
     ro.hrtimer_wakeup_addr = if opts.predict { hrtimer_wakeup_addr() } else { 0 };
     Ok(open)
 }
@@ -203,7 +205,7 @@ impl Loaded for LoadedCpu {
         let (ring, events) = event_ring::<types::cosched_event>(&me.skel.maps.events, "cpu", "struct cosched_event")?;
         let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1);
         let LoadedCpu { skel, storage } = me;
-        Ok(Box::new(CpuDetector { ring, skel, events, ncpus, withdrawn: false, _storage: storage }))
+        Ok(Box::new(CpuDetector { ring, skel, events, ncpus, withdrawn: false, episodes: 0, _storage: storage }))
     }
 }
 
@@ -217,6 +219,8 @@ struct CpuDetector {
     ncpus: usize,
     /// A prediction was withdrawn (an event said so) since the agent last asked.
     withdrawn: bool,
+    /// RT episodes on boosted CPUs reported since the agent last asked (`--probe-frames` only).
+    episodes: u64,
     _storage: ObjectStorage,
 }
 
@@ -278,6 +282,10 @@ impl Detector for CpuDetector {
                 self.withdrawn = true;
                 continue;
             }
+            if e.reason == cosched_reason::COSCHED_REASON_EPISODE {
+                self.episodes += 1;
+                continue;
+            }
             into.push(Transition { unit: e.cpu as usize, want: (e.want != 0).then(|| need_of(e.prio, e.irq)) });
         }
     }
@@ -301,6 +309,10 @@ impl Detector for CpuDetector {
 
     fn take_withdrawn(&mut self) -> bool {
         std::mem::take(&mut self.withdrawn)
+    }
+
+    fn take_episodes(&mut self) -> u64 {
+        std::mem::take(&mut self.episodes)
     }
 
     /// The detectors' counters summed over CPUs.

@@ -88,6 +88,11 @@ pub(crate) trait Detector {
     fn take_withdrawn(&mut self) -> bool {
         false
     }
+    /// How many RT activations found their CPU boosted already since the last call (only with
+    /// `--probe-frames`: the points where the channel probe sends its frame).
+    fn take_episodes(&mut self) -> u64 {
+        0
+    }
 }
 
 /// `sum_stats` (per-CPU counters added up) and `format_stats` (`name=value ...`) for a counters

@@ -97,6 +97,13 @@ pub struct Options {
     /// is withdrawn)
     #[arg(long, default_value_t = 1000)]
     pub predict_horizon_ms: u64,
+    /// For measuring the channel's cost, not for use: at every RT activation that finds its CPU
+    /// boosted already (so no `CPU 1` goes out), send the host a frame it acknowledges and that
+    /// changes nothing (`WAKE 0` while no prediction stands), as a `CPU 1` would go out at that
+    /// moment on a CPU not boosted. With the default hold, it adds one frame (and its reply) per
+    /// period of a periodic RT task, and no class change on the host
+    #[arg(long)]
+    pub probe_frames: bool,
     /// After the host ends a boost for budget reasons, wait this long before asking again
     #[arg(long, default_value_t = 100)]
     pub budget_backoff_ms: u64,
@@ -568,6 +575,9 @@ impl Agent {
                     });
                 }
                 self.core.predict(p, t, &mut self.out);
+            }
+            for _ in 0..d.take_episodes() {
+                self.core.probe(t, &mut self.out);
             }
             if print {
                 print_stats(&**d);

@@ -77,6 +77,11 @@ const GUIDE: &[Guide] = &[
         "Raise it for periodic tasks with a longer period than this, so that their wake-ups are predicted.",
     ),
     guide(
+        "probe_frames",
+        "Never in use: it only sends frames that change nothing, to measure what the channel costs a \
+         real-time guest (the rt-vs-static experiment's dummy-frame variant).",
+    ),
+    guide(
         "budget_backoff_ms",
         "Raise it when the host's budget ends boosts often (the agent then asks less); lower it to ask again \
          sooner.",

@@ -303,6 +303,11 @@ impl Frame {
     pub fn cpu_rt(seq: u32, need: cpu::Need) -> Frame {
         Frame::new(Kind::Cpu, seq, need.encode())
     }
+    /// `CPU 0` that carries the guest's next RT wake-up, due in `delay_us` µs (> 0) for a task
+    /// at `priority`: see [`cpu`].
+    pub fn cpu_deboost_wake(seq: u32, delay_us: u32, priority: u8) -> Frame {
+        Frame::new(Kind::Cpu, seq, cpu::deboost_wake(delay_us, priority))
+    }
     /// `WAKE`: the guest's next RT wake-up is due in `delay_us` µs (0: withdrawn), for a task at
     /// `priority`. See [`wake`].
     pub fn wake(seq: u32, delay_us: u32, priority: u8) -> Frame {
@@ -339,7 +344,8 @@ impl Frame {
     }
 
     /// Decodes one frame and checks that its value is valid for its type:
-    /// `CPU`/`IO` take 0 or 1, `MEMBW` at most 1000 permille, `DEREGISTER` 0, `DENY` a known reason
+    /// `CPU` takes 0, a boost with its need, or a deboost with the next wake-up (see [`cpu`]),
+    /// `IO` 0 or 1, `MEMBW` at most 1000 permille, `DEREGISTER` 0, `DENY` a known reason
     /// and at most one known resource.
     /// Unknown capability bits are not an error (a newer guest may offer more than we grant).
     pub fn decode(b: &[u8; FRAME_LEN]) -> Result<Frame, DecodeError> {
@@ -402,12 +408,23 @@ impl fmt::Display for Frame {
 /// | 8-15  | the RT priority (1..=99) of the highest-priority task the guest must run; 0: not given |
 /// | 16    | the guest is handling an interrupt                                           |
 ///
-/// Every other bit is 0, and a deboost (`CPU 0`) is exactly 0. An agent that sends plain
+/// Every other bit is 0, and a plain deboost (`CPU 0`) is exactly 0. An agent that sends plain
 /// `CPU 1` (as protocol v1 first had it) gets what it always got: the VM's own priority.
+///
+/// **A deboost that carries the next wake-up** (`CPU 0` and `WAKE` in one frame, so one frame
+/// per deboost goes through the channel instead of two): bit 0 is 0, bit 17 is 1, bits 8-15 the
+/// RT priority (0..=99) of the task that wakes next, bits 32-63 the delay in µs until it wakes
+/// (not 0: a deboost with no wake-up is plain `CPU 0`); every other bit 0. The host deboosts as
+/// for `CPU 0`, then takes the delay as a `WAKE`'s; its one reply is the `WAKE`'s (`ACK` with the
+/// delay it will boost after, or `DENY(cpu: ...)`, which refuses the prediction only: the
+/// deboost is done either way). A host older than this form refuses it as malformed (and does
+/// not deboost): the agent then sends `CPU 0` and `WAKE` apart, until it registers again.
 pub mod cpu {
     /// The highest RT priority a guest can name (Linux: `MAX_RT_PRIO - 1`).
     pub const MAX_GUEST_PRIORITY: u8 = 99;
     const IRQ: u64 = 1 << 16;
+    /// A deboost that carries the next wake-up (see the module).
+    pub const WAKE: u64 = 1 << 17;
 
     /// What a guest's `CPU 1` says it needs.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -429,9 +446,26 @@ pub mod cpu {
         }
     }
 
+    /// The value of a deboost that carries the next wake-up, due in `delay_us` µs (not 0) for a
+    /// task of RT priority `priority`.
+    pub fn deboost_wake(delay_us: u32, priority: u8) -> u64 {
+        WAKE | (priority.min(MAX_GUEST_PRIORITY) as u64) << 8 | (delay_us as u64) << 32
+    }
+
+    /// For a deboost that carries the next wake-up: (delay in µs, priority). `None` for any other
+    /// value (a boost, plain `CPU 0`).
+    pub fn wake_of(value: u64) -> Option<(u32, u8)> {
+        (value & (WAKE | 1) == WAKE).then_some(((value >> 32) as u32, (value >> 8 & 0xff) as u8))
+    }
+
     pub(crate) fn valid(value: u64) -> bool {
-        value == 0
-            || (value & !(0xff01 | IRQ) == 0 && value & 1 == 1 && (value >> 8 & 0xff) <= MAX_GUEST_PRIORITY as u64)
+        let priority_ok = (value >> 8 & 0xff) <= MAX_GUEST_PRIORITY as u64;
+        let boost = value & !(0xff01 | IRQ) == 0 && value & 1 == 1 && priority_ok;
+        let deboost_wake = value & !(0xffff_ffff_0000_0000 | 0xff00 | WAKE) == 0
+            && value & WAKE != 0
+            && value >> 32 != 0
+            && priority_ok;
+        value == 0 || boost || deboost_wake
     }
 }
 
@@ -593,6 +627,35 @@ mod tests {
         let f = Frame::cpu(9, false).encode();
         d.push(&f[1..]);
         assert_eq!(d.next_event(), Some(Event::Frame(Frame::cpu(9, false))));
+    }
+
+    #[test]
+    fn deboost_carries_the_next_wake_up() {
+        let f = Frame::cpu_deboost_wake(7, 9_500, 80);
+        assert_eq!(f.value, 1 << 17 | 80 << 8 | 9_500 << 32);
+        assert_eq!(Frame::decode(&f.encode()), Ok(f));
+        assert_eq!(cpu::wake_of(f.value), Some((9_500, 80)));
+        // Plain CPU 0 and boosts carry none; a boost's need is not a wake-up.
+        assert_eq!(cpu::wake_of(0), None);
+        assert_eq!(cpu::wake_of(cpu::Need { priority: 80, irq: true }.encode()), None);
+        assert_eq!(cpu::Need::decode(f.value), None, "a deboost");
+        // The largest delay and priority are valid; the priority is capped when encoding.
+        assert_eq!(cpu::wake_of(Frame::cpu_deboost_wake(1, u32::MAX, 200).value), Some((u32::MAX, 99)));
+        let invalid = |value: u64| {
+            let b = Frame::new(Kind::Cpu, 3, value).encode();
+            assert_eq!(
+                Frame::decode(&b),
+                Err(DecodeError::InvalidValue { kind: "CPU", seq: 3, value }),
+                "{value:#x} must be refused"
+            );
+        };
+        invalid(1 << 17); // no delay: that is plain CPU 0
+        invalid(1 << 17 | 1 << 32 | 1); // a boost cannot carry a wake-up
+        invalid(1 << 17 | 100 << 8 | 1 << 32); // priority above 99
+        invalid(1 << 17 | 1 << 16 | 1 << 32); // the interrupt bit is a boost's
+        invalid(1 << 17 | 1 << 18 | 1 << 32); // an unknown bit
+        invalid(1 << 32); // a delay without bit 17
+        invalid(5 << 8); // a priority alone
     }
 
     #[test]

@@ -54,6 +54,9 @@ const volatile u32 watch_count = 8;
 const volatile u64 watch_budget_ns = 0;
 const volatile u64 watch_refill_ns = 0;
 const volatile u32 agent_tgid = 0;
+/* Report each new RT episode on a boosted CPU (COSCHED_REASON_EPISODE): the agent's channel
+ * probe (--probe-frames) sends a frame there, where an unboosted CPU's event would send CPU 1. */
+const volatile u32 report_episodes = 0;
 /* Address of hrtimer_wakeup (the agent reads /proc/kallsyms); 0: no timer predictions. */
 const volatile u64 hrtimer_wakeup_addr = 0;
 
@@ -424,7 +427,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	}
 
 	if (reason != COSCHED_REASON_NONE) {
-		bool changed;
+		bool changed, new_episode = !st->cur_needs;
 
 		track_episode(st, now, prio);
 		changed = update_prio(st, prio, irq, now);
@@ -435,6 +438,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			}
 		} else if (changed && emit(cpu, 1, COSCHED_REASON_PRIO, pid, now, st)) {
 			s->prio_changes++;
+		} else if (report_episodes && new_episode && reason == COSCHED_REASON_RT) {
+			emit(cpu, 1, COSCHED_REASON_EPISODE, pid, now, st);
 		}
 		return 0;
 	}

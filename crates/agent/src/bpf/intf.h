@@ -22,6 +22,9 @@ enum cosched_reason {
 	COSCHED_REASON_PRIO = 4,	/* a boosted CPU's need changed priority (want stays 1) */
 	COSCHED_REASON_WITHDRAW = 5,	/* a predicted RT wake-up will not come (the task woke early):
 					 * not a transition, want is the CPU's boosted flag */
+	COSCHED_REASON_EPISODE = 6,	/* only with report_episodes (the agent's --probe-frames): an RT
+					 * task starts a new episode on a CPU boosted already, where no
+					 * boost goes out; not a transition (want 1) */
 };
 
 /* One transition of one CPU, sent through the ring buffer. */

@@ -102,6 +102,9 @@ pub struct Config {
     pub predict: bool,
     /// Predict only wake-ups due within this time.
     pub predict_horizon_ns: u64,
+    /// A prediction right after a `CPU 0` rides on it (one frame instead of two), until the host
+    /// refuses that form (an older host).
+    pub predict_batch: bool,
     /// The local memory-bandwidth API is on: `MEMBW` is offered at registration and requests
     /// are relayed.
     pub membw: bool,
@@ -115,6 +118,7 @@ impl Default for Config {
             rate_backoff_ns: 10_000_000,
             predict: true,
             predict_horizon_ns: 1_000_000_000,
+            predict_batch: true,
             membw: false,
         }
     }
@@ -139,6 +143,10 @@ pub struct Counters {
     pub wake_withdrawals: u64,
     pub wakes_acked: u64,
     pub wakes_denied: u64,
+    /// ... of `wakes_sent`, those that rode on their `CPU 0` (one frame).
+    pub wakes_batched: u64,
+    /// Channel probes (`WAKE 0` at an RT activation on a boosted CPU; `--probe-frames`).
+    pub probes_sent: u64,
 }
 
 /// The state of one resource.
@@ -247,7 +255,7 @@ impl AgentCore {
                 resources.push(ResourceState::new(*r));
             }
         }
-        let predict = PredictState { on: cfg.predict, ..PredictState::default() };
+        let predict = PredictState { on: cfg.predict, batch: cfg.predict_batch, ..PredictState::default() };
         AgentCore {
             cfg,
             registration: Registration::Unregistered,
@@ -268,8 +276,8 @@ impl AgentCore {
         let c = &self.counters;
         format!(
             "boosts_sent={} deboosts_sent={} priority_changes={} acks={} budget_denials={} other_denials={} \
-             registrations={} wakes_sent={} wake_withdrawals={} wakes_acked={} wakes_denied={} predicting={} \
-             rtt_us={}",
+             registrations={} wakes_sent={} wake_withdrawals={} wakes_batched={} wakes_acked={} wakes_denied={} \
+             probes_sent={} predicting={} rtt_us={}",
             c.boosts_sent,
             c.deboosts_sent,
             c.priority_changes,
@@ -279,8 +287,10 @@ impl AgentCore {
             c.registrations,
             c.wakes_sent,
             c.wake_withdrawals,
+            c.wakes_batched,
             c.wakes_acked,
             c.wakes_denied,
+            c.probes_sent,
             self.predict.on,
             self.rtt_ns() / 1000
         )
@@ -432,7 +442,7 @@ impl AgentCore {
         self.registration = Registration::Registering { seq, sent_ns: now };
         self.counters.registrations += 1;
         // A new registration may find a host that supports predictions.
-        self.predict = PredictState { on: self.cfg.predict, ..PredictState::default() };
+        self.predict = PredictState { on: self.cfg.predict, batch: self.cfg.predict_batch, ..PredictState::default() };
         self.send_request(Frame::register(seq, offered), now, out);
     }
 
@@ -536,6 +546,9 @@ impl AgentCore {
         };
         if request == Some(Kind::Wake) {
             return self.on_wake_reply(f, now, out);
+        }
+        if request == Some(Kind::Cpu) && self.predict.batched == Some(f.seq) {
+            return self.on_batched_reply(f, now, out);
         }
         if request == Some(Kind::Membw) {
             return self.on_membw_reply(f, now, out);

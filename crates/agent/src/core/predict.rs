@@ -28,6 +28,11 @@ pub(super) struct PredictState {
     /// The last `WAKE` that still stands: the predicted wake-up on the core's clock (without the
     /// transit correction) and its priority.
     pub(super) outstanding: Option<(u64, u8)>,
+    /// A prediction right after a `CPU 0` rides on it (one frame, `cpu::deboost_wake`): the
+    /// configuration, until the host refuses that form as malformed (a host older than it).
+    pub(super) batch: bool,
+    /// The seq of the last deboost that carried a prediction, until its reply.
+    pub(super) batched: Option<u32>,
 }
 
 impl AgentCore {
@@ -77,6 +82,12 @@ impl AgentCore {
         let transit = self.rtt_ns() / 2;
         let delay_us = wanted.map_or(0, |p| (p.in_ns.saturating_sub(transit) / 1000).min(u32::MAX as u64) as u32);
         if let (Some(p), true) = (wanted, delay_us > 0) {
+            if self.batch(delay_us, p.priority, out) {
+                self.predict.outstanding = Some((now + p.in_ns, p.priority));
+                self.counters.wakes_sent += 1;
+                self.counters.wakes_batched += 1;
+                return;
+            }
             let seq = self.next_seq();
             self.predict.outstanding = Some((now + p.in_ns, p.priority));
             self.counters.wakes_sent += 1;
@@ -86,6 +97,71 @@ impl AgentCore {
             self.counters.wake_withdrawals += 1;
             self.send_request(Frame::wake(seq, 0, 0), now, out);
         }
+    }
+
+    /// Puts the prediction on the `CPU 0` that has just gone out, if it is still waiting in `out`
+    /// (the I/O layer carries `out` out after the detector's prediction is read): one frame
+    /// through the channel instead of two. Returns false if there is none, or batching is off.
+    fn batch(&mut self, delay_us: u32, priority: u8, out: &mut [Out]) -> bool {
+        let Some(last) = self.state(Resource::Cpu).map(|c| c.last_seq) else { return false };
+        if !self.predict.batch {
+            return false;
+        }
+        let pending = out.iter_mut().rev().find_map(|o| match o {
+            Out::Send(f) if f.kind == Kind::Cpu && f.seq == last && f.value == 0 => Some(f),
+            _ => None,
+        });
+        let Some(f) = pending else { return false };
+        *f = Frame::cpu_deboost_wake(f.seq, delay_us, priority);
+        self.predict.batched = Some(f.seq);
+        true
+    }
+
+    /// The host's reply to a deboost that carried a prediction: it answers the prediction (the
+    /// deboost is done whatever the answer), except `DENY(malformed)` from a host that does not
+    /// know the form: it did not deboost, so `CPU 0` goes out again, alone, and the prediction
+    /// after it as `WAKE`; no more batching until the next registration.
+    pub(super) fn on_batched_reply(&mut self, f: Frame, now: u64, out: &mut Vec<Out>) {
+        self.predict.batched = None;
+        if f.kind == Kind::Ack {
+            self.counters.acks += 1;
+            self.counters.wakes_acked += 1;
+            return;
+        }
+        if f.deny_reason() != Some(DenyReason::Malformed) || f.deny_resource().is_some() {
+            return self.on_wake_reply(f, now, out);
+        }
+        self.counters.other_denials += 1;
+        self.predict.batch = false;
+        self.predict.outstanding = None;
+        out.push(Out::Log(format!(
+            "the host refused a deboost carrying the next wake-up ({f}): sending CPU 0 and WAKE apart until the \
+             next registration"
+        )));
+        let Some(i) = self.resources.iter().position(|s| s.resource == Resource::Cpu) else { return };
+        let st = &mut self.resources[i];
+        if st.phase == Phase::Active && st.sent == Some(false) {
+            st.sent = Some(true); // the host did not deboost
+            self.sync(i, now, out);
+        }
+    }
+
+    /// The channel probe (`--probe-frames`, for measuring what a frame costs): an RT activation
+    /// found its CPU boosted already. While the host has the CPU boost and no prediction of ours
+    /// stands, send `WAKE 0`: the host acknowledges it and changes nothing (it withdraws no
+    /// prediction; a WAKE is not rate-limited when it withdraws). Its reply is handled as any
+    /// `WAKE`'s.
+    pub fn probe(&mut self, now: u64, out: &mut Vec<Out>) {
+        if !self.is_registered() || self.predict.outstanding.is_some() {
+            return;
+        }
+        let Some(cpu) = self.state(Resource::Cpu) else { return };
+        if cpu.phase != Phase::Active || cpu.sent != Some(true) {
+            return;
+        }
+        let seq = self.next_seq();
+        self.counters.probes_sent += 1;
+        self.send_request(Frame::wake(seq, 0, 0), now, out);
     }
 
     /// The host's reply to a `WAKE`: it concerns the prediction only, never the CPU boost.

@@ -581,11 +581,8 @@ fn a_wake_goes_out_at_the_deboost_less_the_transit() {
     let transit = a.rtt_ns() / 2;
     assert_eq!(
         sent(&out),
-        vec![
-            Frame::cpu_rt(5, need(80, true)),
-            Frame::cpu(6, false),
-            Frame::wake(7, ((9_500_000 - transit) / 1000) as u32, 80)
-        ]
+        vec![Frame::cpu_rt(5, need(80, true)), Frame::cpu_deboost_wake(6, ((9_500_000 - transit) / 1000) as u32, 80)],
+        "the prediction rides on its CPU 0"
     );
     // A wake-up beyond the horizon (1 s), or closer than the transit, is not predicted.
     let mut a = deboosted_with_a_round_trip();
@@ -648,6 +645,115 @@ fn a_wake_denied_as_unsupported_stops_predictions_and_leaves_the_cpu_alone() {
     assert!(!a.predicting());
     a.on_frame(Frame::deny(0, DenyReason::NotRegistered), 2_200_000, &mut out);
     assert!(a.predicting());
+}
+
+/// Boosted (CPU 1 seq 2 acknowledged after 200 µs), then deboosted at 1.5 ms with the next
+/// wake-up read right after: one frame, seq 3.
+fn deboosted_with_a_batched_prediction(cfg: Config) -> (AgentCore, Vec<Out>) {
+    let mut a = AgentCore::new(cfg, &[Cpu]);
+    let mut out = Vec::new();
+    a.tick(0, &mut out);
+    a.on_frame(Frame::ack(1, caps::CPU), 500_000, &mut out);
+    a.on_need(Cpu, 0, Some(need(80, true)), 1_000_000, &mut out);
+    a.on_frame(Frame::ack(2, 1), 1_200_000, &mut out);
+    out.clear();
+    a.on_need(Cpu, 0, None, 1_500_000, &mut out);
+    assert!(a.prediction_due());
+    a.predict(predicted(8_600_000, 80), 1_500_000, &mut out);
+    (a, out)
+}
+
+#[test]
+fn a_prediction_rides_on_its_deboost() {
+    let (mut a, out) = deboosted_with_a_batched_prediction(Config::default());
+    // Less half the round trip (100 µs), as a WAKE would say.
+    assert_eq!(sent(&out), vec![Frame::cpu_deboost_wake(3, 8_500, 80)]);
+    let c = &a.counters;
+    assert_eq!((c.deboosts_sent, c.wakes_sent, c.wakes_batched), (1, 1, 1));
+    // Its ACK answers both.
+    let mut out = Vec::new();
+    a.on_frame(Frame::ack(3, 8_000), 1_700_000, &mut out);
+    assert_eq!((a.counters.acks, a.counters.wakes_acked), (2, 1));
+    assert_eq!(a.rtt_ns(), 200_000, "a round trip like any other");
+    // The same wake-up read again: nothing new (it stands).
+    a.predict(predicted(8_500_000, 80), 1_600_000, &mut out);
+    assert!(sent(&out).is_empty(), "{out:?}");
+    // A refusal concerns the prediction only (the host deboosted): no backoff of the CPU.
+    let (mut a, _) = deboosted_with_a_batched_prediction(Config::default());
+    let mut out = Vec::new();
+    a.on_frame(Frame::deny_for(3, Cpu, DenyReason::Budget), 1_700_000, &mut out);
+    assert_eq!((a.counters.wakes_denied, a.counters.budget_denials), (1, 0));
+    a.on_need(Cpu, 0, Some(need(80, true)), 1_800_000, &mut out);
+    assert_eq!(sent(&out), vec![Frame::cpu_rt(4, need(80, true))], "no backoff");
+    assert_eq!(a.phase(Cpu), Some(Phase::Active));
+    // A host that refuses predictions: no more, and the CPU stays attached.
+    let (mut a, _) = deboosted_with_a_batched_prediction(Config::default());
+    let mut out = Vec::new();
+    a.on_frame(Frame::deny_for(3, Cpu, DenyReason::Unsupported), 1_700_000, &mut out);
+    assert!(!a.predicting());
+    assert!(attached(&out).is_empty(), "{out:?}");
+    // A WAKE 0 withdraws it as before (not batched: no CPU 0 goes with it).
+    let (mut a, _) = deboosted_with_a_batched_prediction(Config::default());
+    let mut out = Vec::new();
+    a.predict(None, 2_000_000, &mut out);
+    assert_eq!(sent(&out), vec![Frame::wake(4, 0, 0)]);
+    // Off in the configuration: CPU 0 and WAKE apart.
+    let (_, out) = deboosted_with_a_batched_prediction(Config { predict_batch: false, ..Config::default() });
+    assert_eq!(sent(&out), vec![Frame::cpu(3, false), Frame::wake(4, 8_500, 80)]);
+}
+
+#[test]
+fn a_host_that_refuses_the_batched_deboost_gets_cpu_0_and_wake_apart() {
+    let (mut a, _) = deboosted_with_a_batched_prediction(Config::default());
+    let mut out = Vec::new();
+    // An older host: the value is malformed to it, and it did not deboost.
+    a.on_frame(Frame::deny(3, DenyReason::Malformed), 1_700_000, &mut out);
+    assert!(out.iter().any(|o| matches!(o, Out::Log(m) if m.contains("apart"))), "{out:?}");
+    assert!(a.prediction_due(), "the prediction follows the new CPU 0");
+    a.predict(predicted(7_000_000, 80), 1_700_000, &mut out);
+    assert_eq!(sent(&out), vec![Frame::cpu(4, false), Frame::wake(5, 6_900, 80)]);
+    assert!(attached(&out).is_empty() && a.predicting(), "{out:?}");
+    // From then on, apart.
+    out.clear();
+    a.on_need(Cpu, 0, Some(need(80, true)), 9_000_000, &mut out); // seq 6
+    a.on_need(Cpu, 0, None, 9_500_000, &mut out); // seq 7
+    a.predict(predicted(9_000_000, 80), 9_500_000, &mut out); // seq 8
+    let f = sent(&out);
+    assert_eq!((f[1], f[2].kind), (Frame::cpu(7, false), Kind::Wake));
+    // If the guest wanted the boost again meanwhile, the host still has it: nothing to resend.
+    let (mut a, _) = deboosted_with_a_batched_prediction(Config::default());
+    let mut out = Vec::new();
+    a.on_need(Cpu, 0, Some(need(80, true)), 1_600_000, &mut out); // CPU 1 seq 4
+    out.clear();
+    a.on_frame(Frame::deny(3, DenyReason::Malformed), 1_700_000, &mut out);
+    assert!(sent(&out).is_empty(), "{out:?}");
+    // A new registration tries the one frame again.
+    a.on_frame(Frame::deny(0, DenyReason::NotRegistered), 2_000_000, &mut out);
+    let reg = sent(&out).into_iter().find(|f| f.kind == Kind::Register).expect("registers again");
+    a.on_frame(Frame::ack(reg.seq, caps::CPU), 2_100_000, &mut out);
+    a.on_need(Cpu, 0, Some(need(80, true)), 3_000_000, &mut out);
+    out.clear();
+    a.on_need(Cpu, 0, None, 3_500_000, &mut out);
+    a.predict(predicted(8_000_000, 80), 3_500_000, &mut out);
+    assert!(matches!(sent(&out)[..], [f] if cosched_proto::cpu::wake_of(f.value).is_some()), "{out:?}");
+}
+
+#[test]
+fn the_channel_probe_sends_wake_0_while_the_host_has_the_boost() {
+    let (mut a, _) = registered();
+    let mut out = Vec::new();
+    a.probe(10, &mut out); // deboosted: nothing
+    a.on_need(Cpu, 0, Some(need(80, false)), 20, &mut out); // CPU 1 seq 2
+    a.probe(30, &mut out); // seq 3
+    a.on_frame(Frame::ack(3, 0), 40, &mut out);
+    assert_eq!(sent(&out), vec![Frame::cpu_rt(2, need(80, false)), Frame::wake(3, 0, 0)]);
+    assert_eq!((a.counters.probes_sent, a.counters.wakes_acked, a.counters.wake_withdrawals), (1, 1, 0));
+    assert!(a.predicting());
+    // Not registered: nothing.
+    let mut a = AgentCore::new(Config::default(), &[Cpu]);
+    let mut out = Vec::new();
+    a.probe(10, &mut out);
+    assert!(out.is_empty());
 }
 
 #[test]

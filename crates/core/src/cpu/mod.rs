@@ -16,7 +16,7 @@ pub mod rt;
 
 use std::collections::BTreeMap;
 
-use cosched_proto::{DenyReason, Frame, Kind, Resource};
+use cosched_proto::{cpu, DenyReason, Frame, Kind, Resource};
 
 use crate::guard::GuardRule;
 use crate::resource::{Grant, Level, ResourcePolicy, Sensors, VmFacts};
@@ -93,6 +93,10 @@ impl ResourcePolicy for CpuPolicy {
     fn frame(&mut self, sh: &mut Shared, vm: VmId, f: &Frame, now: u64, out: &mut Vec<Action>) -> Option<u64> {
         if f.kind == Kind::Wake {
             self.wake(sh, vm, f, now, out);
+            return None;
+        }
+        if let Some((delay_us, priority)) = cpu::wake_of(f.value) {
+            self.deboost_wake(sh, vm, f, delay_us, priority, now, out);
             return None;
         }
         self.rt_cpu_frame(sh, vm, f, now, out)

@@ -481,6 +481,33 @@ impl CpuPolicy {
         Some(self.cpu_grant(sh, id, f.value))
     }
 
+    /// A `CPU 0` that carries the next wake-up (`cosched_proto::cpu`): the deboost of a plain
+    /// `CPU 0`, then the `WAKE`; exactly one reply, the `WAKE`'s (a refused prediction leaves the
+    /// deboost done). One frame where there were two: each is an interrupt and an exit in the guest
+    /// next to its RT task.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn deboost_wake(
+        &mut self,
+        sh: &mut Shared,
+        id: VmId,
+        f: &Frame,
+        delay_us: u32,
+        priority: u8,
+        now: u64,
+        out: &mut Vec<Action>,
+    ) {
+        let deboost = Frame::cpu(f.seq, false);
+        let mut acts = Vec::new();
+        if let Some(value) = self.rt_cpu_frame(sh, id, &deboost, now, &mut acts) {
+            let _ = sh.request(self, id, value, now, None, &mut acts);
+        }
+        // The deboost's own acknowledgement (when a prediction took the boost over): the WAKE's
+        // reply answers the frame.
+        acts.retain(|a| !matches!(a, Action::Send { vm, frame } if *vm == id && frame.seq == f.seq));
+        out.extend(acts);
+        self.wake(sh, id, &Frame::wake(f.seq, delay_us, priority), now, out);
+    }
+
     /// `WAKE`: plans, replaces or withdraws VM `id`'s prediction; exactly one reply.
     pub(crate) fn wake(&mut self, sh: &mut Shared, id: VmId, f: &Frame, now: u64, out: &mut Vec<Action>) {
         let (delay_us, priority) = wake::decode(f.value);

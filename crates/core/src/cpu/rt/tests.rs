@@ -470,3 +470,59 @@ fn a_prediction_refused_by_the_cpu_rules_is_counted() {
     assert_eq!(s.st().predictions.refused, 1);
     assert_eq!(s.level(), Level::Normal);
 }
+
+#[test]
+fn a_deboost_that_carries_the_next_wake_up_deboosts_and_plans_with_one_reply() {
+    let mut s = Sim::new(predict());
+    s.cpu_rt(80);
+    assert_eq!(s.level(), Level::Boosted);
+    s.now = 10 * MS;
+    // CPU 0 + WAKE in one frame: deboosted at once, the boost planned 200 µs before the
+    // wake-up, and one reply, the WAKE's.
+    let out = s.send(Kind::Cpu, cosched_proto::cpu::deboost_wake(9_000, 80));
+    assert_eq!(applies(&out), [(Level::Normal, 0)]);
+    let replies: Vec<&Action> = out.iter().filter(|a| matches!(a, Action::Send { .. })).collect();
+    assert_eq!(replies, [&Action::Send { vm: VM, frame: Frame::ack(3, 8_800) }]);
+    let st = s.st();
+    assert_eq!((st.predictions.received, st.guest_priority), (1, 0));
+    let log = s.advance(19 * MS + 50_000);
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0].0, 10 * MS + 8_800_000);
+    // The guest's CPU 1 confirms it, as after a WAKE.
+    assert_eq!(s.cpu_rt(80), Frame::ack(4, grant(49)));
+    assert_eq!(s.st().predictions.confirmed, 1);
+    // A refused prediction leaves the deboost done: DENY(cpu: budget) for a delay past the
+    // most, and the VM at normal.
+    let out = s.send(Kind::Cpu, cosched_proto::cpu::deboost_wake(200_000, 80));
+    assert_eq!(applies(&out), [(Level::Normal, 0)]);
+    assert!(out.contains(&Action::Send { vm: VM, frame: Frame::deny_for(5, CPU, DenyReason::Budget) }), "{out:?}");
+    assert_eq!(s.st().predictions.denied, 1);
+    // A host that does not take predictions still deboosts, and says so.
+    let mut s = Sim::new(RtConfig { predict: false, ..predict() });
+    s.cpu_rt(80);
+    let out = s.send(Kind::Cpu, cosched_proto::cpu::deboost_wake(9_000, 80));
+    assert_eq!(applies(&out), [(Level::Normal, 0)]);
+    assert!(out.contains(&Action::Send { vm: VM, frame: Frame::deny_for(3, CPU, DenyReason::Unsupported) }));
+    // Unregistered: refused as any CPU frame.
+    s.reply(Kind::Deregister, 0);
+    assert_eq!(
+        s.reply(Kind::Cpu, cosched_proto::cpu::deboost_wake(9_000, 80)),
+        Frame::deny_for(5, CPU, DenyReason::NotRegistered)
+    );
+}
+
+#[test]
+fn a_deboost_with_the_next_wake_up_while_a_prediction_holds_the_boost_replaces_it() {
+    let mut s = Sim::new(predict());
+    s.cpu_rt(30);
+    // Planned while the guest holds the boost; the guest lets go before the wake-up and tells
+    // the next one: the new prediction replaces the old (cancelled, its boost ended), one reply.
+    s.wake(1_000, 30);
+    s.advance(s.now + 900_000);
+    let out = s.send(Kind::Cpu, cosched_proto::cpu::deboost_wake(10_000, 30));
+    let replies: Vec<&Action> = out.iter().filter(|a| matches!(a, Action::Send { .. })).collect();
+    assert_eq!(replies, [&Action::Send { vm: VM, frame: Frame::ack(4, 9_800) }]);
+    assert_eq!(applies(&out), [(Level::Normal, 0)]);
+    assert_eq!(s.st().predictions.cancelled, 1);
+    assert_eq!(s.st().pending.map(|p| p.1), Some("planned"));
+}

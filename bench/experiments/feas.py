@@ -59,6 +59,15 @@ cycle_ms = 10
 slice_us = 1000
 charge = true
 """
+# feas-latency's pay-back curve, all busy: the FEAS paper's rule (a boost ends when a vCPU blocks
+# or its 1 ms slice ends; run_us = 0) and ours (it ends once the vCPUs ran 1 ms; a running vCPU is
+# boosted too) at three pay-back levels. (mode, extra [event] keys, label).
+PAYBACK_MODES = [
+    ("feas-paper", "run_us = 0\n", "FEAS, the paper's rule (ends at a block), nice 19"),
+    ("feas", "", "FEAS, ours (ends after 1 ms run), nice 19 (default)"),
+    ("feas-nice10", "repay_nice = 10\n", "FEAS, ours, pay-back at nice 10"),
+    ("feas-nice5", "repay_nice = 5\n", "FEAS, ours, pay-back at nice 5"),
+]
 PING_INTERVAL_S = 0.02
 SIZES_KB = (64, 256, 1024, 4096, 16384)
 
@@ -234,15 +243,16 @@ class Testbed:
             time.sleep(1)
 
     @contextmanager
-    def mode(self, mode):
-        """Nothing for "none"; for "feas" the daemon, once it has adopted every booted VM. Yields
-        a function returning the daemon's event counters by VM index ({} in mode none)."""
+    def mode(self, mode, extra=""):
+        """Nothing for "none"; otherwise the daemon (FEAS_CONFIG and the `[event]` keys `extra`),
+        once it has adopted every booted VM. Yields a function returning the daemon's event
+        counters by VM index ({} in mode none)."""
         if mode == "none":
             yield lambda: {}
             return
         self.wait_alone()
         with tempfile.TemporaryDirectory(prefix="cosched-feas-") as tmp:
-            d = harness.Daemon(tmp, FEAS_CONFIG)
+            d = harness.Daemon(tmp, FEAS_CONFIG + extra)
             try:
                 names = {self.name(i) for i in self.vms}
                 deadline = time.monotonic() + 15
@@ -454,17 +464,39 @@ constantly receives ping or download requests (the guaranteed-slice module, sec.
 
 class Latency:
     NAME = "feas-latency"
-    COLUMNS = ["setup", "mode", "pings", "lost", "avg_us", "p50_us", "p99_us", "max_us", *EV_COLUMNS]
+    COLUMNS = ["setup", "mode", "pings", "lost", "avg_us", "p50_us", "p99_us", "max_us", *EV_COLUMNS,
+               "share_pct", "dev_pct", "worst_dev_pct"]
 
     @staticmethod
     def plan(quick):
         """(pings per cell, rounds: each cell's pings are split over rounds that alternate the modes)."""
         return (100, 1) if quick else (1000, 4)
 
+    @staticmethod
+    def modes(setup):
+        """(mode, extra [event] keys) measured in `setup`: all busy gets the pay-back curve."""
+        if setup == "all busy":
+            return [("none", "")] + [(m, extra) for m, extra, _ in PAYBACK_MODES]
+        return [("none", ""), ("feas", "")]
+
+    @staticmethod
+    def label(mode):
+        return next((lab for m, _, lab in PAYBACK_MODES if m == mode), MODE_LABEL.get(mode, mode))
+
     @classmethod
-    def main(cls, quick, out=None, verbose=False, fresh=False):
+    def main(cls, quick, out=None, verbose=False, fresh=False, rows=None, rtts=None):
         o = Output(cls.NAME, quick, out, fresh)
         pings, rounds = cls.plan(quick)
+        if rows is None:
+            rows, rtts = cls.measure(o, pings, rounds, verbose)
+        o.csv(rows, cls.COLUMNS)
+        o.png(cls.plot(rows, rtts))
+        o.summary(f"{cls.NAME}: ping latency of VM {TARGET} over tap (FEAS, Fig. 6)",
+                  cls.summary(rows, pings, rounds))
+        return o.dir
+
+    @classmethod
+    def measure(cls, o, pings, rounds, verbose):
         per_round = pings // rounds
         rows = []
         rtts = {}
@@ -480,37 +512,39 @@ class Latency:
             tb.boot(range(1, N_VMS))
             for setup in SETUPS:
                 tb.set_busy(busy_set(setup))
-                cell = {m: {"rtts": [], "lost": 0, "ev": {}} for m in MODES}
-                for r, order in enumerate(alternating(rounds)):
-                    for mode in order:
+                modes = cls.modes(setup)
+                cell = {m: {"rtts": [], "lost": 0, "ev": {}, "ns": {}} for m, _ in modes}
+                for r in range(rounds):
+                    for mode, extra in (modes if r % 2 == 0 else modes[::-1]):
                         def measure():
-                            with tb.mode(mode) as counters:
-                                c0 = counters()
+                            with tb.mode(mode, extra) as counters:
+                                c0, n0 = counters(), tb.vcpu_ns()
                                 got, lost = tb.ping(TARGET, per_round)
                                 ev = counter_delta(c0, counters(), TARGET)
-                            return {"rtts": got, "lost": lost, "ev": ev}
+                                n1 = tb.vcpu_ns()
+                            return {"rtts": got, "lost": lost, "ev": ev,
+                                    "ns": {str(i): n1[i] - n0[i] for i in n1}}
                         p = o.point(f"{setup}/{r}/{mode}", measure)
-                        cell[mode]["rtts"] += p["rtts"]
-                        cell[mode]["lost"] += p["lost"]
+                        c = cell[mode]
+                        c["rtts"] += p["rtts"]
+                        c["lost"] += p["lost"]
                         for k, v in p["ev"].items():
-                            cell[mode]["ev"][k] = cell[mode]["ev"].get(k, 0) + v
-                for mode in MODES:
+                            c["ev"][k] = c["ev"].get(k, 0) + v
+                        for k, v in p["ns"].items():
+                            c["ns"][k] = c["ns"].get(k, 0) + v
+                for mode, _ in modes:
                     c = cell[mode]
-                    rtts[(setup, mode)] = c["rtts"]
+                    rtts[f"{setup}/{mode}"] = c["rtts"]
                     rows.append(dict(setup=setup, mode=mode, pings=len(c["rtts"]) + c["lost"], lost=c["lost"],
-                                     **ev_fields(c["ev"], mode),
-                                     **latency_stats(c["rtts"])))
+                                     **ev_fields(c["ev"], mode), **latency_stats(c["rtts"]), **shares(c["ns"])))
                     log(f"{setup} {mode}: avg {rows[-1]['avg_us']:.0f} p50 {rows[-1]['p50_us']:.0f} "
-                        f"p99 {rows[-1]['p99_us']:.0f} µs, lost {c['lost']}, boosts {rows[-1]['boosts']}")
-        o.csv(rows, cls.COLUMNS)
-        o.png(cls.plot(rows, rtts))
-        o.summary(f"{cls.NAME}: ping latency of VM {TARGET} over tap (FEAS, Fig. 6)",
-                  cls.summary(rows, pings, rounds))
-        return o.dir
+                        f"p99 {rows[-1]['p99_us']:.0f} µs, lost {c['lost']}, boosts {rows[-1]['boosts']}, "
+                        f"VM {TARGET} share {rows[-1]['share_pct']:.1f}%")
+        return rows, rtts
 
-    @staticmethod
-    def plot(rows, rtts):
-        fig, (ax, cdf) = plt.subplots(1, 2, figsize=(13, 4.5))
+    @classmethod
+    def plot(cls, rows, rtts):
+        fig, (ax, cdf, curve) = plt.subplots(1, 3, figsize=(19, 4.8))
         w = 0.38
         for j, mode in enumerate(MODES):
             rs = [next(r for r in rows if r["setup"] == s and r["mode"] == mode) for s in SETUPS]
@@ -524,60 +558,114 @@ class Latency:
         ax.set_ylabel("round-trip time (ms)")
         ax.set_yscale("log")
         ax.legend(fontsize=8)
-        ax.set_title("avg (bars) and p99", fontsize=10)
-        for key, style in ((("all busy", "none"), dict(color="tab:red")),
-                           (("all busy", "feas"), dict(color="tab:green")),
-                           ("limit", dict(color="black", linestyle=":"))):
+        ax.set_title("avg (bars) and p99; FEAS = our default", fontsize=10)
+        colors = ["tab:olive", "tab:green", "tab:blue", "tab:purple"]
+        curves = [("limit", "limit", dict(color="black", linestyle=":")),
+                  ("all busy/none", "all busy, uncoordinated", dict(color="tab:red"))]
+        curves += [(f"all busy/{m}", lab, dict(color=c)) for (m, _, lab), c in zip(PAYBACK_MODES, colors)]
+        for key, lab, style in curves:
             xs = sorted(rtts.get(key, []))
             if xs:
-                cdf.plot([x / 1000 for x in xs], [(k + 1) / len(xs) for k in range(len(xs))], **style,
-                         label="limit" if key == "limit" else f"all busy, {MODE_LABEL[key[1]]}")
+                cdf.plot([x / 1000 for x in xs], [(k + 1) / len(xs) for k in range(len(xs))], **style, label=lab)
         cdf.set_xscale("log")
         cdf.set_xlabel("round-trip time (ms)")
         cdf.set_ylabel("fraction of pings")
         cdf.grid(True, alpha=0.3)
-        cdf.legend(fontsize=8)
+        cdf.legend(fontsize=7)
         cdf.set_title("distribution, all busy", fontsize=10)
+        pts = [next((r for r in rows if r["setup"] == "all busy" and r["mode"] == m), None) for m, _, _ in PAYBACK_MODES]
+        names = [m for (m, _, _), r in zip(PAYBACK_MODES, pts) if r]
+        pts = [r for r in pts if r]
+        xs = range(len(pts))
+        curve.plot(xs, [r["avg_us"] / 1000 for r in pts], "o-", color="tab:green", label="avg")
+        curve.plot(xs, [r["p99_us"] / 1000 for r in pts], "s--", color="tab:green", alpha=0.6, label="p99")
+        curve.axhline(1.3 * lim["avg_us"] / 1000, color="black", linestyle=":", label="1.3 x limit avg")
+        curve.set_yscale("log")
+        curve.set_ylabel("round-trip time (ms)")
+        curve.set_xticks(list(xs), names, fontsize=8)
+        dev = curve.twinx()
+        dev.plot(xs, [r["dev_pct"] for r in pts], "^-", color="tab:orange", label=f"VM {TARGET} share vs equal (%)")
+        dev.axhspan(-5, 5, color="tab:orange", alpha=0.1)
+        dev.set_ylim(-15, 15)
+        dev.set_ylabel(f"VM {TARGET}'s CPU share vs equal (%)")
+        h1, l1 = curve.get_legend_handles_labels()
+        h2, l2 = dev.get_legend_handles_labels()
+        curve.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper right")
+        curve.set_title("all busy: latency and fairness by pay-back setting", fontsize=10)
         fig.suptitle(f"Ping latency to VM {TARGET} (1 vCPU, TCG) sharing a host CPU with 3 VMs (FEAS, Fig. 6)")
         return fig
 
-    @staticmethod
-    def summary(rows, pings, rounds):
+    @classmethod
+    def summary(cls, rows, pings, rounds):
         def get(s, m):
             return next((r for r in rows if r["setup"] == s and r["mode"] == m), None)
         lim = get("limit", "alone")
         lines = []
         for s in SETUPS:
             n, f = get(s, "none"), get(s, "feas")
-            lines.append(f"- {s}: uncoordinated / FEAS avg = {n['avg_us'] / f['avg_us']:.2f} "
+            lines.append(f"- {s}: uncoordinated / FEAS (our default) avg = {n['avg_us'] / f['avg_us']:.2f} "
                          f"(p99 {n['p99_us'] / f['p99_us']:.2f})")
-        ab = get("all busy", "feas")
-        x = ab["avg_us"] / lim["avg_us"]
-        lines.append(f"- all busy, FEAS avg / limit avg = {x:.2f} ({'meets' if x <= 1.3 else 'MISSES'} the ≤ 1.3 "
-                     "target); "
-                     f"the best possible uncoordinated/FEAS ratio is uncoordinated / limit = "
-                     f"{get('all busy', 'none')['avg_us'] / lim['avg_us']:.2f}")
+        curve = [get("all busy", m) for m, _, _ in PAYBACK_MODES]
+        ctable = "| setting | avg µs | p50 µs | p99 µs | avg / limit | VM 4's share vs equal | largest deviation of any VM | boosts | postponed |\n"
+        ctable += "|---|---|---|---|---|---|---|---|---|\n"
+        for (m, _, lab), r in zip(PAYBACK_MODES, curve):
+            if r:
+                ctable += (f"| {lab} | {r['avg_us']:.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | "
+                           f"{r['avg_us'] / lim['avg_us']:.2f} | {r['dev_pct']:+.1f}% | {r['worst_dev_pct']:.1f}% | "
+                           f"{r['boosts']} | {r['postponed']} |\n")
+        fair = [r for r in curve if r and r["worst_dev_pct"] <= 5]
+        best = min(fair, key=lambda r: r["avg_us"]) if fair else None
+        none = get("all busy", "none")
+        if best:
+            x = best["avg_us"] / lim["avg_us"]
+            lines.append(f"- all busy, the best setting within ±5% fairness ({cls.label(best['mode'])}): avg / limit avg "
+                         f"= {x:.2f} ({'meets' if x <= 1.3 else 'MISSES'} the ≤ 1.3 target); "
+                         f"the paper's rule: {get('all busy', 'feas-paper')['avg_us'] / lim['avg_us']:.2f}; "
+                         f"uncoordinated: {none['avg_us'] / lim['avg_us']:.2f}")
+        else:
+            lines.append("- all busy: no setting kept every VM within ±5% of an equal share")
         table = md_table(rows, ["setup", "mode", "pings", "lost", "avg_us", "p50_us", "p99_us", "max_us", "events",
-                                "boosts", "postponed"],
+                                "boosts", "postponed", "share_pct"],
                          ["set-up", "mode", "pings", "lost", "avg µs", "p50 µs", "p99 µs", "max µs", "events",
-                          "boosts", "postponed"])
+                          "boosts", "postponed", f"VM {TARGET} share %"])
         return f"""{pings} ICMP echoes per cell ({int(PING_INTERVAL_S * 1000)} ms apart, busybox ping on the client
 CPU, over VM {TARGET}'s tap device), in {rounds} round(s) that alternate the modes. The guest kernel answers
 a ping itself (softirq), so the round trip measures how soon the host runs VM {TARGET}'s vCPU after
 the packet arrives. The limit is VM {TARGET} with its CPU hog alone on the host (the other VMs not
-yet booted), measured in the same run.
+yet booted), measured in the same run. Fairness: each VM's share of the 4 vCPUs' CPU time
+(`schedstat`) over the same pings, against an equal quarter (target ±5%, judged where all four
+are busy; in the other set-ups an idle VM takes less than its quarter, and the shares say nothing).
 
 {chr(10).join(lines)}
 
+**All busy, by pay-back setting** (the FEAS paper's rule: a boost ends when a vCPU blocks or
+its 1 ms slice ends; ours, `run_us = 1000`: it ends once the vCPUs have run 1 ms, an earlier
+block does not end it, and a vCPU running when the event comes is boosted too; the pay-back
+at `repay_nice`):
+
+{ctable}
 {table}
 
-Measured earlier on this host (one busy TCG guest, 250 pings 20 ms apart, avg / p50 /
-p99 µs): idle host 862 / 689 / 3624; 2 host hogs 2801 / 3689 / 7796.
+Measured earlier on this host: the committed run of 2026-11-23 (before the pay-back was timed to
+the debt, and with the paper's rule), all busy: FEAS avg 2281 µs against a limit of 497 µs
+(4.59×), uncoordinated 4837 µs.
 
 **The paper** (FEAS, Fig. 6, sec. 4.2): 100 pings, one per second, to a busy guest 4; under the
 credit scheduler the latency is "high and unpredictable", under FEAS the busy domain "can always
 respond to ping requests immediately" (one boost per 10 ms, pings 1 s apart). {PAPER_NOTE}
 """
+
+
+def shares(ns):
+    """VM TARGET's share of the vCPUs' CPU time (%), its deviation from an equal share (%), and
+    the largest deviation of any VM (%), from {VM index (str): ns}."""
+    total = sum(ns.values())
+    if not total:
+        return dict(share_pct=0.0, dev_pct=0.0, worst_dev_pct=0.0)
+    n = len(ns)
+    devs = {int(k): 100.0 * (v / total * n - 1) for k, v in ns.items()}
+    return dict(share_pct=100.0 * ns.get(str(TARGET), 0) / total, dev_pct=devs.get(TARGET, 0.0),
+                worst_dev_pct=max(abs(d) for d in devs.values()))
 
 
 # =============================================================================================

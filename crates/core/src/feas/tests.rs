@@ -89,14 +89,20 @@ impl Rig {
     }
 }
 
+/// The FEAS paper's rules: a boost ends when a vCPU blocks or its slice ends.
+fn seed() -> FeasConfig {
+    FeasConfig { run_us: 0, ..FeasConfig::default() }
+}
+
 fn no_charge() -> FeasConfig {
-    FeasConfig { charge: false, ..FeasConfig::default() }
+    FeasConfig { charge: false, ..seed() }
 }
 
 #[test]
 fn defaults_are_the_seeds() {
     let c = FeasConfig::default();
-    assert_eq!((c.n_limit, c.cycle_ms, c.vms), (1, 10, EventVms::NoAgent));
+    assert_eq!((c.n_limit, c.cycle_ms, c.slice_us, c.vms), (1, 10, 1000, EventVms::NoAgent));
+    assert_eq!((c.run_us, c.repay_nice), (1000, 19), "ours: a boost ends once it ran its slice's length");
     c.validate().unwrap();
     let bad = FeasConfig { slice_us: 20_000, ..FeasConfig::default() };
     assert!(bad.validate().unwrap_err().to_string().contains("at most one cycle"));
@@ -212,10 +218,9 @@ fn run_us_and_repay_nice_are_checked() {
     let ok = |c: FeasConfig| c.validate().is_ok();
     assert!(ok(FeasConfig { run_us: 0, ..FeasConfig::default() }));
     assert!(ok(FeasConfig { run_us: 50, ..FeasConfig::default() }));
-    assert!(ok(FeasConfig { run_us: 1000, ..FeasConfig::default() }), "up to the slice");
-    let e = FeasConfig { run_us: 1001, ..FeasConfig::default() }.validate().unwrap_err().to_string();
-    assert!(e.contains("[event] run_us = 1001") && e.contains("50..=1000"), "{e}");
-    assert!(!ok(FeasConfig { run_us: 49, ..FeasConfig::default() }));
+    assert!(ok(FeasConfig { run_us: 5000, ..FeasConfig::default() }), "above the slice: the slice ends it");
+    let e = FeasConfig { run_us: 49, ..FeasConfig::default() }.validate().unwrap_err().to_string();
+    assert!(e.contains("[event] run_us = 49") && e.contains("at least 50"), "{e}");
     assert!(ok(FeasConfig { repay_nice: 1, ..FeasConfig::default() }));
     assert!(!ok(FeasConfig { repay_nice: 0, ..FeasConfig::default() }));
     assert!(!ok(FeasConfig { repay_nice: 20, ..FeasConfig::default() }));
@@ -223,7 +228,7 @@ fn run_us_and_repay_nice_are_checked() {
 
 #[test]
 fn a_pay_back_is_checked_when_it_should_be_paid_not_a_cycle_later() {
-    let mut r = Rig::new(FeasConfig::default());
+    let mut r = Rig::new(seed());
     r.event(0); // the first boost, not charged
     r.run(500 * US);
     r.tick(MS);
@@ -267,7 +272,7 @@ fn a_postponed_boost_waits_for_a_waiting_vcpu() {
 
 #[test]
 fn boosted_cpu_time_is_paid_back_at_guarded_at_the_vms_measured_share() {
-    let mut r = Rig::new(FeasConfig::default());
+    let mut r = Rig::new(seed());
     // A first boost is never charged: nothing says yet whether the VM is CPU-bound.
     assert_eq!(r.event(0), Outcome::Boosted);
     r.run(500 * US);
@@ -321,7 +326,7 @@ fn boosted_cpu_time_is_paid_back_at_guarded_at_the_vms_measured_share() {
 
 #[test]
 fn a_vm_that_sleeps_is_not_charged() {
-    let mut r = Rig::new(FeasConfig::default());
+    let mut r = Rig::new(seed());
     for (i, t) in [0u64, 100, 200].into_iter().enumerate() {
         assert_eq!(r.event(t * MS), Outcome::Boosted);
         r.run(MS);
@@ -336,7 +341,7 @@ fn a_vm_that_sleeps_is_not_charged() {
 
 #[test]
 fn a_boost_the_vcpu_did_not_use_costs_nothing() {
-    let mut r = Rig::new(FeasConfig::default());
+    let mut r = Rig::new(seed());
     r.event(0);
     r.blocked(50 * US); // blocked before it ran (cpu unchanged)
     assert_eq!(r.take(), vec![Level::Boosted, Level::Normal]);
@@ -363,7 +368,7 @@ fn an_agents_vm_keeps_its_own_coordination_unless_all_vms_are_chosen() {
 
 #[test]
 fn the_operator_turning_events_off_puts_the_vm_back_and_forgives_its_debt() {
-    let mut r = Rig::new(FeasConfig::default());
+    let mut r = Rig::new(seed());
     r.event(0); // the first boost, not charged
     r.blocked(10);
     r.event(10 * MS);
@@ -470,7 +475,7 @@ fn simulate(cfg: FeasConfig, rate: u64, seconds: u64) -> (Vec<f64>, u64) {
 #[test]
 fn with_charging_every_vm_keeps_about_its_equal_share_over_a_long_random_run() {
     for rate in [50, 300, 2000] {
-        let (shares, boosts) = simulate(FeasConfig::default(), rate, 20);
+        let (shares, boosts) = simulate(seed(), rate, 20);
         // At most one per 10 ms cycle, and fewer while paying back.
         assert!(boosts > rate.min(100) * 20 / 4, "rate {rate}: VM 0 was boosted {boosts} times");
         eprintln!("rate {rate}/s: {boosts} boosts, shares {shares:.3?}");

@@ -89,7 +89,7 @@ pub(super) fn event() -> Table {
             key(
                 "run_us",
                 "µs",
-                Rule("0, or 50 to `slice_us`"),
+                Rule("0, or at least 50 (above `slice_us`, the slice ends a boost first)"),
                 "A boost ends once the VM's vCPUs have run this long since it started: the woken vCPU had its \
                  turn, and the boost costs (and is paid back for) what it used. A vCPU that blocks before that \
                  (on a lock of its own VM's, while it handles the event) stays boosted. 0: a boost lasts until a \

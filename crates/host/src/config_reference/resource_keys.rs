@@ -73,8 +73,9 @@ pub(super) fn event() -> Table {
                 "slice_us",
                 "µs",
                 Rule("at least 100, at most one cycle (`cycle_ms` × 1000)"),
-                "The longest event boost: a boosted vCPU runs `SCHED_RR` until it blocks or the slice ends. \
-                 Slices end on the daemon's timer, which has 1 ms resolution: a 1 ms slice lasts 1 to 2 ms.",
+                "The longest event boost: a boosted vCPU runs `SCHED_RR` until it has run `run_us` (or, with \
+                 `run_us = 0`, until it blocks) or the slice ends. Slices end on the daemon's timer (a timerfd; \
+                 where none can be made, epoll's 1 ms resolution).",
                 "Rarely.",
             ),
             key(

@@ -15,7 +15,7 @@
  *     tasks are watched at once (the map's size); an exiting task leaves the list. A watched
  *     task preempted (switched out still runnable) keeps its CPU's need while it waits there,
  *     whatever runs meanwhile, for at most watch_budget_ns of waiting (watch.h): the guest's
- *     other tasks, its CPU hogs say, then run boosted, and the new task's turn comes sooner.
+ *     other tasks, its CPU hogs say, then run boosted.
  * State machine, per CPU: on need -> remember the time, send boost if not boosted; otherwise, if
  * boosted and now >= last_need + hold -> send deboost. The need lasts until the needing task leaves
  * the CPU, so the hold counts from then. hold is MIN_BOOST_TIME (min_boost_ns), or,

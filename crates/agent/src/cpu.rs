@@ -364,8 +364,8 @@ mod tests {
         assert_eq!((r.ts_ns, r.cpu, r.want, r.pid, r.prio, r.irq), (42_000, 3, 1, 77, 80, 1));
         assert_eq!(reason_name(&r), "watched task");
         assert_eq!(size_of::<types::cosched_event>(), 32);
-        // The timer is opaque but its room is there: 5 u64 + 10 u32 + 16.
-        assert_eq!(size_of::<types::cpu_state>(), 96);
+        // The timer is opaque but its room is there: 6 u64 + 10 u32 + 16.
+        assert_eq!(size_of::<types::cpu_state>(), 104);
         assert_eq!(size_of::<types::sleeper>(), 24);
     }
 

@@ -68,13 +68,14 @@ pub struct Options {
     #[arg(long, default_value_t = 8)]
     pub watch_count: u32,
     /// The new-task heuristic (budget mode, the default): a new task keeps its VM boosted for
-    /// this much of its own run time, plus what its sleeps earn back (--watch-refill-us each),
-    /// and at most --watch-max tasks are watched at once; a CPU-bound newcomer is released once
-    /// it has run this long. 0: the count mode (--watch-count) instead
+    /// this much of its own run time, and as much again of waiting runnable while the guest runs
+    /// other tasks, plus what its sleeps earn back (--watch-refill-us each), and at most
+    /// --watch-max tasks are watched at once; a CPU-bound newcomer is released once it has run
+    /// this long. 0: the count mode (--watch-count) instead
     #[arg(long, default_value_t = 300)]
     pub watch_budget_ms: u64,
-    /// Budget mode: run time a watched task earns back with each wake-up from a sleep (up to its
-    /// whole budget)
+    /// Budget mode: run time, and waiting, a watched task earns back with each wake-up from a
+    /// sleep (up to its whole budget)
     #[arg(long, default_value_t = 2_000)]
     pub watch_refill_us: u64,
     /// Budget mode: the most tasks watched at once; newcomers past it are not watched

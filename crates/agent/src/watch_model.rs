@@ -1,8 +1,9 @@
 //! The new-task heuristic (the BPF program's watch list) under a fake clock: the very
 //! arithmetic the program runs (`src/bpf/watch.h`), compiled for the host
 //! (`src/bpf/watch_host.c`, built by build.rs) and driven by simulated task lives. The map glue
-//! around it (lookup, delete, statistics) is the few lines of `watch_charge`, `watch_run_out`,
-//! `on_wakeup_new`, `on_wakeup` and `on_exit` in `cpu.bpf.c`; `List` below does the same.
+//! around it (lookup, delete, statistics, the count of tasks waiting with a need on a CPU) is the
+//! few lines of `watch_charge`, `watch_run_out`, `on_wakeup_new`, `on_wakeup` and `on_exit` in
+//! `cpu.bpf.c`; `List` below does the same (for one CPU).
 
 use std::collections::HashMap;
 
@@ -12,8 +13,10 @@ use std::collections::HashMap;
 struct Watched {
     budget_ns: u64,
     since_ns: u64,
+    wait_ns: u64,
+    wait_since_ns: u64,
     count: u32,
-    pad: u32,
+    wait_cpu: u32,
 }
 
 #[link(name = "cosched_watch_host", kind = "static")]
@@ -22,20 +25,24 @@ extern "C" {
     static cosched_watch_drop: u32;
     static cosched_watch_free: u32;
     static cosched_watch_spent: u32;
+    static cosched_watch_wait: u32;
+    static cosched_watch_waited: u32;
     fn cosched_watch_new(budget_ns: u64, count: u32) -> Watched;
     fn cosched_watch_is_on(budget_ns: u64, count: u32) -> i32;
     fn cosched_watch_in(w: *mut Watched, budget_ns: u64, back_from_agent: i32, now: u64) -> u32;
-    fn cosched_watch_out(w: *mut Watched, now: u64) -> u32;
+    fn cosched_watch_out(w: *mut Watched, now: u64, runnable: i32, cpu: u32) -> u32;
     fn cosched_watch_wake(w: *mut Watched, budget_ns: u64, refill_ns: u64, count: u32);
 }
 
-/// watch.h's step flags (WATCH_BOOST, WATCH_DROP, WATCH_FREE, WATCH_SPENT), as watch_host.c
-/// exports them.
+/// watch.h's step flags (WATCH_BOOST, WATCH_DROP, WATCH_FREE, WATCH_SPENT, WATCH_WAIT,
+/// WATCH_WAITED), as watch_host.c exports them.
 struct Flags {
     boost: u32,
     drop: u32,
     free: u32,
     spent: u32,
+    wait: u32,
+    waited: u32,
 }
 
 fn flags() -> Flags {
@@ -46,6 +53,8 @@ fn flags() -> Flags {
             drop: cosched_watch_drop,
             free: cosched_watch_free,
             spent: cosched_watch_spent,
+            wait: cosched_watch_wait,
+            waited: cosched_watch_waited,
         }
     }
 }
@@ -53,7 +62,9 @@ fn flags() -> Flags {
 const MS: u64 = 1_000_000;
 const US: u64 = 1_000;
 
-/// The watch list as the BPF program keeps it: knobs, a map of at most `max` tasks, statistics.
+/// The watch list as the BPF program keeps it: knobs, a map of at most `max` tasks, statistics,
+/// and one CPU's count of watched tasks waiting on it with a need and the end of the latest
+/// one's allowance (`cpu_state.watch_waiting`, `wait_until_ns`).
 struct List {
     budget_ns: u64,
     refill_ns: u64,
@@ -63,6 +74,8 @@ struct List {
     spent: u32,
     full: u32,
     agent_returns: u32,
+    waiting: u32,
+    wait_until_ns: u64,
 }
 
 impl List {
@@ -75,7 +88,18 @@ impl List {
     }
 
     fn new(budget_ns: u64, refill_ns: u64, count: u32, max: usize) -> List {
-        List { budget_ns, refill_ns, count, max, map: HashMap::new(), spent: 0, full: 0, agent_returns: 0 }
+        List {
+            budget_ns,
+            refill_ns,
+            count,
+            max,
+            map: HashMap::new(),
+            spent: 0,
+            full: 0,
+            agent_returns: 0,
+            waiting: 0,
+            wait_until_ns: 0,
+        }
     }
 
     /// sched_wakeup_new (on_wakeup_new).
@@ -101,23 +125,42 @@ impl List {
         if r & f.free != 0 {
             self.agent_returns += 1;
         }
+        if r & f.waited != 0 {
+            self.waiting = self.waiting.saturating_sub(1);
+        }
         if r & f.drop != 0 {
             self.map.remove(&pid);
         }
         r & f.boost != 0
     }
 
-    /// A switch away from `pid` (watch_run_out; budget mode only).
-    fn switch_out(&mut self, pid: u32, now: u64) {
+    /// A switch away from `pid`, still runnable (preempted) or not (watch_run_out; budget mode
+    /// only).
+    fn switch_out(&mut self, pid: u32, runnable: bool, now: u64) {
         if self.budget_ns == 0 {
             return;
         }
         let Some(w) = self.map.get_mut(&pid) else { return };
         // SAFETY: as above.
-        if unsafe { cosched_watch_out(w, now) } & flags().spent != 0 {
+        let r = unsafe { cosched_watch_out(w, now, runnable as i32, 0) };
+        let until = now + w.wait_ns;
+        let f = flags();
+        if r & f.spent != 0 {
             self.spent += 1;
             self.map.remove(&pid);
         }
+        if r & f.wait != 0 {
+            if self.waiting == 0 || until > self.wait_until_ns {
+                self.wait_until_ns = until;
+            }
+            self.waiting += 1;
+        }
+    }
+
+    /// Whether the CPU needs a boost at `now` for a watched task waiting on it (on_switch, at the
+    /// switch-in of a task that needs nothing itself).
+    fn waiting_need(&self, now: u64) -> bool {
+        self.waiting > 0 && now < self.wait_until_ns
     }
 
     /// sched_wakeup (on_wakeup).
@@ -143,18 +186,20 @@ enum End {
     Sleeps(u64),
 }
 
-/// The result of a simulated life: boosted run time, total run time, and the clock at its end.
+/// The result of a simulated life: boosted run time, total run time, the time its CPU needed a
+/// boost for it while it waited preempted (the others' runs), and the clock at its end.
 #[derive(Debug)]
 struct Life {
     boosted_ns: u64,
     run_ns: u64,
+    wait_boosted_ns: u64,
     end_ns: u64,
 }
 
 /// Lives `runs` (run time, how it ends) of task `pid` from `start` on, on a fake clock.
 fn live(list: &mut List, pid: u32, start: u64, runs: impl IntoIterator<Item = (u64, End)>) -> Life {
     let mut now = start;
-    let mut life = Life { boosted_ns: 0, run_ns: 0, end_ns: 0 };
+    let mut life = Life { boosted_ns: 0, run_ns: 0, wait_boosted_ns: 0, end_ns: 0 };
     for (run, end) in runs {
         let boosted = list.switch_in(pid, false, now);
         now += run;
@@ -162,9 +207,15 @@ fn live(list: &mut List, pid: u32, start: u64, runs: impl IntoIterator<Item = (u
         if boosted {
             life.boosted_ns += run;
         }
-        list.switch_out(pid, now);
+        list.switch_out(pid, matches!(end, End::Preempted(_)), now);
         match end {
-            End::Preempted(d) => now += d,
+            End::Preempted(d) => {
+                // The others run from now on: the CPU needs for this task until its allowance ends.
+                if list.waiting_need(now) {
+                    life.wait_boosted_ns += d.min(list.wait_until_ns - now);
+                }
+                now += d;
+            }
             End::Sleeps(d) => {
                 now += d;
                 list.wake(pid);
@@ -183,7 +234,7 @@ fn cpu_bound(total: u64, slice: u64) -> impl Iterator<Item = (u64, End)> {
 #[test]
 fn the_flags_are_distinct_bits() {
     let f = flags();
-    let all = [f.boost, f.drop, f.free, f.spent];
+    let all = [f.boost, f.drop, f.free, f.spent, f.wait, f.waited];
     for (i, a) in all.iter().enumerate() {
         assert_eq!(a.count_ones(), 1, "{a:#x}");
         assert!(all[i + 1..].iter().all(|b| a & b == 0));
@@ -201,12 +252,79 @@ fn a_cpu_bound_newcomer_is_released_once_its_budget_is_spent() {
     assert_eq!(life.boosted_ns, 300 * MS, "{life:?}");
     assert_eq!(list.spent, 1);
     assert!(list.map.is_empty());
-    // Waiting (preempted) costs nothing: only run time is charged.
+    // Meanwhile it waited 74 slices of 4 ms with a need, within its 300 ms of waiting.
+    assert_eq!(life.wait_boosted_ns, 74 * 4 * MS, "{life:?}");
+    assert_eq!(list.waiting, 0);
+    // Waiting (preempted) is not charged to the run budget: it has its own allowance.
     let mut list = List::budget(300);
     list.new_task(7);
     let slow = live(&mut list, 7, MS, std::iter::repeat_n((4 * MS, End::Preempted(400 * MS)), 100));
     assert_eq!(slow.boosted_ns, 300 * MS, "{slow:?}");
+    assert_eq!(slow.wait_boosted_ns, 300 * MS, "the first wait spends the allowance: {slow:?}");
     assert!(slow.end_ns > 30_000 * MS);
+}
+
+#[test]
+fn a_newcomer_waiting_behind_guest_hogs_keeps_its_cpu_boosted_while_it_waits() {
+    // A start-up behind 2 guest hogs: 4 ms runs, each followed by 8 ms of the hogs' turns, with a
+    // short read at the end. Its CPU needs a boost the whole time: while it runs and while the
+    // hogs run for it.
+    let startup = || (0..37).map(|i| (4 * MS, if i == 36 { End::Sleeps(MS) } else { End::Preempted(8 * MS) }));
+    let mut list = List::budget(300);
+    list.new_task(9);
+    let life = live(&mut list, 9, MS, startup());
+    assert_eq!(life.boosted_ns, life.run_ns, "{life:?}");
+    assert_eq!(life.wait_boosted_ns, 36 * 8 * MS, "{life:?}");
+    assert_eq!(list.waiting, 0, "no wait under way once it is asleep");
+    // A switch-out asleep is no wait: nothing runs for it.
+    assert!(!list.waiting_need(life.end_ns));
+    // The count mode has no waiting need.
+    let mut count = List::count(8);
+    count.new_task(9);
+    let c = live(&mut count, 9, MS, startup());
+    assert_eq!(c.wait_boosted_ns, 0, "{c:?}");
+}
+
+#[test]
+fn a_task_that_stays_runnable_holds_its_cpu_boosted_for_at_most_its_two_allowances() {
+    // Starved: 1 ms of run, then 1 s of waiting, 1000 times (1000 s runnable). Its run is boosted
+    // for its run budget, its waiting for its waiting allowance, and then it leaves the list.
+    let mut list = List::budget(300);
+    list.new_task(2);
+    let life = live(&mut list, 2, MS, std::iter::repeat_n((MS, End::Preempted(1_000 * MS)), 1_000));
+    assert_eq!(life.boosted_ns, 300 * MS, "{life:?}");
+    assert_eq!(life.wait_boosted_ns, 300 * MS, "{life:?}");
+    assert_eq!((list.spent, list.waiting), (1, 0));
+    assert!(list.map.is_empty());
+    assert!(life.end_ns > 1_000_000 * MS);
+}
+
+#[test]
+fn a_wait_is_charged_at_the_next_switch_in_and_its_need_ends_with_the_allowance() {
+    let mut list = List::budget(10);
+    list.new_task(5);
+    assert!(list.switch_in(5, false, MS));
+    list.switch_out(5, true, 2 * MS); // ran 1 ms; waits from 2 ms with 10 ms of waiting
+    assert_eq!((list.waiting, list.wait_until_ns), (1, 12 * MS));
+    assert!(list.waiting_need(11 * MS));
+    assert!(!list.waiting_need(12 * MS), "the allowance is over");
+    assert!(list.switch_in(5, false, 6 * MS)); // waited 4 ms
+    assert_eq!(list.waiting, 0);
+    assert_eq!((list.map[&5].wait_ns, list.map[&5].budget_ns), (6 * MS, 9 * MS));
+    // Wake-ups earn waiting back too, never past the budget.
+    list.switch_out(5, false, 7 * MS);
+    for _ in 0..10 {
+        list.wake(5);
+    }
+    assert_eq!((list.map[&5].wait_ns, list.map[&5].budget_ns), (10 * MS, 10 * MS));
+    // Spent waiting: its runs still need, its waits no longer do.
+    assert!(list.switch_in(5, false, 8 * MS));
+    list.switch_out(5, true, 9 * MS);
+    assert!(list.switch_in(5, false, 30 * MS)); // waited 21 ms: 10 charged, none left
+    assert_eq!(list.map[&5].wait_ns, 0);
+    list.switch_out(5, true, 31 * MS);
+    assert!(!list.waiting_need(31 * MS));
+    assert_eq!(list.waiting, 0);
 }
 
 #[test]
@@ -247,6 +365,7 @@ fn sleeping_does_not_bank_more_than_one_budget() {
     list.new_task(5);
     let sleeper = live(&mut list, 5, MS, std::iter::repeat_n((100 * US, End::Sleeps(MS)), 10_000));
     assert_eq!(list.map[&5].budget_ns, 300 * MS);
+    assert_eq!(list.map[&5].wait_ns, 300 * MS);
     // Then CPU-bound: no more than its budget, however long it slept before.
     let bound = live(&mut list, 5, sleeper.end_ns, cpu_bound(5_000 * MS, 4 * MS));
     assert_eq!(bound.boosted_ns, 300 * MS);
@@ -306,12 +425,12 @@ fn at_most_watch_max_tasks_are_watched_and_an_exit_makes_room() {
 fn a_switch_out_without_a_switch_in_or_a_clock_going_back_charges_nothing() {
     let mut w = Watched { budget_ns: 10 * MS, ..Default::default() };
     // SAFETY: a valid, exclusive `struct watched`.
-    assert_eq!(unsafe { cosched_watch_out(&mut w, 50 * MS) }, 0);
+    assert_eq!(unsafe { cosched_watch_out(&mut w, 50 * MS, 1, 0) }, 0);
     assert_eq!(w.budget_ns, 10 * MS);
     // SAFETY: as above.
     unsafe { cosched_watch_in(&mut w, 10 * MS, 0, 50 * MS) };
     // SAFETY: as above.
-    assert_eq!(unsafe { cosched_watch_out(&mut w, 40 * MS) }, 0);
+    assert_eq!(unsafe { cosched_watch_out(&mut w, 40 * MS, 0, 0) }, 0);
     assert_eq!((w.budget_ns, w.since_ns), (10 * MS, 0));
 }
 

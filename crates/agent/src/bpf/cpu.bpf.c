@@ -12,7 +12,10 @@
  *     Budget mode (watch_budget_ns > 0) instead: a new task gets watch_budget_ns of run time,
  *     charged from each switch-in to the switch-out; each wake-up from a sleep earns back
  *     watch_refill_ns (up to watch_budget_ns); at 0 the task leaves the list. At most watch_max
- *     tasks are watched at once (the map's size); an exiting task leaves the list.
+ *     tasks are watched at once (the map's size); an exiting task leaves the list. A watched
+ *     task preempted (switched out still runnable) keeps its CPU's need while it waits there,
+ *     whatever runs meanwhile, for at most watch_budget_ns of waiting (watch.h): the guest's
+ *     other tasks, its CPU hogs say, then run boosted.
  * State machine, per CPU: on need -> remember the time, send boost if not boosted; otherwise, if
  * boosted and now >= last_need + hold -> send deboost. The need lasts until the needing task leaves
  * the CPU, so the hold counts from then. hold is MIN_BOOST_TIME (min_boost_ns), or,
@@ -195,12 +198,25 @@ static int idle_timer_cb(void *map, u32 *key, struct cpu_state *st)
 {
 	u64 now = bpf_ktime_get_ns();
 	u64 since = now - st->last_switch_ns;
-	u64 until_hold = st->last_need_ns + hold_ns(st);
+	u64 until_hold;
 	struct cosched_stats *s;
 
 	st->timer_armed = 0;
-	if (!st->boosted || st->cur_needs)
+	if (!st->boosted)
 		return 0;
+	/* A waiting watched task's need ends with its allowance, switch or not. */
+	if (st->cur_needs == 2 && now >= st->wait_until_ns) {
+		st->cur_needs = 0;
+		st->last_need_ns = st->wait_until_ns;
+	}
+	if (st->cur_needs) {
+		if (st->cur_needs == 2) {
+			bpf_timer_start(&st->timer, st->wait_until_ns - now, 0);
+			st->timer_armed = 1;
+		}
+		return 0;
+	}
+	until_hold = st->last_need_ns + hold_ns(st);
 	if (since >= idle_deboost_ns && now >= until_hold) {
 		/* The Performance Tuning paper deboosts only once no interrupt is being handled and
 		 * no RT task is pending. This callback runs in the timer's own softirq, after its
@@ -245,6 +261,16 @@ static __always_inline u32 watch_charge(struct cosched_stats *s, u32 pid, bool b
 	if (!w)
 		return COSCHED_REASON_NONE;
 	r = watch_in(w, watch_budget_ns, back_from_agent, now);
+	if (r & WATCH_WAITED) {
+		/* Its wait is over: uncounted on the CPU it waited on (it may have migrated). A
+		 * task switched in as RT is not uncounted: its CPU's need then ends with the
+		 * allowance (wait_until_ns) instead. */
+		u32 wcpu = w->wait_cpu;
+		struct cpu_state *ws = bpf_map_lookup_elem(&cpu_states, &wcpu);
+
+		if (ws && ws->watch_waiting)
+			__sync_fetch_and_add(&ws->watch_waiting, -1);
+	}
 	if (r & WATCH_BOOST)
 		s->need_watched++;
 	if (r & WATCH_FREE)
@@ -254,19 +280,32 @@ static __always_inline u32 watch_charge(struct cosched_stats *s, u32 pid, bool b
 	return r & WATCH_BOOST ? COSCHED_REASON_WATCHED : COSCHED_REASON_NONE;
 }
 
-/* Budget mode, at a watched task's switch-out: its run since the switch-in is charged. */
-static __always_inline void watch_run_out(struct cosched_stats *s, u32 pid, u64 now)
+/* Budget mode, at a watched task's switch-out from this CPU (`st`): its run since the switch-in
+ * is charged; still runnable, it waits here with a need (counted on this CPU, until its
+ * switch-in: watch_charge) for at most its waiting allowance. */
+static __always_inline void watch_run_out(struct cosched_stats *s, struct cpu_state *st, u32 cpu,
+					  struct task_struct *prev, u64 now)
 {
+	u32 pid = prev->pid;
 	struct watched *w;
+	u32 r;
 
 	if (!watch_budget_ns)
 		return;
 	w = bpf_map_lookup_elem(&watch, &pid);
 	if (!w)
 		return;
-	if (watch_out(w, now) & WATCH_SPENT) {
+	r = watch_out(w, now, prev->__state == 0 /* TASK_RUNNING */, cpu);
+	if (r & WATCH_SPENT) {
 		s->watch_spent++;
 		bpf_map_delete_elem(&watch, &pid);
+	}
+	if (r & WATCH_WAIT) {
+		u64 until = now + w->wait_ns;
+
+		/* The latest allowance of the waits under way (a stale one is in the past). */
+		if (__sync_fetch_and_add(&st->watch_waiting, 1) == 0 || until > st->wait_until_ns)
+			st->wait_until_ns = until;
 	}
 }
 
@@ -383,6 +422,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	u32 pid = next->pid;
 	bool back_from_agent;
 	u32 prio = 0, irq = 0;
+	bool waiting = false;
 	u64 now;
 
 	if (!st || !s)
@@ -396,13 +436,14 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	 * guest's clock runs on while the host stalls the vCPU, so under host load one 1 ms
 	 * activation of a real-time task can span its 2 periods + MIN_BOOST_TIME. */
 	if (st->cur_needs) {
-		st->last_need_ns = now;
+		/* A waiting watched task's need ends with its allowance. */
+		st->last_need_ns = st->cur_needs == 2 && now > st->wait_until_ns ? st->wait_until_ns : now;
 		if (st->cur_prio == st->prio)
-			st->prio_need_ns = now;
+			st->prio_need_ns = st->last_need_ns;
 	}
 	if (hrtimer_wakeup_addr && !preempt && prev->prio < MAX_RT_PRIO && prev->__state != 0 /* TASK_RUNNING */)
 		note_sleep(prev, s, now);
-	watch_run_out(s, prev->pid, now);
+	watch_run_out(s, st, cpu, prev, now);
 	/* The agent's own wake-ups say nothing about the guest's needs. */
 	if (agent_tgid && next->tgid == agent_tgid) {
 		st->agent_victim = prev->pid;
@@ -424,12 +465,23 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		}
 	} else {
 		reason = watch_charge(s, pid, back_from_agent, now);
+		/* A watched task waits runnable on this CPU: whatever runs meanwhile (not the idle
+		 * task) runs for it. */
+		if (reason == COSCHED_REASON_NONE && pid && st->watch_waiting && now < st->wait_until_ns) {
+			reason = COSCHED_REASON_WATCHED;
+			waiting = true;
+		}
 	}
 
 	if (reason != COSCHED_REASON_NONE) {
 		bool changed, new_episode = !st->cur_needs;
 
 		track_episode(st, now, prio);
+		if (waiting) {
+			st->cur_needs = 2;
+			/* The allowance may end before the next switch: the timer ends it. */
+			arm_idle_timer(st);
+		}
 		changed = update_prio(st, prio, irq, now);
 		if (!st->boosted) {
 			if (emit(cpu, 1, reason, pid, now, st)) {

@@ -92,7 +92,8 @@ struct cpu_state {
 	unsigned long long episode_start_ns;	/* start of the current run of needing switches */
 	unsigned long long period_ns;		/* smoothed time between episode starts */
 	unsigned int boosted;
-	unsigned int cur_needs;		/* the task switched in last needs a boost */
+	unsigned int cur_needs;		/* the task switched in last needs a boost (1), or it does not
+					 * but a watched task waits runnable on this CPU (2) */
 	unsigned int timer_armed;
 	unsigned int timer_ready;
 	unsigned int agent_victim;	/* the task the agent preempted, if the agent runs now */
@@ -100,8 +101,9 @@ struct cpu_state {
 	unsigned int irq;		/* that need's task was woken from an interrupt */
 	unsigned int cur_prio;		/* priority of the need of the task switched in last */
 	unsigned int episode_prio;	/* highest priority seen in the current episode */
-	unsigned int pad;		/* bpf_timer must be 8-byte aligned */
+	unsigned int watch_waiting;	/* watched tasks waiting runnable here with a need (watch.h) */
 	unsigned long long prio_need_ns;	/* last time a need of priority `prio` was on the CPU */
+	unsigned long long wait_until_ns;	/* when the latest of those waits' allowances ends */
 	struct bpf_timer timer;
 };
 

@@ -21,9 +21,9 @@ unsigned int cosched_watch_in(struct watched *w, unsigned long long budget_ns, i
 	return watch_in(w, budget_ns, back_from_agent, now);
 }
 
-unsigned int cosched_watch_out(struct watched *w, unsigned long long now)
+unsigned int cosched_watch_out(struct watched *w, unsigned long long now, int runnable, unsigned int cpu)
 {
-	return watch_out(w, now);
+	return watch_out(w, now, runnable, cpu);
 }
 
 void cosched_watch_wake(struct watched *w, unsigned long long budget_ns, unsigned long long refill_ns,
@@ -37,3 +37,5 @@ const unsigned int cosched_watch_boost = WATCH_BOOST;
 const unsigned int cosched_watch_drop = WATCH_DROP;
 const unsigned int cosched_watch_free = WATCH_FREE;
 const unsigned int cosched_watch_spent = WATCH_SPENT;
+const unsigned int cosched_watch_wait = WATCH_WAIT;
+const unsigned int cosched_watch_waited = WATCH_WAITED;

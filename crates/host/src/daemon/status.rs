@@ -165,6 +165,8 @@ fn event_status(v: &View) -> st::EventStatus {
                 not_waiting,
                 blocked,
                 dropped,
+                net,
+                block,
             } = ev.counters();
             out.detection = Some(ev.mechanism().to_string());
             out.kvm_tracepoints = Some(ev.kvm_attached());
@@ -179,6 +181,8 @@ fn event_status(v: &View) -> st::EventStatus {
                 not_waiting,
                 blocked,
                 dropped,
+                net_packets: net,
+                block_completions: block,
             });
         }
         Err(why) => out.unsupported = Some(why.to_string()),

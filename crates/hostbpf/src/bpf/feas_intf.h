@@ -87,6 +87,17 @@ struct feas_stats {
 	unsigned long long not_waiting;	/* events while no vCPU of the VM was waiting */
 	unsigned long long blocked;	/* FEAS_BLOCKED sent */
 	unsigned long long dropped;	/* messages lost: the ring buffer was full */
+	unsigned long long net;	/* packets queued to a watched VM's tap (net_dev_queue): events */
+	unsigned long long block;	/* requests completed on a watched VM's disk (block_rq_complete): events */
+};
+
+/* Map feas_netdevs: a VM's tap device -> its QEMU pid (written by the daemon). A device is named
+ * by its network namespace (the inode of /proc/<pid>/ns/net) and its name: taps may live in a
+ * namespace other than the daemon's, where another device has the same name. */
+#define FEAS_IFNAMSIZ 16
+struct feas_netdev {
+	unsigned int netns;
+	char name[FEAS_IFNAMSIZ];	/* NUL-padded */
 };
 
 /* Run delay: how long a vCPU thread waits runnable before it runs, from its wake-up

@@ -812,6 +812,86 @@ mod feas {
         assert_eq!(c3.net - c2.net, 0, "packets after the tap was removed: {c2:?} -> {c3:?}");
     }
 
+    /// A loop device over a temp file (`losetup`), detached when dropped.
+    struct Loop {
+        dev: String,
+        file: std::path::PathBuf,
+    }
+
+    impl Drop for Loop {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("losetup").args(["-d", &self.dev]).status();
+            let _ = std::fs::remove_file(&self.file);
+        }
+    }
+
+    /// Requests completed on a block device the VM holds are events (`block`); on a device not
+    /// watched, nothing.
+    #[test]
+    fn completions_on_a_watched_block_device_are_events() {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        if !have_root() {
+            return;
+        }
+        let dir = tempfile_dir();
+        let file = dir.join("disk.img");
+        std::fs::write(&file, vec![0u8; 4 << 20]).unwrap();
+        let out = std::process::Command::new("losetup")
+            .args(["--find", "--show", file.to_str().unwrap()])
+            .output()
+            .expect("losetup runs");
+        assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+        let lo = Loop { dev: String::from_utf8(out.stdout).unwrap().trim().to_string(), file };
+        let mut w = FeasWatch::open(FeasParams {
+            epoch_ns: monotonic_ns(),
+            cycle_ns: 10_000_000,
+            slice_ns: 1_000_000,
+            n_limit: 1,
+            run_delay: true,
+        })
+        .expect("FEAS programs load and attach");
+        let pid = std::process::id() as i32;
+        let disk = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&lo.dev).unwrap();
+        let rdev = disk.metadata().unwrap().rdev();
+        let read_all = || {
+            let layout = std::alloc::Layout::from_size_align(4096, 4096).unwrap();
+            // SAFETY: a 4 KiB aligned buffer, freed below; pread writes within it.
+            unsafe {
+                let buf = std::alloc::alloc(layout);
+                for i in 0..64 {
+                    let n = libc::pread(disk.as_raw_fd(), buf.cast(), 4096, i * 4096);
+                    assert_eq!(n, 4096, "O_DIRECT read of {}: {}", lo.dev, std::io::Error::last_os_error());
+                }
+                std::alloc::dealloc(buf, layout);
+            }
+        };
+        use std::os::fd::AsRawFd;
+        w.set_vm(pid, true, &[]).unwrap();
+        let c0 = w.counters();
+        read_all();
+        let c1 = w.counters();
+        w.set_blkdev(rdev, pid).unwrap();
+        read_all();
+        let c2 = w.counters();
+        w.remove_blkdev(rdev);
+        read_all();
+        let c3 = w.counters();
+        w.remove_vm(pid);
+        drop(disk);
+        drop(lo); // detaches it and removes its file (the directory is shared with other tests)
+        eprintln!(
+            "64 direct reads each: block {} unwatched, {} watched, {} removed",
+            c1.block - c0.block,
+            c2.block - c1.block,
+            c3.block - c2.block
+        );
+        assert_eq!(c1.block - c0.block, 0, "not watched yet");
+        assert!(c2.block - c1.block >= 64, "64 reads of the watched device: {c1:?} -> {c2:?}");
+        // No vCPU: each one is an event with no one waiting.
+        assert!(c2.not_waiting - c1.not_waiting >= 64, "{c1:?} -> {c2:?}");
+        assert_eq!(c3.block - c2.block, 0, "after it was removed");
+    }
+
     fn tempfile_dir() -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("cosched-feas-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();

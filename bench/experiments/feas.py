@@ -593,7 +593,8 @@ class Throughput:
     # Detected: what the host BPF saw for the VMs (tap packets, device wake-ups of the main loop,
     # KVM injections), host-wide, per MiB downloaded; events: what reached the daemon for the
     # downloaded VMs (boosts and postponements asked, within n_limit), per MiB.
-    DET_COLUMNS = ["net_packets", "device_wakeups", "detected_per_mib", "events_per_mib"]
+    DET_COLUMNS = ["net_packets", "device_wakeups", "not_waiting", "deferred", "over_limit", "detected_per_mib",
+                   "events_per_mib"]
     COLUMNS = ["part", "setup", "mode", "size_kb", "vms", "downloads", "seconds_s", "kb_per_s", *EV_COLUMNS,
                *DET_COLUMNS]
 
@@ -602,10 +603,13 @@ class Throughput:
         """The detection columns of a row: `c0`, `c1` the counters before and after, `idx` the VMs
         downloaded from, `ev` their summed event counters, `mib` MiB downloaded."""
         if mode == "none":
-            return dict(net_packets="", device_wakeups="", detected_per_mib="", events_per_mib="")
+            return dict(net_packets="", device_wakeups="", not_waiting="", deferred="", over_limit="",
+                        detected_per_mib="", events_per_mib="")
         d = counter_delta(c0, c1, "host")
         detected = d.get("net_packets", 0) + d.get("device_wakeups", 0) + d.get("kvm_injections", 0)
         return dict(net_packets=d.get("net_packets", 0), device_wakeups=d.get("device_wakeups", 0),
+                    not_waiting=d.get("not_waiting", 0), deferred=d.get("deferred_events", 0),
+                    over_limit=d.get("over_limit", 0),
                     detected_per_mib=detected / mib, events_per_mib=ev.get("events", 0) / mib)
 
     @staticmethod
@@ -765,9 +769,10 @@ class Throughput:
                              f"({b['kb_per_s'] / a['kb_per_s']:.2f}x)")
         table = md_table(rows, ["part", "setup", "mode", "size_kb", "vms", "downloads", "seconds_s", "kb_per_s",
                                 "events", "boosts", "postponed", "boosted_cpu_ms", "repaid_ms", "net_packets",
-                                "detected_per_mib", "events_per_mib"],
+                                "not_waiting", "deferred", "detected_per_mib", "events_per_mib"],
                          ["part", "set-up", "mode", "KiB", "VMs", "downloads", "s each", "KiB/s", "events", "boosts",
-                          "postponed", "boosted ms", "repaid ms", "tap packets", "detected /MiB", "events /MiB"])
+                          "postponed", "boosted ms", "repaid ms", "tap packets", "no vCPU waiting", "deferred",
+                          "detected /MiB", "events /MiB"])
         return f"""The client (curl, on the client CPU) downloads a file from busybox httpd in VM {TARGET} over
 its tap device, {reps} times per cell; KiB/s = bytes / time (curl's own). Then n VMs (all busy) are
 downloaded from at once ({big} KiB each), {reps} times, and s_n = n * size / (last finish - first
@@ -779,6 +784,8 @@ Events: the host BPF sees a packet queued to a VM's tap (net_dev_queue) as an ev
 QEMU's main loop is busy and never sleeps, besides the main loop's wake-ups by a device;
 "detected /MiB" counts both (host-wide, while only VM {TARGET} is downloaded from), "events /MiB"
 those that reached the daemon (a vCPU of the VM waiting, within n_limit = 1 per 10 ms cycle).
+An event that finds no vCPU waiting (the guest runs) is pending: if a vCPU of the VM is
+preempted within a cycle of it, it fires then ("deferred"; counted in "no vCPU waiting" too).
 "boosted ms" is the vCPU time run boosted, "repaid ms" the time the daemon then held the VM at
 nice 19 to pay it back (charge = true).
 

@@ -139,7 +139,7 @@ unsafe impl Plain for feas_thread {}
 unsafe impl Plain for feas_vm {}
 // SAFETY: as above.
 unsafe impl Plain for feas_conf {}
-// SAFETY: as above: twelve u64.
+// SAFETY: as above: thirteen u64.
 unsafe impl Plain for feas_stats {}
 // SAFETY: as above: a u32 and 16 bytes.
 unsafe impl Plain for feas_netdev {}
@@ -165,11 +165,13 @@ pub struct FeasCounters {
     pub net: u64,
     /// Requests completed on a block device a watched VM holds: events.
     pub block: u64,
+    /// Events that found no vCPU waiting, fired when a vCPU of the VM was preempted soon after.
+    pub deferred: u64,
 }
 
 impl FeasCounters {
     /// (name, value) of every counter, for status and metrics.
-    pub fn fields(&self) -> [(&'static str, u64); 12] {
+    pub fn fields(&self) -> [(&'static str, u64); 13] {
         [
             ("device_wakeups", self.device),
             ("timer_wakeups", self.timer),
@@ -183,6 +185,7 @@ impl FeasCounters {
             ("dropped", self.dropped),
             ("net_packets", self.net),
             ("block_completions", self.block),
+            ("deferred", self.deferred),
         ]
     }
 }
@@ -451,6 +454,7 @@ impl FeasWatch {
                 c.dropped += s.dropped;
                 c.net += s.net;
                 c.block += s.block;
+                c.deferred += s.deferred;
             }
         }
         c
@@ -589,9 +593,9 @@ mod tests {
         assert_eq!(size_of::<feas_thread>(), 48);
         assert_eq!(size_of::<rd_key>(), 8);
         assert_eq!(size_of::<rd_hist>(), 16 + 8 * RD_BUCKETS);
-        assert_eq!(size_of::<feas_vm>(), 4 + 4 + 4 * MAX_VCPUS + 8 + 4 + 4 + 8);
+        assert_eq!(size_of::<feas_vm>(), 4 + 4 + 4 * MAX_VCPUS + 8 + 4 + 4 + 8 + 8);
         assert_eq!(size_of::<feas_conf>(), 32);
-        assert_eq!(size_of::<feas_stats>(), 96);
+        assert_eq!(size_of::<feas_stats>(), 104);
         assert_eq!(size_of::<feas_netdev>(), 4 + IFNAMSIZ);
     }
 

@@ -167,6 +167,7 @@ fn event_status(v: &View) -> st::EventStatus {
                 dropped,
                 net,
                 block,
+                deferred,
             } = ev.counters();
             out.detection = Some(ev.mechanism().to_string());
             out.kvm_tracepoints = Some(ev.kvm_attached());
@@ -183,6 +184,7 @@ fn event_status(v: &View) -> st::EventStatus {
                 dropped,
                 net_packets: net,
                 block_completions: block,
+                deferred_events: deferred,
             });
         }
         Err(why) => out.unsupported = Some(why.to_string()),

@@ -251,7 +251,7 @@ static __always_inline void run_delay(s32 tgid, u32 kind, u64 ns)
 	h->buckets[b]++;
 }
 
-/* An event for VM `tgid`: boost, postpone, or nothing. */
+/* An event for VM `tgid`: boost, postpone, or nothing (then it is pending: vm->pending). */
 static __always_inline void fire(s32 tgid)
 {
 	struct feas_stats *st = stats();
@@ -277,14 +277,16 @@ static __always_inline void fire(s32 tgid)
 			break;
 		}
 	}
+	now = bpf_ktime_get_ns();
 	if (!waiting) {
 		st->not_waiting++;
+		vm->pending = now;
 		return;
 	}
+	vm->pending = 0;
 	conf = bpf_map_lookup_elem(&feas_conf, &zero);
 	if (!conf || !conf->cycle_ns)
 		return;
-	now = bpf_ktime_get_ns();
 	cycle = (now - conf->epoch_ns) / conf->cycle_ns;
 	if (vm->cycle != cycle) {
 		vm->cycle = cycle;
@@ -376,6 +378,24 @@ static __always_inline void on_switch(bool preempt, struct task_struct *prev, st
 				t->since = now;
 				t->state = asleep ? FEAS_SLEEPING : FEAS_WAITING;
 				t->woken = 0;
+				if (!asleep) {
+					/* Preempted with an event of its VM pending (it came while the
+					 * vCPUs ran, within a cycle): the guest has not had the CPU to
+					 * handle it; it fires now that this vCPU waits. */
+					struct feas_vm *vm = bpf_map_lookup_elem(&feas_vms, &tgid);
+					struct feas_conf *conf;
+					u32 zero = 0;
+
+					conf = bpf_map_lookup_elem(&feas_conf, &zero);
+					if (vm && vm->on && vm->pending && conf && now - vm->pending <= conf->cycle_ns) {
+						struct feas_stats *st = stats();
+
+						vm->pending = 0;
+						if (st)
+							st->deferred++;
+						fire(tgid);
+					}
+				}
 				if (asleep) {
 					struct feas_vm *vm = bpf_map_lookup_elem(&feas_vms, &tgid);
 					u32 policy = BPF_CORE_READ(prev, policy);

@@ -30,6 +30,7 @@ while QEMU processes it did not create are running.
 """
 
 import os
+import re
 import statistics
 import subprocess
 import tempfile
@@ -760,8 +761,27 @@ class Throughput:
                 gb = statistics.geometric_mean(bounds)
                 verdict += (f"; the bound / uncoordinated = {gb:.2f}x (geometric mean): " + (
                     "2x is out of reach on this host, even with VM 4 alone" if gb < 2 else
-                    "2x is within reach (the bound allows it)"))
+                    "the bound does not put 2x out of reach: the limit is in what FEAS gives"))
             lines.append(verdict)
+        fb = [r for r in rows if r["part"] == "single" and r["setup"] == "all busy" and r["mode"] == "feas"]
+        if fb and fb[0].get("net_packets", "") != "":
+            conf = dict(re.findall(r"^(\w+) = (\d+)$", FEAS_CONFIG, re.M))
+            most = int(conf["n_limit"]) * int(conf["slice_us"]) / (int(conf["cycle_ms"]) * 1000)
+            dl = sum(r["downloads"] * r["seconds_s"] * 1000 for r in fb)
+            boosted = sum(r["boosted_cpu_ms"] for r in fb)
+            repaid = sum(r["repaid_ms"] for r in fb)
+            pkts = sum(r["net_packets"] for r in fb)
+            waiting = pkts + sum(r["device_wakeups"] for r in fb) - sum(r["not_waiting"] for r in fb)
+            asked = sum(r["events"] for r in fb)
+            lines.append(
+                f"- what the boosts gave (all busy, FEAS, all sizes): n_limit x slice / cycle allows "
+                f"{100 * most:.0f}% of a CPU boosted at most (and charge = true pays it back); the vCPU ran "
+                f"boosted {boosted:.0f} ms in {dl:.0f} ms of downloads ({100 * boosted / dl:.1f}%) and was held "
+                f"at nice 19 {repaid:.0f} ms ({100 * repaid / dl:.1f}%): "
+                + ("the pay-back holds the VM back most of the time: it caps the throughput"
+                   if repaid > dl / 2 else "the pay-back does not cap the throughput here; the boosts are few")
+                + f". Of {pkts} tap packets, about {max(waiting, 0)} found a vCPU waiting; with the deferred "
+                f"ones, {asked} events reached the daemon.")
         for n in sorted({r["vms"] for r in rows if r["part"] == "concurrent"}):
             a, b = get("concurrent", "all busy", big, "none", n), get("concurrent", "all busy", big, "feas", n)
             if a and b:

@@ -792,6 +792,18 @@ mod feas {
                 ..Default::default()
             }
         );
+        // One of the two as the VM's only vCPU: the packets that come while it runs find no vCPU
+        // waiting, and fire when the other spinner preempts it (deferred).
+        w.set_vm(pid, true, &vcpus[..1]).unwrap();
+        let c4 = w.counters();
+        burst(100);
+        let c5 = w.counters();
+        eprintln!(
+            "one vCPU: not waiting {}, deferred {}, boosts {}",
+            c5.not_waiting - c4.not_waiting,
+            c5.deferred - c4.deferred,
+            c5.boost - c4.boost
+        );
         w.remove_netdev(&dev);
         w.remove_netdev(&other);
         burst(20);
@@ -809,7 +821,9 @@ mod feas {
         // At least 100 (IPv6 router solicitations and the like may add a few of their own).
         assert!(c2.net - c1.net >= 100, "100 packets to the watched tap: {c1:?} -> {c2:?}");
         assert!(asked >= 20, "a vCPU waits all along, 100 packets 3 ms apart: {asked} boosts; {c1:?} -> {c2:?}");
-        assert_eq!(c3.net - c2.net, 0, "packets after the tap was removed: {c2:?} -> {c3:?}");
+        assert_eq!(c3.net - c5.net, 0, "packets after the tap was removed: {c5:?} -> {c3:?}");
+        assert!(c5.not_waiting - c4.not_waiting >= 10, "one vCPU, running about half the time: {c4:?} -> {c5:?}");
+        assert!(c5.deferred - c4.deferred >= 5, "packets while it ran, then preempted: {c4:?} -> {c5:?}");
     }
 
     /// A loop device over a temp file (`losetup`), detached when dropped.

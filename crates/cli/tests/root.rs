@@ -29,6 +29,10 @@ mod persist;
 #[path = "root/rundelay.rs"]
 mod rundelay;
 
+/// Event boosting (FEAS) from packets queued to a VM's tap while its main loop never sleeps.
+#[path = "root/feasnet.rs"]
+mod feasnet;
+
 /// `cosched-fake-qemu` (crate `cosched-testtools`), built beside `cosched` by `cargo test
 /// --workspace` (or `cargo build -p cosched-testtools`): a test tool, not shipped with the CLI.
 fn fake_qemu_bin() -> PathBuf {

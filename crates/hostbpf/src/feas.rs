@@ -19,7 +19,9 @@ use std::os::fd::RawFd;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
-use crate::skel_feas::types::{feas_conf, feas_msg, feas_msg_kind, feas_stats, feas_thread, feas_vm, rd_hist, rd_key};
+use crate::skel_feas::types::{
+    feas_conf, feas_msg, feas_msg_kind, feas_netdev, feas_stats, feas_thread, feas_vm, rd_hist, rd_key,
+};
 use crate::skel_feas::{FeasSkel, FeasSkelBuilder};
 use crate::{bytes_of, probe, read_prefix, Error, Mechanism, ObjectStorage, Plain, Ring};
 
@@ -139,8 +141,10 @@ unsafe impl Plain for feas_thread {}
 unsafe impl Plain for feas_vm {}
 // SAFETY: as above.
 unsafe impl Plain for feas_conf {}
-// SAFETY: as above: ten u64.
+// SAFETY: as above: thirteen u64.
 unsafe impl Plain for feas_stats {}
+// SAFETY: as above: a u32 and 16 bytes.
+unsafe impl Plain for feas_netdev {}
 // SAFETY: as above: an i32 and two u16.
 unsafe impl Plain for rd_key {}
 // SAFETY: as above: u64s.
@@ -159,11 +163,17 @@ pub struct FeasCounters {
     pub not_waiting: u64,
     pub blocked: u64,
     pub dropped: u64,
+    /// Packets queued to a watched VM's tap device: events.
+    pub net: u64,
+    /// Requests completed on a block device a watched VM holds: events.
+    pub block: u64,
+    /// Events that found no vCPU waiting, fired when a vCPU of the VM was preempted soon after.
+    pub deferred: u64,
 }
 
 impl FeasCounters {
     /// (name, value) of every counter, for status and metrics.
-    pub fn fields(&self) -> [(&'static str, u64); 10] {
+    pub fn fields(&self) -> [(&'static str, u64); 13] {
         [
             ("device_wakeups", self.device),
             ("timer_wakeups", self.timer),
@@ -175,6 +185,9 @@ impl FeasCounters {
             ("not_waiting", self.not_waiting),
             ("blocked", self.blocked),
             ("dropped", self.dropped),
+            ("net_packets", self.net),
+            ("block_completions", self.block),
+            ("deferred", self.deferred),
         ]
     }
 }
@@ -200,7 +213,40 @@ impl fmt::Debug for FeasWatch {
     }
 }
 
-const WHAT: &str = "FEAS event tracepoints (sched_waking, sched_switch, timer and interrupt entry/exit)";
+const WHAT: &str = "FEAS event tracepoints (sched_waking, sched_switch, timer and interrupt entry/exit, \
+                    net_dev_queue, block_rq_complete)";
+
+/// Linux's name length limit for a network device, with its NUL.
+pub const IFNAMSIZ: usize = 16;
+
+/// A network device as the kernel side tells them apart: its network namespace (the inode of
+/// `/proc/<pid>/ns/net` of a process in it) and its name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NetDev {
+    pub netns: u32,
+    pub name: String,
+}
+
+impl NetDev {
+    /// The map key; `None` for a name the kernel cannot have (empty, or too long).
+    fn key(&self) -> Option<feas_netdev> {
+        let b = self.name.as_bytes();
+        if b.is_empty() || b.len() >= IFNAMSIZ {
+            return None;
+        }
+        let mut k = feas_netdev { netns: self.netns, ..Default::default() };
+        for (d, s) in k.name.iter_mut().zip(b) {
+            *d = *s as _;
+        }
+        Some(k)
+    }
+}
+
+/// A block device number as the kernel keeps it (`major << 20 | minor`), from a `st_rdev`.
+pub fn kernel_dev(rdev: u64) -> u32 {
+    let (major, minor) = (libc::major(rdev as libc::dev_t), libc::minor(rdev as libc::dev_t));
+    (major << 20) | (minor & 0xfffff)
+}
 
 impl FeasWatch {
     /// Loads and attaches the programs with the best mechanism this kernel allows (tp_btf, then
@@ -311,6 +357,46 @@ impl FeasWatch {
         })
     }
 
+    /// Packets queued to network device `dev` are events of VM `tgid`.
+    pub fn set_netdev(&mut self, dev: &NetDev, tgid: i32) -> Result<(), Error> {
+        let what = || format!("watching network device {} (netns {}) for VM process {tgid}", dev.name, dev.netns);
+        let key = dev.key().ok_or_else(|| Error::Map {
+            what: format!("{}: not a network device name", what()),
+            source: libbpf_rs::Error::from_raw_os_error(libc::EINVAL),
+        })?;
+        self.skel
+            .maps
+            .feas_netdevs
+            .update(bytes_of(&key), &tgid.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|source| Error::Map { what: what(), source })
+    }
+
+    /// Forgets network device `dev`.
+    pub fn remove_netdev(&mut self, dev: &NetDev) {
+        if let Some(key) = dev.key() {
+            let _ = self.skel.maps.feas_netdevs.delete(bytes_of(&key));
+        }
+    }
+
+    /// Requests completed on block device `rdev` (a `st_rdev`) are events of VM `tgid`.
+    pub fn set_blkdev(&mut self, rdev: u64, tgid: i32) -> Result<(), Error> {
+        self.skel.maps.feas_blkdevs.update(&kernel_dev(rdev).to_ne_bytes(), &tgid.to_ne_bytes(), MapFlags::ANY).map_err(
+            |source| Error::Map {
+                what: format!(
+                    "watching block device {}:{} for VM process {tgid}",
+                    libc::major(rdev as libc::dev_t),
+                    libc::minor(rdev as libc::dev_t)
+                ),
+                source,
+            },
+        )
+    }
+
+    /// Forgets block device `rdev`.
+    pub fn remove_blkdev(&mut self, rdev: u64) {
+        let _ = self.skel.maps.feas_blkdevs.delete(&kernel_dev(rdev).to_ne_bytes());
+    }
+
     /// Forgets thread `tid`.
     pub fn remove_thread(&mut self, tid: i32) {
         let _ = self.skel.maps.feas_threads.delete(&tid.to_ne_bytes());
@@ -375,6 +461,9 @@ impl FeasWatch {
                 c.not_waiting += s.not_waiting;
                 c.blocked += s.blocked;
                 c.dropped += s.dropped;
+                c.net += s.net;
+                c.block += s.block;
+                c.deferred += s.deferred;
             }
         }
         c
@@ -431,6 +520,8 @@ fn load(
             &mut p.btf_softirq_exit,
             &mut p.btf_irq_entry,
             &mut p.btf_irq_exit,
+            &mut p.btf_net_queue,
+            &mut p.btf_block_complete,
         ] {
             prog.set_autoload(btf);
         }
@@ -445,6 +536,8 @@ fn load(
             &mut p.raw_softirq_exit,
             &mut p.raw_irq_entry,
             &mut p.raw_irq_exit,
+            &mut p.raw_net_queue,
+            &mut p.raw_block_complete,
         ] {
             prog.set_autoload(!btf);
         }
@@ -466,6 +559,8 @@ fn load(
                 &p.btf_irq_exit,
                 &p.btf_switch,
                 &p.btf_waking,
+                &p.btf_net_queue,
+                &p.btf_block_complete,
             ]
         } else {
             [
@@ -479,6 +574,8 @@ fn load(
                 &p.raw_irq_exit,
                 &p.raw_switch,
                 &p.raw_waking,
+                &p.raw_net_queue,
+                &p.raw_block_complete,
             ]
         };
         for prog in main {
@@ -505,9 +602,24 @@ mod tests {
         assert_eq!(size_of::<feas_thread>(), 48);
         assert_eq!(size_of::<rd_key>(), 8);
         assert_eq!(size_of::<rd_hist>(), 16 + 8 * RD_BUCKETS);
-        assert_eq!(size_of::<feas_vm>(), 4 + 4 + 4 * MAX_VCPUS + 8 + 4 + 4 + 8);
+        assert_eq!(size_of::<feas_vm>(), 4 + 4 + 4 * MAX_VCPUS + 8 + 4 + 4 + 8 + 8);
         assert_eq!(size_of::<feas_conf>(), 40);
-        assert_eq!(size_of::<feas_stats>(), 80);
+        assert_eq!(size_of::<feas_stats>(), 104);
+        assert_eq!(size_of::<feas_netdev>(), 4 + IFNAMSIZ);
+    }
+
+    #[test]
+    fn device_keys() {
+        let k = NetDev { netns: 7, name: "tap0".into() }.key().unwrap();
+        assert_eq!(k.netns, 7);
+        assert_eq!(&k.name[..5], &[b't' as _, b'a' as _, b'p' as _, b'0' as _, 0]);
+        assert!(NetDev { netns: 7, name: "".into() }.key().is_none());
+        assert!(NetDev { netns: 7, name: "a-name-too-long!".into() }.key().is_none());
+        assert!(NetDev { netns: 7, name: "fifteen-chars-x".into() }.key().is_some());
+        // /dev/loop0 is 7:0, /dev/sdb1 8:17; a minor above 255 is split in st_rdev.
+        assert_eq!(kernel_dev(libc::makedev(7, 0)), 7 << 20);
+        assert_eq!(kernel_dev(libc::makedev(8, 17)), (8 << 20) | 17);
+        assert_eq!(kernel_dev(libc::makedev(259, 70000)), (259 << 20) | 70000);
     }
 
     #[test]

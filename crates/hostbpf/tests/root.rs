@@ -616,6 +616,299 @@ mod feas {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A tap device in a network namespace of its own, made by the calling thread (a thread's
+    /// `unshare(CLONE_NEWNET)` moves only that thread), held open by this fd: closing it (or the
+    /// process ending) removes the tap, and the namespace with its last user.
+    struct Tap {
+        fd: i32,
+        packet: i32,
+        netns: u32,
+    }
+
+    const TUNSETIFF: libc::c_ulong = 0x400454ca;
+
+    fn ifreq(name: &str, flags: i16) -> [u8; 40] {
+        let mut r = [0u8; 40];
+        r[..name.len()].copy_from_slice(name.as_bytes());
+        r[16..18].copy_from_slice(&flags.to_ne_bytes());
+        r
+    }
+
+    impl Tap {
+        /// On the calling thread, which is moved to a new network namespace.
+        fn new(name: &str) -> Tap {
+            // SAFETY: plain system calls on memory owned here; every result is checked.
+            unsafe {
+                assert_eq!(libc::unshare(libc::CLONE_NEWNET), 0, "unshare: {}", std::io::Error::last_os_error());
+                let fd = libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+                assert!(fd >= 0, "/dev/net/tun: {}", std::io::Error::last_os_error());
+                let mut r = ifreq(name, (libc::IFF_TAP | libc::IFF_NO_PI) as i16);
+                assert_eq!(
+                    libc::ioctl(fd, TUNSETIFF, r.as_mut_ptr()),
+                    0,
+                    "TUNSETIFF: {}",
+                    std::io::Error::last_os_error()
+                );
+                let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+                let mut up = ifreq(name, (libc::IFF_UP | libc::IFF_RUNNING) as i16);
+                assert_eq!(
+                    libc::ioctl(s, libc::SIOCSIFFLAGS, up.as_mut_ptr()),
+                    0,
+                    "up: {}",
+                    std::io::Error::last_os_error()
+                );
+                libc::close(s);
+                let packet = libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0);
+                assert!(packet >= 0, "AF_PACKET: {}", std::io::Error::last_os_error());
+                let cname = std::ffi::CString::new(name).unwrap();
+                let mut ll: libc::sockaddr_ll = std::mem::zeroed();
+                ll.sll_family = libc::AF_PACKET as u16;
+                ll.sll_ifindex = libc::if_nametoindex(cname.as_ptr()) as i32;
+                assert!(ll.sll_ifindex > 0, "{name} has no index");
+                let rc = libc::bind(
+                    packet,
+                    (&ll as *const libc::sockaddr_ll).cast(),
+                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                );
+                assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+                let mut st: libc::stat = std::mem::zeroed();
+                let path = std::ffi::CString::new(format!("/proc/self/task/{}/ns/net", gettid())).unwrap();
+                assert_eq!(libc::stat(path.as_ptr(), &mut st), 0);
+                Tap { fd, packet, netns: st.st_ino as u32 }
+            }
+        }
+
+        /// One Ethernet frame out of the tap (host -> guest: what QEMU would read).
+        fn send(&self) {
+            let mut frame = [0u8; 60];
+            frame[..6].copy_from_slice(&[0x52, 0x54, 0, 0x12, 0x34, 0x56]);
+            frame[6..12].copy_from_slice(&[0x52, 0x54, 0, 0xab, 0xcd, 0xef]);
+            frame[12..14].copy_from_slice(&[0x88, 0xb5]); // local experimental EtherType
+                                                          // SAFETY: sending a buffer owned here on our socket.
+            let n = unsafe { libc::send(self.packet, frame.as_ptr().cast(), frame.len(), 0) };
+            assert_eq!(n, frame.len() as isize, "send: {}", std::io::Error::last_os_error());
+        }
+    }
+
+    impl Drop for Tap {
+        fn drop(&mut self) {
+            // SAFETY: closing our own fds.
+            unsafe {
+                libc::close(self.packet);
+                libc::close(self.fd);
+            }
+        }
+    }
+
+    /// Packets queued to a VM's tap are events although no thread of the VM is woken (a busy
+    /// main loop): counted as `net`, and with a vCPU of the VM waiting they ask for boosts
+    /// (n_limit per cycle). Unwatched, the same packets count nothing.
+    #[test]
+    fn packets_to_a_watched_tap_are_events() {
+        if !have_root() {
+            return;
+        }
+        let mut w = FeasWatch::open(FeasParams {
+            epoch_ns: monotonic_ns(),
+            cycle_ns: 10_000_000,
+            slice_ns: 1_000_000,
+            n_limit: 1,
+            run_delay: true,
+            boost_running: false,
+        })
+        .expect("FEAS programs load and attach");
+        let pid = std::process::id() as i32;
+        // Two "vCPUs" spinning on one CPU: one of them is always runnable and waiting.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, rx) = channel();
+        let spinners: Vec<_> = (0..2)
+            .map(|_| {
+                let (stop, tx) = (stop.clone(), tx.clone());
+                std::thread::spawn(move || {
+                    // SAFETY: a CPU set on the stack, for this thread.
+                    unsafe {
+                        let mut set: libc::cpu_set_t = std::mem::zeroed();
+                        libc::CPU_SET(0, &mut set);
+                        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                    }
+                    tx.send(gettid()).unwrap();
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        let vcpus: Vec<i32> = (0..2).map(|_| rx.recv().unwrap()).collect();
+        for t in &vcpus {
+            w.set_thread(*t, pid, Role::Vcpu).unwrap();
+        }
+        w.set_vm(pid, true, &vcpus).unwrap();
+        let name = format!("cosft{}", pid % 100_000);
+        let (cmd_tx, cmd_rx) = channel::<bool>();
+        let (ack_tx, ack_rx) = channel::<u32>();
+        // The tap's thread: makes it in its own namespace and sends a frame per command.
+        let tap_name = name.clone();
+        let tap_thread = std::thread::spawn(move || {
+            let tap = Tap::new(&tap_name);
+            ack_tx.send(tap.netns).unwrap();
+            while let Ok(send) = cmd_rx.recv() {
+                if send {
+                    tap.send();
+                }
+                ack_tx.send(0).unwrap();
+            }
+        });
+        let netns = ack_rx.recv_timeout(Duration::from_secs(10)).expect("the tap is made");
+        let burst = |n: usize| {
+            for _ in 0..n {
+                cmd_tx.send(true).unwrap();
+                ack_rx.recv_timeout(Duration::from_secs(5)).expect("the frame is sent");
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        };
+        // Not watched yet: nothing.
+        let c0 = w.counters();
+        burst(20);
+        let c1 = w.counters();
+        assert_eq!(c1.net - c0.net, 0, "packets to a tap not watched: {c0:?} -> {c1:?}");
+        let dev = cosched_hostbpf::feas::NetDev { netns, name: name.clone() };
+        w.set_netdev(&dev, pid).unwrap();
+        // Another namespace's device of the same name is not it.
+        let other = cosched_hostbpf::feas::NetDev { netns: netns.wrapping_add(1), name: name.clone() };
+        w.set_netdev(&other, pid + 1).unwrap();
+        let mut msgs = Vec::new();
+        burst(100);
+        let c2 = w.counters();
+        w.drain(&mut msgs);
+        let asked = msgs
+            .iter()
+            .filter(|m| matches!(m, cosched_hostbpf::feas::FeasMsg::Boost { tgid, .. } if *tgid == pid))
+            .count();
+        eprintln!(
+            "100 packets to the watched tap: {:?}, {asked} boost message(s)",
+            FeasCounters {
+                net: c2.net - c1.net,
+                boost: c2.boost - c1.boost,
+                postponed: c2.postponed - c1.postponed,
+                not_waiting: c2.not_waiting - c1.not_waiting,
+                ..Default::default()
+            }
+        );
+        // One of the two as the VM's only vCPU: the packets that come while it runs find no vCPU
+        // waiting, and fire when the other spinner preempts it (deferred).
+        w.set_vm(pid, true, &vcpus[..1]).unwrap();
+        let c4 = w.counters();
+        burst(100);
+        let c5 = w.counters();
+        eprintln!(
+            "one vCPU: not waiting {}, deferred {}, boosts {}",
+            c5.not_waiting - c4.not_waiting,
+            c5.deferred - c4.deferred,
+            c5.boost - c4.boost
+        );
+        w.remove_netdev(&dev);
+        w.remove_netdev(&other);
+        burst(20);
+        let c3 = w.counters();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for s in spinners {
+            s.join().unwrap();
+        }
+        drop(cmd_tx);
+        tap_thread.join().unwrap();
+        for t in &vcpus {
+            w.remove_thread(*t);
+        }
+        w.remove_vm(pid);
+        // At least 100 (IPv6 router solicitations and the like may add a few of their own).
+        assert!(c2.net - c1.net >= 100, "100 packets to the watched tap: {c1:?} -> {c2:?}");
+        assert!(asked >= 20, "a vCPU waits all along, 100 packets 3 ms apart: {asked} boosts; {c1:?} -> {c2:?}");
+        assert_eq!(c3.net - c5.net, 0, "packets after the tap was removed: {c5:?} -> {c3:?}");
+        assert!(c5.not_waiting - c4.not_waiting >= 10, "one vCPU, running about half the time: {c4:?} -> {c5:?}");
+        assert!(c5.deferred - c4.deferred >= 5, "packets while it ran, then preempted: {c4:?} -> {c5:?}");
+    }
+
+    /// A loop device over a temp file (`losetup`), detached when dropped.
+    struct Loop {
+        dev: String,
+        file: std::path::PathBuf,
+    }
+
+    impl Drop for Loop {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("losetup").args(["-d", &self.dev]).status();
+            let _ = std::fs::remove_file(&self.file);
+        }
+    }
+
+    /// Requests completed on a block device the VM holds are events (`block`); on a device not
+    /// watched, nothing.
+    #[test]
+    fn completions_on_a_watched_block_device_are_events() {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        if !have_root() {
+            return;
+        }
+        let dir = tempfile_dir();
+        let file = dir.join("disk.img");
+        std::fs::write(&file, vec![0u8; 4 << 20]).unwrap();
+        let out = std::process::Command::new("losetup")
+            .args(["--find", "--show", file.to_str().unwrap()])
+            .output()
+            .expect("losetup runs");
+        assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+        let lo = Loop { dev: String::from_utf8(out.stdout).unwrap().trim().to_string(), file };
+        let mut w = FeasWatch::open(FeasParams {
+            epoch_ns: monotonic_ns(),
+            cycle_ns: 10_000_000,
+            slice_ns: 1_000_000,
+            n_limit: 1,
+            run_delay: true,
+            boost_running: false,
+        })
+        .expect("FEAS programs load and attach");
+        let pid = std::process::id() as i32;
+        let disk = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&lo.dev).unwrap();
+        let rdev = disk.metadata().unwrap().rdev();
+        let read_all = || {
+            let layout = std::alloc::Layout::from_size_align(4096, 4096).unwrap();
+            // SAFETY: a 4 KiB aligned buffer, freed below; pread writes within it.
+            unsafe {
+                let buf = std::alloc::alloc(layout);
+                for i in 0..64 {
+                    let n = libc::pread(disk.as_raw_fd(), buf.cast(), 4096, i * 4096);
+                    assert_eq!(n, 4096, "O_DIRECT read of {}: {}", lo.dev, std::io::Error::last_os_error());
+                }
+                std::alloc::dealloc(buf, layout);
+            }
+        };
+        use std::os::fd::AsRawFd;
+        w.set_vm(pid, true, &[]).unwrap();
+        let c0 = w.counters();
+        read_all();
+        let c1 = w.counters();
+        w.set_blkdev(rdev, pid).unwrap();
+        read_all();
+        let c2 = w.counters();
+        w.remove_blkdev(rdev);
+        read_all();
+        let c3 = w.counters();
+        w.remove_vm(pid);
+        drop(disk);
+        drop(lo); // detaches it and removes its file (the directory is shared with other tests)
+        eprintln!(
+            "64 direct reads each: block {} unwatched, {} watched, {} removed",
+            c1.block - c0.block,
+            c2.block - c1.block,
+            c3.block - c2.block
+        );
+        assert_eq!(c1.block - c0.block, 0, "not watched yet");
+        assert!(c2.block - c1.block >= 64, "64 reads of the watched device: {c1:?} -> {c2:?}");
+        // No vCPU: each one is an event with no one waiting.
+        assert!(c2.not_waiting - c1.not_waiting >= 64, "{c1:?} -> {c2:?}");
+        assert_eq!(c3.block - c2.block, 0, "after it was removed");
+    }
+
     fn tempfile_dir() -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("cosched-feas-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();

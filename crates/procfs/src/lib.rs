@@ -249,6 +249,62 @@ impl ProcFs {
     }
 }
 
+/// The devices a process holds open that raise events for it: tap devices (`/dev/net/tun` fds)
+/// and block devices. Regular files (disk images) are not here: an image on a shared filesystem
+/// completes its I/O on a device every user of that filesystem shares, so it names no one VM.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessDevices {
+    /// The inode of the process's network namespace (`ns/net`, `net:[INODE]`): where its taps
+    /// are, as far as /proc tells (a tap's fd passed in from another namespace is not told).
+    pub netns: Option<u64>,
+    /// The interface names of its tap fds (`iff:` of `fdinfo/<fd>`), sorted, each once.
+    pub taps: Vec<String>,
+    /// `st_rdev` of the block devices it holds open, sorted, each once.
+    pub block_devices: Vec<u64>,
+}
+
+impl ProcFs {
+    /// The devices process `pid` holds open ([`ProcessDevices`]). Fds closed while we look are
+    /// skipped; the process being gone (or its fds unreadable) is an error.
+    pub fn devices(&self, pid: i32) -> Result<ProcessDevices> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let dir = self.root.join(pid.to_string());
+        let netns = fs::read_link(dir.join("ns/net")).ok().and_then(|l| {
+            let l = l.to_string_lossy().into_owned();
+            l.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
+        });
+        let fd_dir = dir.join("fd");
+        let entries = fs::read_dir(&fd_dir).map_err(|source| Error::Io { path: fd_dir.clone(), source })?;
+        let mut out = ProcessDevices { netns, ..Default::default() };
+        for e in entries.flatten() {
+            let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+            let Ok(target) = fs::read_link(e.path()) else { continue };
+            if target == Path::new("/dev/net/tun") {
+                let info = fs::read_to_string(dir.join("fdinfo").join(fd.to_string())).unwrap_or_default();
+                // A tun fd not yet attached to an interface has no `iff:` line.
+                if let Some(name) = info.lines().find_map(|l| l.strip_prefix("iff:")).map(str::trim) {
+                    if !name.is_empty() {
+                        out.taps.push(name.to_string());
+                    }
+                }
+            } else if target.starts_with("/dev") {
+                // The link's target, followed: the device file opened, in whatever mount
+                // namespace (a fake tree's links point at real devices).
+                if let Ok(m) = fs::metadata(e.path()) {
+                    if m.file_type().is_block_device() {
+                        out.block_devices.push(m.rdev());
+                    }
+                }
+            }
+        }
+        out.taps.sort();
+        out.taps.dedup();
+        out.block_devices.sort_unstable();
+        out.block_devices.dedup();
+        Ok(out)
+    }
+}
+
 /// The VM name QEMU was started with: `-name NAME[,...]` or `-name guest=NAME[,...]` (libvirt
 /// passes the domain name so).
 pub fn qemu_name(args: &[String]) -> Option<String> {
@@ -305,6 +361,25 @@ pub mod fake {
         let t = root.join(pid.to_string()).join("task").join(tid.to_string());
         fs::create_dir_all(&t).unwrap();
         fs::write(t.join("stat"), stat_line(tid, comm, 1000 + tid as u64)).unwrap();
+    }
+
+    /// Gives process `pid` fd `fd` pointing at `target`, with `fdinfo` (if any).
+    pub fn add_fd(root: &Path, pid: i32, fd: u32, target: &str, fdinfo: Option<&str>) {
+        let dir = root.join(pid.to_string());
+        fs::create_dir_all(dir.join("fd")).unwrap();
+        fs::create_dir_all(dir.join("fdinfo")).unwrap();
+        std::os::unix::fs::symlink(target, dir.join("fd").join(fd.to_string())).unwrap();
+        if let Some(info) = fdinfo {
+            fs::write(dir.join("fdinfo").join(fd.to_string()), info).unwrap();
+        }
+    }
+
+    /// Puts process `pid` in network namespace `inode`.
+    pub fn set_netns(root: &Path, pid: i32, inode: u64) {
+        let dir = root.join(pid.to_string()).join("ns");
+        fs::create_dir_all(&dir).unwrap();
+        let _ = fs::remove_file(dir.join("net"));
+        std::os::unix::fs::symlink(format!("net:[{inode}]"), dir.join("net")).unwrap();
     }
 
     pub fn remove_thread(root: &Path, pid: i32, tid: i32) {
@@ -415,6 +490,64 @@ mod tests {
         assert_eq!(fs.socket_holders(555), vec![4242]);
         assert_eq!(fs.socket_holders(5555), vec![77]);
         assert!(fs.socket_holders(1).is_empty());
+    }
+
+    /// A tun fd's `fdinfo` as the kernel writes it.
+    fn tun_fdinfo(iff: &str) -> String {
+        format!("pos:\t0\nflags:\t0104002\nmnt_id:\t26\nino:\t1046\niff:\t{iff}\n")
+    }
+
+    #[test]
+    fn finds_the_taps_and_block_devices_a_process_holds() {
+        let (d, fs) = qemu_tree();
+        let root = d.path();
+        set_netns(root, 4242, 4026532500);
+        add_fd(root, 4242, 0, "/dev/null", Some("pos:\t0\n"));
+        add_fd(root, 4242, 3, "socket:[555]", None);
+        add_fd(root, 4242, 9, "/dev/net/tun", Some(&tun_fdinfo("tap1")));
+        add_fd(root, 4242, 10, "/dev/net/tun", Some(&tun_fdinfo("tap0")));
+        // multiqueue: two fds on one interface
+        add_fd(root, 4242, 11, "/dev/net/tun", Some(&tun_fdinfo("tap0")));
+        // opened, not attached yet (TUNSETIFF not done)
+        add_fd(root, 4242, 12, "/dev/net/tun", Some("pos:\t0\nflags:\t02\n"));
+        // a disk image on a filesystem: not a device of its own
+        add_fd(root, 4242, 13, "/var/lib/images/disk.qcow2", Some("pos:\t0\n"));
+        // a block device, if this machine has one to point at
+        let blk = ["/dev/loop0", "/dev/sda", "/dev/vda", "/dev/nvme0n1"].into_iter().find(|p| {
+            use std::os::unix::fs::FileTypeExt;
+            fs::metadata(p).is_ok_and(|m| m.file_type().is_block_device())
+        });
+        if let Some(b) = blk {
+            add_fd(root, 4242, 14, b, None);
+            add_fd(root, 4242, 15, b, None);
+        }
+        let got = fs.devices(4242).unwrap();
+        assert_eq!(got.netns, Some(4026532500));
+        assert_eq!(got.taps, vec!["tap0".to_string(), "tap1".to_string()]);
+        match blk {
+            Some(b) => {
+                use std::os::unix::fs::MetadataExt;
+                assert_eq!(got.block_devices, vec![fs::metadata(b).unwrap().rdev()], "{b}");
+            }
+            None => assert!(got.block_devices.is_empty()),
+        }
+        // No fds readable: the process is gone (or not ours to read).
+        add_process(root, 77, "/x", &[(77, "x")]);
+        assert!(fs.devices(77).is_err());
+        assert!(fs.devices(9999).unwrap_err().is_gone());
+        // No namespace link: unknown, the taps are still told.
+        add_fd(root, 77, 4, "/dev/net/tun", Some(&tun_fdinfo("t")));
+        assert_eq!(
+            fs.devices(77).unwrap(),
+            ProcessDevices { netns: None, taps: vec!["t".into()], block_devices: vec![] }
+        );
+    }
+
+    #[test]
+    fn reads_the_devices_of_this_process() {
+        let me = std::process::id() as i32;
+        let got = ProcFs::default().devices(me).unwrap();
+        assert!(got.netns.is_some(), "{got:?}");
     }
 
     #[test]

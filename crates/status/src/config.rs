@@ -93,6 +93,13 @@ pub struct DetectionCounters {
     pub not_waiting: u64,
     pub blocked: u64,
     pub dropped: u64,
+    /// Packets queued to a watched VM's tap device (each an event).
+    pub net_packets: u64,
+    /// Requests completed on a block device a watched VM holds (each an event).
+    pub block_completions: u64,
+    /// Events that found no vCPU waiting, fired when one of the VM's vCPUs was preempted within
+    /// a cycle of them.
+    pub deferred_events: u64,
 }
 
 /// `[membw]` and what it runs on here (or why not), host-wide. While the regulation runs,

@@ -3,11 +3,11 @@
 //! threads or workers; whether the coordinator says to watch it). The policy is the coordinator's
 //! `event` resource (`cosched_core::feas`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use cosched_core::{FeasConfig, Level, VmId};
-use cosched_hostbpf::feas::{monotonic_ns, FeasCounters, FeasMsg, FeasParams, FeasWatch, Role, RunLevel};
-use cosched_procfs::ThreadRole;
+use cosched_hostbpf::feas::{monotonic_ns, FeasCounters, FeasMsg, FeasParams, FeasWatch, NetDev, Role, RunLevel};
+use cosched_procfs::{ProcFs, ThreadRole};
 use cosched_proto::Resource;
 use mio::unix::SourceFd;
 use mio::{Interest, Poll, Token};
@@ -29,6 +29,9 @@ struct Told {
     generation: Option<u64>,
     /// The level its run delays count at, as the BPF side was told.
     run_level: Option<RunLevel>,
+    /// Its tap devices and block devices (`st_rdev`), as written in the device maps.
+    netdevs: BTreeSet<NetDev>,
+    blkdevs: BTreeSet<u64>,
 }
 
 pub struct EventBoost {
@@ -131,10 +134,78 @@ impl EventBoost {
         self.msgs = msgs;
     }
 
-    /// The coordinator says whether to watch `vm` for events ([`cosched_core::Action::WatchEvents`]).
-    pub fn watch_vm(&mut self, vm: &VmEntry, on: bool) {
+    /// The coordinator says whether to watch `vm` for events ([`cosched_core::Action::WatchEvents`]):
+    /// its threads and its devices (found in `procfs`).
+    pub fn watch_vm(&mut self, vm: &VmEntry, on: bool, procfs: &ProcFs) {
         self.told.entry(vm.id).or_default().wanted = on;
         self.sync(vm);
+        self.devices(vm, procfs);
+    }
+
+    /// Finds the devices of `vm` again (a NIC or disk may have been hot-plugged or removed) and
+    /// tells the BPF side of those that changed: packets queued to its taps and completions on
+    /// block devices it holds are its events while it is watched. A VM not watched has none in
+    /// the maps (every packet on the host is looked up in them). Disk images on a filesystem are
+    /// not attributed (`ProcessDevices`).
+    pub fn devices(&mut self, vm: &VmEntry, procfs: &ProcFs) {
+        let pid = vm.pid();
+        let Some(told) = self.told.get_mut(&vm.id) else { return };
+        let (net, blk): (BTreeSet<NetDev>, BTreeSet<u64>) = if told.wanted {
+            match procfs.devices(pid) {
+                Ok(d) => {
+                    // The taps are taken to be in QEMU's namespace: where it opened them.
+                    let netns = d.netns.and_then(|n| u32::try_from(n).ok());
+                    let net = netns
+                        .map(|netns| d.taps.into_iter().map(|name| NetDev { netns, name }).collect())
+                        .unwrap_or_default();
+                    (net, d.block_devices.into_iter().collect())
+                }
+                Err(e) => {
+                    if !e.is_gone() {
+                        warn!("{}: finding its devices: {e}", vm.name());
+                    }
+                    return;
+                }
+            }
+        } else {
+            Default::default()
+        };
+        for dev in told.netdevs.difference(&net) {
+            self.watch.remove_netdev(dev);
+        }
+        for dev in told.blkdevs.difference(&blk) {
+            self.watch.remove_blkdev(*dev);
+        }
+        let mut netdevs = BTreeSet::new();
+        for dev in net {
+            if told.netdevs.contains(&dev) {
+                netdevs.insert(dev);
+                continue;
+            }
+            match self.watch.set_netdev(&dev, pid) {
+                Ok(()) => {
+                    debug!("{}: packets to its tap {} are events", vm.name(), dev.name);
+                    netdevs.insert(dev);
+                }
+                Err(e) => warn!("{}: {e}", vm.name()),
+            }
+        }
+        let mut blkdevs = BTreeSet::new();
+        for dev in blk {
+            if told.blkdevs.contains(&dev) {
+                blkdevs.insert(dev);
+                continue;
+            }
+            match self.watch.set_blkdev(dev, pid) {
+                Ok(()) => {
+                    debug!("{}: completions on its block device {dev:#x} are events", vm.name());
+                    blkdevs.insert(dev);
+                }
+                Err(e) => warn!("{}: {e}", vm.name()),
+            }
+        }
+        told.netdevs = netdevs;
+        told.blkdevs = blkdevs;
     }
 
     /// Tells the BPF side what changed of `vm`: its threads' roles, and whether to watch it.
@@ -193,6 +264,12 @@ impl EventBoost {
         if let Some(told) = self.told.remove(&id) {
             for tid in told.threads.keys() {
                 self.watch.remove_thread(*tid);
+            }
+            for dev in &told.netdevs {
+                self.watch.remove_netdev(dev);
+            }
+            for dev in &told.blkdevs {
+                self.watch.remove_blkdev(*dev);
             }
         }
         self.watch.remove_vm(pid);

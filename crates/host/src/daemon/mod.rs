@@ -361,6 +361,7 @@ impl Daemon {
             self.next_rescan_ns = now + self.cfg.rescan_ms * NS_PER_MS;
             self.on_thread_events(); // a safety net: nothing waits in the ring buffer unseen
             self.check_vms_alive();
+            self.rescan_devices();
             self.update_host_shield();
             if !self.discovery.live() {
                 self.refresh_threads(true);
@@ -513,7 +514,7 @@ impl Daemon {
                 }
                 Action::WatchEvents { vm, on } => {
                     if let (Ok(ev), Some(e)) = (self.events.as_mut(), self.vms.get(vm.0 as usize)) {
-                        ev.watch_vm(e, on);
+                        ev.watch_vm(e, on, &self.host.procfs);
                     }
                 }
                 Action::StaticGuard { vm, guarded } => self.static_guard(vm.0 as usize, guarded),
@@ -573,6 +574,14 @@ impl Daemon {
         let Ok(ev) = self.events.as_mut() else { return };
         let Some(vm) = self.vms.get(token) else { return };
         ev.sync(vm);
+    }
+
+    /// Finds the VMs' devices again for the event detection (a NIC or disk hot-plugged).
+    fn rescan_devices(&mut self) {
+        let Ok(ev) = self.events.as_mut() else { return };
+        for (_, vm) in self.vms.iter() {
+            ev.devices(vm, &self.host.procfs);
+        }
     }
 
     /// Messages of the event detection: events for VMs, boosted vCPUs that blocked.

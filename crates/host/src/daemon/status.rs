@@ -165,6 +165,9 @@ fn event_status(v: &View) -> st::EventStatus {
                 not_waiting,
                 blocked,
                 dropped,
+                net,
+                block,
+                deferred,
             } = ev.counters();
             out.detection = Some(ev.mechanism().to_string());
             out.kvm_tracepoints = Some(ev.kvm_attached());
@@ -179,6 +182,9 @@ fn event_status(v: &View) -> st::EventStatus {
                 not_waiting,
                 blocked,
                 dropped,
+                net_packets: net,
+                block_completions: block,
+                deferred_events: deferred,
             });
         }
         Err(why) => out.unsupported = Some(why.to_string()),

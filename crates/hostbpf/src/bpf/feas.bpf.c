@@ -20,6 +20,15 @@
  * The woken thread first has to run to hand the event to the guest (QEMU reads the packet and
  * raises the virtual interrupt), so the event fires when that thread goes back to sleep.
  *
+ * A busy main loop (a bulk transfer) is seldom woken: it finds the next packet before it sleeps.
+ * So the devices themselves are watched too, and their events fire at once:
+ *   - a packet queued to a VM's tap device (net_dev_queue: host -> guest goes through
+ *     dev_queue_xmit on the tap), the tap named by (netns inode, name) in feas_netdevs;
+ *   - a request completed on a block device a VM's QEMU holds open (block_rq_complete), by its
+ *     dev_t in feas_blkdevs. An image file on a shared filesystem is not attributed: its
+ *     device's completions are every user's.
+ * The daemon finds both from the QEMU process's fds.
+ *
  * vCPU states come from sched_waking (runnable) and sched_switch (running, preempted: waiting,
  * or asleep), and so does their run time, exact at any moment (the daemon charges boosts by it). A boosted vCPU (asked for in the last slice and at a real-time class) going to
  * sleep sends FEAS_BLOCKED: the boost ends.
@@ -67,6 +76,21 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 64 * 1024);
 } feas_msgs SEC(".maps");
+
+/* A VM's devices (feas_intf.h): tap -> QEMU pid, block device (kernel dev_t) -> QEMU pid. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct feas_netdev);
+	__type(value, s32);
+} feas_netdevs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);	/* dev_t as the kernel keeps it: major << 20 | minor */
+	__type(value, s32);
+} feas_blkdevs SEC(".maps");
 
 /* Run delay (feas_intf.h): each VM's level, as the daemon applied it, and the histograms. */
 struct {
@@ -117,6 +141,7 @@ const struct feas_msg *feas_msg_type __attribute__((unused));
 const struct feas_thread *feas_thread_type __attribute__((unused));
 const struct feas_vm *feas_vm_type __attribute__((unused));
 const struct feas_conf *feas_conf_type __attribute__((unused));
+const struct feas_netdev *feas_netdev_type __attribute__((unused));
 const struct rd_key *rd_key_type __attribute__((unused));
 const struct rd_hist *rd_hist_type __attribute__((unused));
 const enum rd_level *rd_level_type __attribute__((unused));
@@ -226,7 +251,7 @@ static __always_inline void run_delay(s32 tgid, u32 kind, u64 ns)
 	h->buckets[b]++;
 }
 
-/* An event for VM `tgid`: boost, postpone, or nothing. */
+/* An event for VM `tgid`: boost, postpone, or nothing (then it is pending: vm->pending). */
 static __always_inline void fire(s32 tgid)
 {
 	struct feas_stats *st = stats();
@@ -257,13 +282,16 @@ static __always_inline void fire(s32 tgid)
 		if (t && t->state == FEAS_RUNNING)
 			running = true;
 	}
+	now = bpf_ktime_get_ns();
 	/* A vCPU that runs when the event comes handles it, unless it is preempted first: with
-	 * boost_running, the boost keeps it on its CPU until it has run the policy's run_us. */
+	 * boost_running, the boost keeps it on its CPU until it has run the policy's run_us.
+	 * Otherwise the event is pending, and fires if a vCPU is preempted within a cycle. */
 	if (!waiting && !(running && conf->boost_running)) {
 		st->not_waiting++;
+		vm->pending = now;
 		return;
 	}
-	now = bpf_ktime_get_ns();
+	vm->pending = 0;
 	cycle = (now - conf->epoch_ns) / conf->cycle_ns;
 	if (vm->cycle != cycle) {
 		vm->cycle = cycle;
@@ -355,6 +383,24 @@ static __always_inline void on_switch(bool preempt, struct task_struct *prev, st
 				t->since = now;
 				t->state = asleep ? FEAS_SLEEPING : FEAS_WAITING;
 				t->woken = 0;
+				if (!asleep) {
+					/* Preempted with an event of its VM pending (it came while the
+					 * vCPUs ran, within a cycle): the guest has not had the CPU to
+					 * handle it; it fires now that this vCPU waits. */
+					struct feas_vm *vm = bpf_map_lookup_elem(&feas_vms, &tgid);
+					struct feas_conf *conf;
+					u32 zero = 0;
+
+					conf = bpf_map_lookup_elem(&feas_conf, &zero);
+					if (vm && vm->on && vm->pending && conf && now - vm->pending <= conf->cycle_ns) {
+						struct feas_stats *st = stats();
+
+						vm->pending = 0;
+						if (st)
+							st->deferred++;
+						fire(tgid);
+					}
+				}
 				if (asleep) {
 					struct feas_vm *vm = bpf_map_lookup_elem(&feas_vms, &tgid);
 					u32 policy = BPF_CORE_READ(prev, policy);
@@ -403,6 +449,45 @@ static __always_inline void on_kvm_irq(void)
 	if (st)
 		st->kvm_irq++;
 	fire(tgid);
+}
+
+/* A packet queued to a device: an event if the device is a watched VM's tap. */
+static __always_inline void on_net_queue(struct sk_buff *skb)
+{
+	struct feas_netdev key = {};
+	struct net_device *dev = BPF_CORE_READ(skb, dev);
+	struct feas_stats *st;
+	s32 *tgid;
+
+	if (!dev)
+		return;
+	key.netns = BPF_CORE_READ(dev, nd_net.net, ns.inum);
+	BPF_CORE_READ_STR_INTO(&key.name, dev, name);
+	tgid = bpf_map_lookup_elem(&feas_netdevs, &key);
+	if (!tgid)
+		return;
+	st = stats();
+	if (st)
+		st->net++;
+	fire(*tgid);
+}
+
+/* A block request completed: an event if its device is one a watched VM holds. */
+static __always_inline void on_block_complete(struct request *rq)
+{
+	struct feas_stats *st;
+	u32 dev = BPF_CORE_READ(rq, part, bd_dev);
+	s32 *tgid;
+
+	if (!dev)
+		return;
+	tgid = bpf_map_lookup_elem(&feas_blkdevs, &dev);
+	if (!tgid)
+		return;
+	st = stats();
+	if (st)
+		st->block++;
+	fire(*tgid);
 }
 
 /* ---- tp_btf ---- */
@@ -477,6 +562,20 @@ int BPF_PROG(btf_irq_exit)
 	return 0;
 }
 
+SEC("tp_btf/net_dev_queue")
+int BPF_PROG(btf_net_queue, struct sk_buff *skb)
+{
+	on_net_queue(skb);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(btf_block_complete, struct request *rq)
+{
+	on_block_complete(rq);
+	return 0;
+}
+
 /* ---- raw_tp ---- */
 
 SEC("raw_tp/sched_waking")
@@ -546,6 +645,20 @@ SEC("raw_tp/irq_handler_exit")
 int BPF_PROG(raw_irq_exit)
 {
 	leave(CTX_HARDIRQ);
+	return 0;
+}
+
+SEC("raw_tp/net_dev_queue")
+int BPF_PROG(raw_net_queue, struct sk_buff *skb)
+{
+	on_net_queue(skb);
+	return 0;
+}
+
+SEC("raw_tp/block_rq_complete")
+int BPF_PROG(raw_block_complete, struct request *rq)
+{
+	on_block_complete(rq);
 	return 0;
 }
 

@@ -51,6 +51,10 @@ struct feas_vm {
 	unsigned int count;	/* boosts asked for in `cycle` */
 	unsigned int postponed;	/* a postponement was sent in `cycle` */
 	unsigned long long boost_until;	/* a boost asked for may last until then (ktime ns) */
+	/* ktime ns of the last event that found no vCPU waiting (0: none since): the guest was
+	 * running when it came; if a vCPU is preempted within a cycle of it, before it could have
+	 * handled it, the event fires then (deferred). */
+	unsigned long long pending;
 };
 
 /* Map feas_conf[0]: the policy's knobs the kernel side applies. */
@@ -89,6 +93,18 @@ struct feas_stats {
 	unsigned long long not_waiting;	/* events while no vCPU of the VM was waiting */
 	unsigned long long blocked;	/* FEAS_BLOCKED sent */
 	unsigned long long dropped;	/* messages lost: the ring buffer was full */
+	unsigned long long net;	/* packets queued to a watched VM's tap (net_dev_queue): events */
+	unsigned long long block;	/* requests completed on a watched VM's disk (block_rq_complete): events */
+	unsigned long long deferred;	/* events that found no vCPU waiting, fired at a vCPU's preemption */
+};
+
+/* Map feas_netdevs: a VM's tap device -> its QEMU pid (written by the daemon). A device is named
+ * by its network namespace (the inode of /proc/<pid>/ns/net) and its name: taps may live in a
+ * namespace other than the daemon's, where another device has the same name. */
+#define FEAS_IFNAMSIZ 16
+struct feas_netdev {
+	unsigned int netns;
+	char name[FEAS_IFNAMSIZ];	/* NUL-padded */
 };
 
 /* Run delay: how long a vCPU thread waits runnable before it runs, from its wake-up

@@ -9,7 +9,10 @@
 //! For event boosting: `--busy NAME` is a thread that spins without pause (a vCPU running a
 //! CPU hog in its guest), and `--event-socket PATH` an `IO event0` thread that blocks reading a
 //! unix datagram socket bound at PATH (a device: a test's datagram wakes it) and busy-works
-//! 50 µs per datagram, as QEMU's main loop hands a packet to its guest.
+//! 50 µs per datagram, as QEMU's main loop hands a packet to its guest. `--tap NAME` moves the
+//! process to a network namespace of its own first and opens a tap device NAME there through
+//! `/dev/net/tun` (up, never read: a main loop too busy to sleep), held until it exits, which
+//! removes both.
 //!
 //! With `--drive HZ` it is its own guest instead (for the daemon scale experiment): once the
 //! daemon connects it registers, then sends `CPU 1` and `CPU 0` alternately, HZ frames a second,
@@ -91,6 +94,35 @@ fn event_thread(path: String) {
     });
 }
 
+const TUNSETIFF: libc::c_ulong = 0x400454ca;
+
+/// `struct ifreq` with a name and flags.
+fn ifreq(name: &str, flags: i16) -> [u8; 40] {
+    let mut r = [0u8; 40];
+    r[..name.len()].copy_from_slice(name.as_bytes());
+    r[16..18].copy_from_slice(&flags.to_ne_bytes());
+    r
+}
+
+/// A new network namespace for this (still single-threaded) process, and tap `name` in it, up;
+/// its fd stays open (leaked) for the life of the process.
+fn open_tap(name: &str) {
+    let err = || std::io::Error::last_os_error();
+    assert!(name.len() < 16, "--tap: name too long");
+    // SAFETY: plain system calls on buffers owned here; every result is checked.
+    unsafe {
+        assert_eq!(libc::unshare(libc::CLONE_NEWNET), 0, "--tap: unshare: {}", err());
+        let fd = libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        assert!(fd >= 0, "--tap: /dev/net/tun: {}", err());
+        let mut r = ifreq(name, (libc::IFF_TAP | libc::IFF_NO_PI) as i16);
+        assert_eq!(libc::ioctl(fd, TUNSETIFF, r.as_mut_ptr()), 0, "--tap: TUNSETIFF: {}", err());
+        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        let mut up = ifreq(name, (libc::IFF_UP | libc::IFF_RUNNING) as i16);
+        assert_eq!(libc::ioctl(s, libc::SIOCSIFFLAGS, up.as_mut_ptr()), 0, "--tap: up: {}", err());
+        libc::close(s);
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut socket = None;
@@ -99,6 +131,7 @@ fn main() {
     let mut threads = Vec::new();
     let mut busy = Vec::new();
     let mut event_socket = None;
+    let mut tap = None;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--socket" => socket = args.next(),
@@ -113,10 +146,14 @@ fn main() {
             "--spin" => threads.push((args.next().expect("--spin NAME"), true)),
             "--busy" => busy.push(args.next().expect("--busy NAME")),
             "--event-socket" => event_socket = args.next(),
+            "--tap" => tap = args.next(),
             other => panic!("unknown argument {other}"),
         }
     }
     let socket = socket.expect("--socket PATH");
+    if let Some(name) = tap {
+        open_tap(&name);
+    }
     for (name, spin) in threads {
         named_thread_idle(name, spin, drive_hz.is_some());
     }

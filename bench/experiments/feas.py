@@ -68,6 +68,7 @@ PAYBACK_MODES = [
     ("feas", "", "FEAS, ours (ends after 1 ms run), nice 19 (default)"),
     ("feas-nice10", "repay_nice = 10\n", "FEAS, ours, pay-back at nice 10"),
     ("feas-nice5", "repay_nice = 5\n", "FEAS, ours, pay-back at nice 5"),
+    ("feas-running", "boost_running = true\n", "FEAS, ours, running vCPUs boosted too, nice 19"),
 ]
 PING_INTERVAL_S = 0.02
 SIZES_KB = (64, 256, 1024, 4096, 16384)
@@ -564,7 +565,7 @@ class Latency:
         ax.set_yscale("log")
         ax.legend(fontsize=8)
         ax.set_title("avg (bars) and p99; FEAS = our default", fontsize=10)
-        colors = ["tab:olive", "tab:green", "tab:blue", "tab:purple"]
+        colors = ["tab:olive", "tab:green", "tab:blue", "tab:purple", "tab:cyan"]
         curves = [("limit", "limit", dict(color="black", linestyle=":")),
                   ("all busy/none", "all busy, uncoordinated", dict(color="tab:red"))]
         curves += [(f"all busy/{m}", lab, dict(color=c)) for (m, _, lab), c in zip(PAYBACK_MODES, colors)]
@@ -644,9 +645,9 @@ are busy; in the other set-ups an idle VM takes less than its quarter, and the s
 {chr(10).join(lines)}
 
 **All busy, by pay-back setting** (the FEAS paper's rule: a boost ends when a vCPU blocks or
-its 1 ms slice ends; ours, `run_us = 1000`: it ends once the vCPUs have run 1 ms, an earlier
-block does not end it, and a vCPU running when the event comes is boosted too; the pay-back
-at `repay_nice`):
+its 1 ms slice ends; ours, `run_us = 1000`: it ends once the vCPUs have run 1 ms, and an
+earlier block does not end it; with `boost_running`, a vCPU running when the event comes is
+boosted too; the pay-back at `repay_nice`):
 
 {ctable}
 {table}

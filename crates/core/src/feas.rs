@@ -113,6 +113,13 @@ pub struct FeasConfig {
     /// a vCPU blocks or the slice ends (the FEAS paper's rule). Above `slice_us`, the slice ends
     /// a boost first.
     pub run_us: u64,
+    /// With `run_us`: an event that finds a vCPU running (none waiting) boosts it too, so it is
+    /// not preempted before it has handled the event. Off (the default): only a waiting vCPU is
+    /// boosted (the FEAS paper's rule), and the event is pending until a vCPU is preempted.
+    /// Measured: on, a busy VM's ping average fell 1843 -> 648 µs beside 3 busy VMs, but an idle
+    /// VM streaming a download beside 3 busy ones was boosted on its packets, paid it back at
+    /// nice 19, and downloaded at less than half the speed.
+    pub boost_running: bool,
     /// The nice level a VM pays its boosts back at (1..=19). Nice 19 pays fastest and holds the
     /// vCPUs hardest (weight 15); a milder level pays over more cycles, and an event that comes
     /// meanwhile waits for less.
@@ -129,6 +136,7 @@ impl Default for FeasConfig {
             charge: true,
             run_delay: true,
             run_us: 1000,
+            boost_running: false,
             repay_nice: 19,
         }
     }
@@ -156,6 +164,11 @@ impl FeasConfig {
             return Err(ConfigError::invalid("[event] repay_nice", self.repay_nice, "must be 1..=19"));
         }
         Ok(())
+    }
+
+    /// Whether an event that finds a vCPU running boosts it (`boost_running`, with `run_us`).
+    pub fn boosts_running(&self) -> bool {
+        self.boost_running && self.run_us > 0
     }
 
     pub fn run_ns(&self) -> u64 {
@@ -337,7 +350,7 @@ impl EventPolicy {
     /// Whether a boost of `vm` would do anything: a vCPU waits for a CPU, or (with `run_us`) one
     /// runs, and the boost keeps it on its CPU until it has handled the event.
     fn wants_boost(&self, vm: VmId, host: &mut dyn Sensors) -> bool {
-        host.vcpu_waiting(vm) || (self.cfg.run_us > 0 && host.vcpu_running(vm))
+        host.vcpu_waiting(vm) || (self.cfg.boosts_running() && host.vcpu_running(vm))
     }
 
     fn postpone(&mut self, sh: &mut Shared, vm: VmId) -> Outcome {

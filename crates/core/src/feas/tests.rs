@@ -102,7 +102,7 @@ fn no_charge() -> FeasConfig {
 fn defaults_are_the_seeds() {
     let c = FeasConfig::default();
     assert_eq!((c.n_limit, c.cycle_ms, c.slice_us, c.vms), (1, 10, 1000, EventVms::NoAgent));
-    assert_eq!((c.run_us, c.repay_nice), (1000, 19), "ours: a boost ends once it ran its slice's length");
+    assert_eq!((c.run_us, c.boost_running, c.repay_nice), (1000, false, 19), "ours: a boost ends once it ran 1 ms");
     c.validate().unwrap();
     let bad = FeasConfig { slice_us: 20_000, ..FeasConfig::default() };
     assert!(bad.validate().unwrap_err().to_string().contains("at most one cycle"));
@@ -199,18 +199,20 @@ fn with_run_us_a_boost_ends_once_the_vcpu_has_run_that_long() {
 
 #[test]
 fn with_run_us_an_event_while_the_vcpu_runs_keeps_it_on_its_cpu() {
-    let mut r = Rig::new(FeasConfig { run_us: 300, ..no_charge() });
+    let mut r = Rig::new(FeasConfig { run_us: 300, boost_running: true, ..no_charge() });
     r.host.not_waiting = true;
     r.host.running = true;
     assert_eq!(r.event(0), Outcome::Boosted, "it runs: the boost keeps it from being preempted");
     r.run(300 * US);
     r.tick(300 * US);
     assert_eq!(r.take(), vec![Level::Boosted, Level::Normal]);
-    // Without run_us, FEAS's rule: only a waiting vCPU is boosted.
-    let mut r = Rig::new(no_charge());
-    r.host.not_waiting = true;
-    r.host.running = true;
-    assert_eq!(r.event(0), Outcome::NotWaiting);
+    // Without run_us, FEAS's rule: only a waiting vCPU is boosted; and so with boost_running off.
+    for cfg in [no_charge(), FeasConfig { run_us: 300, boost_running: false, ..no_charge() }] {
+        let mut r = Rig::new(cfg);
+        r.host.not_waiting = true;
+        r.host.running = true;
+        assert_eq!(r.event(0), Outcome::NotWaiting);
+    }
 }
 
 #[test]

@@ -82,7 +82,7 @@ impl EventBoost {
             slice_ns: cfg.slice_ns(),
             n_limit: cfg.n_limit,
             run_delay: cfg.run_delay,
-            boost_running: cfg.run_us > 0,
+            boost_running: cfg.boosts_running(),
         };
         let watch = FeasWatch::open(params)?;
         poll.registry().register(&mut SourceFd(&watch.fd()), token, Interest::READABLE).map_err(Why::FeasRing)?;

@@ -948,9 +948,23 @@ def prediction_errors_us(agent):
     return errors
 
 
+CARRIES_WAKE = 1 << 17  # a CPU 0 that carries the next wake-up (cosched_proto::cpu::WAKE)
+
+
+def predicted_wake(kind, v):
+    """(delay µs, priority) of a prediction a frame carries: a `WAKE` (bits 0-31 the delay, 32-39
+    the priority) or a deboost that carries it (`CPU` with bit 0 clear and bit 17 set: bits 8-15
+    the priority, 32-63 the delay); None for any other frame."""
+    if kind == "WAKE":
+        return v & 0xffffffff, v >> 32 & 0xff
+    if kind == "CPU" and not v & 1 and v & CARRIES_WAKE:
+        return v >> 32, v >> 8 & 0xff
+    return None
+
+
 def wake_predictions(agent):
-    """(predicted µs ahead, WAKE delay µs, priority) of each WAKE in the agent's -v log (the
-    prediction is logged just before the frames that follow it: CPU 0, then WAKE)."""
+    """(predicted µs ahead, delay µs, priority) of each prediction sent in the agent's -v log
+    (logged just before the frame that carries it: the deboost's CPU 0, or a WAKE)."""
     import re
     out, ahead = [], None
     for line in agent.splitlines():
@@ -958,10 +972,10 @@ def wake_predictions(agent):
         if m:
             ahead = int(m.group(1))
             continue
-        m = re.search(r"-> WAKE\((\d+)\)", line)
-        if m and ahead is not None:
-            v = int(m.group(1))
-            out.append((ahead, v & 0xffffffff, v >> 32 & 0xff))
+        m = re.search(r"-> (WAKE|CPU)\((\d+)\)", line)
+        w = m and predicted_wake(m.group(1), int(m.group(2)))
+        if w and ahead is not None:
+            out.append((ahead, *w))
             ahead = None
     return out
 
@@ -1002,7 +1016,7 @@ sleep 1
         boosts = [v for k, v in frames if k == "CPU" and v & 1]
         prio = [v >> 8 & 0xff for v in boosts]
         irq = [v for v in boosts if v >> 8 & 0xff == 80 and v & (1 << 16)]
-        wakes = [(v & 0xffffffff, v >> 32 & 0xff) for k, v in frames if k == "WAKE"]
+        wakes = [w for w in (predicted_wake(k, v) for k, v in frames) if w]
         errors = sorted(prediction_errors_us(agent))
         rt = seen.get("rt") or {}
         pr = rt.get("predictions") or {}
@@ -1018,8 +1032,9 @@ sleep 1
         # ... its thread woken by its timer's interrupt.
         self.assertGreaterEqual(len(irq), prio.count(80) // 2, why)
         self.assertTrue(set(prio) <= {0, 80, 99}, why)  # 99: the guest's migration/N (stopper)
-        # A WAKE after (about) every activation, each the prediction the agent logged (D µs
-        # ahead) less the transit estimate, for priority 80 and the activation that follows.
+        # A prediction after (about) every activation (carried by the deboost, or a WAKE), each
+        # the one the agent logged (D µs ahead) less the transit estimate, for priority 80 and
+        # the activation that follows.
         self.assertGreaterEqual(len(wakes), self.LOOPS // 2, why)
         sent = wake_predictions(agent)
         self.assertGreaterEqual(sum(p == 80 for _, _, p in sent), len(sent) * 9 // 10, why)

@@ -506,6 +506,20 @@ mod feas {
         unsafe { libc::syscall(libc::SYS_gettid) as i32 }
     }
 
+    /// The FEAS programs with the FEAS paper's parameters (1 boost per 10 ms cycle, 1 ms slices),
+    /// only waiting vCPUs boosted.
+    fn open_watch() -> FeasWatch {
+        FeasWatch::open(FeasParams {
+            epoch_ns: monotonic_ns(),
+            cycle_ns: 10_000_000,
+            slice_ns: 1_000_000,
+            n_limit: 1,
+            run_delay: true,
+            boost_running: false,
+        })
+        .expect("FEAS programs load and attach")
+    }
+
     fn delta(a: FeasCounters, b: FeasCounters) -> FeasCounters {
         FeasCounters {
             device: b.device - a.device,
@@ -524,15 +538,7 @@ mod feas {
         if !have_root() {
             return;
         }
-        let mut w = FeasWatch::open(FeasParams {
-            epoch_ns: monotonic_ns(),
-            cycle_ns: 10_000_000,
-            slice_ns: 1_000_000,
-            n_limit: 1,
-            run_delay: true,
-            boost_running: false,
-        })
-        .expect("FEAS programs load and attach");
+        let mut w = open_watch();
         eprintln!("FEAS detection on {}, KVM tracepoints {}", w.mechanism(), w.kvm_attached());
         let pid = std::process::id() as i32;
         let dir = tempfile_dir();
@@ -708,15 +714,7 @@ mod feas {
         if !have_root() {
             return;
         }
-        let mut w = FeasWatch::open(FeasParams {
-            epoch_ns: monotonic_ns(),
-            cycle_ns: 10_000_000,
-            slice_ns: 1_000_000,
-            n_limit: 1,
-            run_delay: true,
-            boost_running: false,
-        })
-        .expect("FEAS programs load and attach");
+        let mut w = open_watch();
         let pid = std::process::id() as i32;
         // Two "vCPUs" spinning on one CPU: one of them is always runnable and waiting.
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -858,15 +856,7 @@ mod feas {
             .expect("losetup runs");
         assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
         let lo = Loop { dev: String::from_utf8(out.stdout).unwrap().trim().to_string(), file };
-        let mut w = FeasWatch::open(FeasParams {
-            epoch_ns: monotonic_ns(),
-            cycle_ns: 10_000_000,
-            slice_ns: 1_000_000,
-            n_limit: 1,
-            run_delay: true,
-            boost_running: false,
-        })
-        .expect("FEAS programs load and attach");
+        let mut w = open_watch();
         let pid = std::process::id() as i32;
         let disk = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&lo.dev).unwrap();
         let rdev = disk.metadata().unwrap().rdev();

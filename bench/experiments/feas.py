@@ -380,13 +380,15 @@ class Fairness:
             requests = int(got[0].split(",")[1].split()[0]) if got else 0
         else:
             requests = int(out.split()[-1]) if out.split() else 0
-        total = sum(n1[i] - n0[i] for i in tb.vms)
+        ns = {i: n1[i] - n0[i] for i in tb.vms}
+        total = sum(ns.values())
+        split = cpu_split(ns)
         rows = []
         for i in sorted(tb.vms):
-            d = n1[i] - n0[i]
+            d = ns[i]
             ev = {k: c1[i].get(k, 0) - c0[i].get(k, 0) for k in c1.get(i, {})}
-            rows.append(dict(request=request, mode=mode, vm=i, cpu_s=d / 1e9, share_pct=100.0 * d / total,
-                             dev_pct=100.0 * (d / total * len(tb.vms) - 1),
+            rows.append(dict(request=request, mode=mode, vm=i, cpu_s=d / 1e9, share_pct=split[i][0],
+                             dev_pct=split[i][1],
                              cpu1_util_pct=100.0 * total / 1e9 / (t1 - t0),
                              requests=requests if i == TARGET else "", **ev_fields(ev, mode)))
         return rows
@@ -662,16 +664,20 @@ respond to ping requests immediately" (one boost per 10 ms, pings 1 s apart). {P
 """
 
 
+def cpu_split(ns):
+    """{VM: (its share of the vCPUs' CPU time %, its deviation from an equal share %)}, from
+    {VM: ns}."""
+    total = sum(ns.values())
+    return {i: (100.0 * v / total, 100.0 * (v / total * len(ns) - 1)) if total else (0.0, 0.0)
+            for i, v in ns.items()}
+
+
 def shares(ns):
     """VM TARGET's share of the vCPUs' CPU time (%), its deviation from an equal share (%), and
     the largest deviation of any VM (%), from {VM index (str): ns}."""
-    total = sum(ns.values())
-    if not total:
-        return dict(share_pct=0.0, dev_pct=0.0, worst_dev_pct=0.0)
-    n = len(ns)
-    devs = {int(k): 100.0 * (v / total * n - 1) for k, v in ns.items()}
-    return dict(share_pct=100.0 * ns.get(str(TARGET), 0) / total, dev_pct=devs.get(TARGET, 0.0),
-                worst_dev_pct=max(abs(d) for d in devs.values()))
+    split = cpu_split({int(k): v for k, v in ns.items()})
+    share, dev = split.get(TARGET, (0.0, 0.0))
+    return dict(share_pct=share, dev_pct=dev, worst_dev_pct=max((abs(d) for _, d in split.values()), default=0.0))
 
 
 # =============================================================================================

@@ -70,8 +70,26 @@ PAYBACK_MODES = [
     ("feas-nice5", "repay_nice = 5\n", "FEAS, ours, pay-back at nice 5"),
     ("feas-running", "boost_running = true\n", "FEAS, ours, running vCPUs boosted too, nice 19"),
 ]
+# feas-latency's reaction floor, all busy: every event boosts (no n_limit to speak of), with no
+# pay-back, and running vCPUs too. It is unfair by design: it measures how low a boost that reacts
+# to the packet can take the latency on this host, where the boost goes BPF -> daemon -> syscall
+# (no sched_ext, no kernel module, no BPF helper that sets a thread's priority).
+FLOOR_MODE = ("feas-floor", "n_limit = 1000\ncharge = false\nboost_running = true\n",
+              "bound: every event boosted, running vCPUs too, no pay-back (unfair)")
+# The fair-share bound: VM 4 alone, its vCPU held to an equal share of the vCPUs' CPU (1 of 4) in
+# 4 ms periods by CFS bandwidth control (1 ms of every 4: the kernel's smallest quota is 1 ms), so
+# it never waits longer than 3 ms for its next turn: an equal share handed out as finely as the
+# kernel can.
+FAIR_PERIOD_US = 4000
 PING_INTERVAL_S = 0.02
 SIZES_KB = (64, 256, 1024, 4096, 16384)
+
+
+def feas_config(extra=""):
+    """FEAS_CONFIG with the `[event]` keys of `extra` (lines "key = value") in place of its own."""
+    keys = {line.split("=")[0].strip() for line in extra.splitlines() if "=" in line}
+    kept = [line for line in FEAS_CONFIG.splitlines() if "=" not in line or line.split("=")[0].strip() not in keys]
+    return "\n".join(kept) + "\n" + extra
 
 
 def busy_set(setup):
@@ -134,8 +152,65 @@ def event_counters(status):
         flat = {k: v for k, v in ev.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         flat.update({k: v for k, v in ev.get("counters", {}).items()
                      if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        # How long the vCPUs waited runnable before they ran, by level (the daemon's run-delay
+        # metric): rd_<level>_count, rd_<level>_sum_ns.
+        for level, h in (vm.get("run_delay") or {}).items():
+            flat[f"rd_{level}_count"] = h.get("count", 0)
+            flat[f"rd_{level}_sum_ns"] = h.get("sum_ns", 0)
         out[vm["name"]] = flat
     return out
+
+
+def run_delay_us(ev, level):
+    """The mean run delay (µs) at `level` in the counter delta `ev`, "" when none was measured."""
+    n = ev.get(f"rd_{level}_count", 0)
+    return ev.get(f"rd_{level}_sum_ns", 0) / n / 1000 if n > 0 else ""
+
+
+@contextmanager
+def fair_share(tids, share, period_us=FAIR_PERIOD_US, root="/sys/fs/cgroup/cpu"):
+    """Holds threads `tids` to `share` of one CPU, handed out in `period_us` periods (CFS
+    bandwidth control in a cgroup v1 `cpu` group of their own), then puts each back in its group
+    and removes the group. Yields the reason it cannot (no v1 `cpu` controller with bandwidth
+    control: cgroup v2 cannot hold single threads of a process in a domain group), else None."""
+    if not os.path.exists(os.path.join(root, "cpu.cfs_quota_us")):
+        yield (f"no cgroup v1 cpu controller with CFS bandwidth control at {root} (on cgroup v2, a "
+               "process's threads cannot be split across cpu groups)")
+        return
+    # Groups of earlier runs that were killed before they removed theirs (empty by now: their
+    # QEMU died with them).
+    for d in os.listdir(root):
+        if d.startswith("cosched-bench-fair-"):
+            try:
+                os.rmdir(os.path.join(root, d))
+            except OSError:
+                pass
+    group = os.path.join(root, f"cosched-bench-fair-{os.getpid()}")
+    before = {}
+    for t in tids:
+        with open(f"/proc/{t}/cgroup") as f:
+            for line in f:
+                _, ctrls, path = line.rstrip("\n").split(":", 2)
+                if "cpu" in ctrls.split(","):
+                    before[t] = path
+    os.mkdir(group)
+    try:
+        with open(os.path.join(group, "cpu.cfs_period_us"), "w") as f:
+            f.write(str(period_us))
+        with open(os.path.join(group, "cpu.cfs_quota_us"), "w") as f:
+            f.write(str(int(period_us * share)))
+        for t in tids:
+            with open(os.path.join(group, "tasks"), "w") as f:
+                f.write(str(t))
+        yield None
+    finally:
+        for t, path in before.items():
+            try:
+                with open(os.path.join(root, path.lstrip("/"), "tasks"), "w") as f:
+                    f.write(str(t))
+            except OSError:
+                pass  # the thread is gone
+        os.rmdir(group)
 
 
 def counter_delta(before, after, name):
@@ -254,7 +329,7 @@ class Testbed:
             return
         self.wait_alone()
         with tempfile.TemporaryDirectory(prefix="cosched-feas-") as tmp:
-            d = harness.Daemon(tmp, FEAS_CONFIG + extra)
+            d = harness.Daemon(tmp, feas_config(extra))
             try:
                 names = {self.name(i) for i in self.vms}
                 deadline = time.monotonic() + 15
@@ -473,7 +548,7 @@ constantly receives ping or download requests (the guaranteed-slice module, sec.
 class Latency:
     NAME = "feas-latency"
     COLUMNS = ["setup", "mode", "pings", "lost", "avg_us", "p50_us", "p99_us", "max_us", *EV_COLUMNS,
-               "share_pct", "dev_pct", "worst_dev_pct"]
+               "share_pct", "dev_pct", "worst_dev_pct", "boosted_wait_us", "normal_wait_us"]
 
     @staticmethod
     def plan(quick):
@@ -484,12 +559,12 @@ class Latency:
     def modes(setup):
         """(mode, extra [event] keys) measured in `setup`: all busy gets the pay-back curve."""
         if setup == "all busy":
-            return [("none", "")] + [(m, extra) for m, extra, _ in PAYBACK_MODES]
+            return [("none", "")] + [(m, extra) for m, extra, _ in PAYBACK_MODES + [FLOOR_MODE]]
         return [("none", ""), ("feas", "")]
 
     @staticmethod
     def label(mode):
-        return next((lab for m, _, lab in PAYBACK_MODES if m == mode), MODE_LABEL.get(mode, mode))
+        return next((lab for m, _, lab in PAYBACK_MODES + [FLOOR_MODE] if m == mode), MODE_LABEL.get(mode, mode))
 
     @classmethod
     def main(cls, quick, out=None, verbose=False, fresh=False, rows=None, rtts=None):
@@ -517,6 +592,21 @@ class Latency:
             rows.append(dict(setup="limit", mode="alone", pings=pings, lost=lim["lost"],
                              **latency_stats(lim["rtts"])))
             log(f"limit (VM {TARGET} busy, alone): avg {rows[-1]['avg_us']:.0f} p99 {rows[-1]['p99_us']:.0f} µs")
+
+            def fair():
+                with fair_share(tb.vms[TARGET].vcpu_tids(), 1 / N_VMS) as why:
+                    if why:
+                        return {"why": why}
+                    return dict(zip(("rtts", "lost"), tb.ping(TARGET, pings)))
+            fs = o.point("fair-share", fair)
+            if "why" in fs:
+                log(f"fair-share bound not measured: {fs['why']}")
+            else:
+                rtts["fair-share"] = fs["rtts"]
+                rows.append(dict(setup="limit", mode="fair-share", pings=pings, lost=fs["lost"],
+                                 **latency_stats(fs["rtts"])))
+                log(f"fair share (VM {TARGET} busy, alone, 1/{N_VMS} of the CPU in {FAIR_PERIOD_US} µs periods): "
+                    f"avg {rows[-1]['avg_us']:.0f} p99 {rows[-1]['p99_us']:.0f} µs")
             tb.boot(range(1, N_VMS))
             for setup in SETUPS:
                 tb.set_busy(busy_set(setup))
@@ -544,7 +634,9 @@ class Latency:
                     c = cell[mode]
                     rtts[f"{setup}/{mode}"] = c["rtts"]
                     rows.append(dict(setup=setup, mode=mode, pings=len(c["rtts"]) + c["lost"], lost=c["lost"],
-                                     **ev_fields(c["ev"], mode), **latency_stats(c["rtts"]), **shares(c["ns"])))
+                                     **ev_fields(c["ev"], mode), **latency_stats(c["rtts"]), **shares(c["ns"]),
+                                     boosted_wait_us=run_delay_us(c["ev"], "event-boosted"),
+                                     normal_wait_us=run_delay_us(c["ev"], "normal")))
                     log(f"{setup} {mode}: avg {rows[-1]['avg_us']:.0f} p50 {rows[-1]['p50_us']:.0f} "
                         f"p99 {rows[-1]['p99_us']:.0f} µs, lost {c['lost']}, boosts {rows[-1]['boosts']}, "
                         f"VM {TARGET} share {rows[-1]['share_pct']:.1f}%")
@@ -571,6 +663,8 @@ class Latency:
         curves = [("limit", "limit", dict(color="black", linestyle=":")),
                   ("all busy/none", "all busy, uncoordinated", dict(color="tab:red"))]
         curves += [(f"all busy/{m}", lab, dict(color=c)) for (m, _, lab), c in zip(PAYBACK_MODES, colors)]
+        curves += [(f"all busy/{FLOOR_MODE[0]}", FLOOR_MODE[2], dict(color="black", linestyle="--")),
+                   ("fair-share", f"VM {TARGET} alone at an equal share", dict(color="grey", linestyle="-."))]
         for key, lab, style in curves:
             xs = sorted(rtts.get(key, []))
             if xs:
@@ -587,7 +681,11 @@ class Latency:
         xs = range(len(pts))
         curve.plot(xs, [r["avg_us"] / 1000 for r in pts], "o-", color="tab:green", label="avg")
         curve.plot(xs, [r["p99_us"] / 1000 for r in pts], "s--", color="tab:green", alpha=0.6, label="p99")
-        curve.axhline(1.3 * lim["avg_us"] / 1000, color="black", linestyle=":", label="1.3 x limit avg")
+        curve.axhline(1.3 * lim["avg_us"] / 1000, color="black", linestyle=":", label="target: 1.3 x limit avg")
+        floor = next((r for r in rows if r["setup"] == "all busy" and r["mode"] == FLOOR_MODE[0]), None)
+        if floor:
+            curve.axhline(floor["avg_us"] / 1000, color="black", linestyle="--",
+                          label="reaction floor avg (every event, no pay-back)")
         curve.set_yscale("log")
         curve.set_ylabel("round-trip time (ms)")
         curve.set_xticks(list(xs), names, fontsize=8)
@@ -608,6 +706,7 @@ class Latency:
         def get(s, m):
             return next((r for r in rows if r["setup"] == s and r["mode"] == m), None)
         lim = get("limit", "alone")
+        floor, fair_row = get("all busy", FLOOR_MODE[0]), get("limit", "fair-share")
         lines = []
         for s in SETUPS:
             n, f = get(s, "none"), get(s, "feas")
@@ -616,7 +715,7 @@ class Latency:
         curve = [get("all busy", m) for m, _, _ in PAYBACK_MODES]
         ctable = "| setting | avg µs | p50 µs | p99 µs | avg / limit | VM 4's share vs equal | largest deviation of any VM | boosts | postponed |\n"
         ctable += "|---|---|---|---|---|---|---|---|---|\n"
-        for (m, _, lab), r in zip(PAYBACK_MODES, curve):
+        for (m, _, lab), r in zip(PAYBACK_MODES + [FLOOR_MODE], curve + [floor]):
             if r:
                 ctable += (f"| {lab} | {r['avg_us']:.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | "
                            f"{r['avg_us'] / lim['avg_us']:.2f} | {r['dev_pct']:+.1f}% | {r['worst_dev_pct']:.1f}% | "
@@ -632,10 +731,23 @@ class Latency:
                          f"uncoordinated: {none['avg_us'] / lim['avg_us']:.2f}")
         else:
             lines.append("- all busy: no setting kept every VM within ±5% of an equal share")
+        if floor:
+            x = floor["avg_us"] / lim["avg_us"]
+            lines.append(
+                f"- the reaction floor, all busy ({FLOOR_MODE[2]}; VM {TARGET}'s share {floor['dev_pct']:+.1f}% "
+                f"against equal): avg / limit avg = {x:.2f} (p50 {floor['p50_us']:.0f} µs against the limit's "
+                f"{lim['p50_us']:.0f}): "
+                + ("above 1.3, so no boost that reacts to the packet reaches the target on this host, fair or not"
+                   if x > 1.3 else "within 1.3, so the target is within a reacting boost's reach here; what is "
+                   "missing is a pay-back that costs less latency"))
+        if fair_row:
+            lines.append(f"- VM {TARGET} alone at an equal share (1/{N_VMS} of the CPU in {FAIR_PERIOD_US} µs periods, "
+                         f"CFS bandwidth): avg {fair_row['avg_us']:.0f} µs = {fair_row['avg_us'] / lim['avg_us']:.2f} × "
+                         "the limit: what an equal share handed out finely gives, without borrowing")
         table = md_table(rows, ["setup", "mode", "pings", "lost", "avg_us", "p50_us", "p99_us", "max_us", "events",
-                                "boosts", "postponed", "share_pct"],
+                                "boosts", "postponed", "share_pct", "boosted_wait_us", "normal_wait_us"],
                          ["set-up", "mode", "pings", "lost", "avg µs", "p50 µs", "p99 µs", "max µs", "events",
-                          "boosts", "postponed", f"VM {TARGET} share %"])
+                          "boosts", "postponed", f"VM {TARGET} share %", "wait boosted µs", "wait normal µs"])
         return f"""{pings} ICMP echoes per cell ({int(PING_INTERVAL_S * 1000)} ms apart, busybox ping on the client
 CPU, over VM {TARGET}'s tap device), in {rounds} round(s) that alternate the modes. The guest kernel answers
 a ping itself (softirq), so the round trip measures how soon the host runs VM {TARGET}'s vCPU after
@@ -643,13 +755,19 @@ the packet arrives. The limit is VM {TARGET} with its CPU hog alone on the host 
 yet booted), measured in the same run. Fairness: each VM's share of the 4 vCPUs' CPU time
 (`schedstat`) over the same pings, against an equal quarter (target ±5%, judged where all four
 are busy; in the other set-ups an idle VM takes less than its quarter, and the shares say nothing).
+"wait boosted" and "wait normal" come from the daemon's own run-delay metric for VM {TARGET}'s vCPU
+over the same pings: the mean time it waited runnable (from its wake-up or preemption to its
+switch-in), for the waits that ended while it was event-boosted and for the others. A wait that
+ends boosted mostly began before the boost did: it measures how long the vCPU had waited when the
+boost ended the wait, not how long the boost took.
 
 {chr(10).join(lines)}
 
 **All busy, by pay-back setting** (the FEAS paper's rule: a boost ends when a vCPU blocks or
 its 1 ms slice ends; ours, `run_us = 1000`: it ends once the vCPUs have run 1 ms, and an
 earlier block does not end it; with `boost_running`, a vCPU running when the event comes is
-boosted too; the pay-back at `repay_nice`):
+boosted too; the pay-back at `repay_nice`; last, the reaction floor, which is not a setting to
+use: it boosts on every event and never pays back):
 
 {ctable}
 {table}
@@ -739,6 +857,23 @@ class Throughput:
                                 **ev_fields({}, "none"), **cls.det_fields({}, {}, [], {}, "none", 1))
                 rows.append(o.point(f"bound/{size}", measure))
                 log(f"bound (VM {TARGET} busy, alone) {size} KiB: {rows[-1]['kb_per_s']:.0f} KiB/s")
+            # The fair-share bound: the same, with VM 4's vCPU held to an equal share (FAIR_PERIOD_US).
+            for size in sizes:
+                def measure():
+                    with fair_share(tb.vms[TARGET].vcpu_tids(), 1 / N_VMS) as why:
+                        if why:
+                            return {"why": why}
+                        ts = [tb.download(TARGET, size) for _ in range(reps)]
+                    return dict(part="single", setup="bound", mode="fair-share", size_kb=size, vms=1,
+                                downloads=reps, seconds_s=statistics.mean(ts), kb_per_s=size * reps / sum(ts),
+                                **ev_fields({}, "none"), **cls.det_fields({}, {}, [], {}, "none", 1))
+                row = o.point(f"fair-share/{size}", measure)
+                if "why" in row:
+                    log(f"fair-share bound not measured: {row['why']}")
+                    break
+                rows.append(row)
+                log(f"fair-share bound (VM {TARGET} busy, alone, 1/{N_VMS} of the CPU) {size} KiB: "
+                    f"{rows[-1]['kb_per_s']:.0f} KiB/s")
             tb.boot(range(1, N_VMS))
             for setup in setups:
                 tb.set_busy(busy_set(setup))
@@ -792,9 +927,17 @@ class Throughput:
                 ax.plot([r["size_kb"] for r in rs], [r["kb_per_s"] / 1024 for r in rs], marker="o",
                         color=MODE_COLOR[mode], label=MODE_LABEL[mode])
             if setup == "all busy":
-                rs = sorted((r for r in rows if r["setup"] == "bound"), key=lambda r: r["size_kb"])
-                ax.plot([r["size_kb"] for r in rs], [r["kb_per_s"] / 1024 for r in rs], marker=".", color="black",
-                        linestyle=":", label=f"bound (VM {TARGET} busy, alone)")
+                for bmode, lab, style in (("alone", f"bound (VM {TARGET} busy, alone)", ":"),
+                                          ("fair-share", f"VM {TARGET} alone at an equal share", "-.")):
+                    rs = sorted((r for r in rows if r["setup"] == "bound" and r["mode"] == bmode),
+                                key=lambda r: r["size_kb"])
+                    if rs:
+                        ax.plot([r["size_kb"] for r in rs], [r["kb_per_s"] / 1024 for r in rs], marker=".",
+                                color="black", linestyle=style, label=lab)
+                ns = sorted((r for r in rows if r["part"] == "single" and r["setup"] == setup and r["mode"] == "none"),
+                            key=lambda r: r["size_kb"])
+                ax.plot([r["size_kb"] for r in ns], [2 * r["kb_per_s"] / 1024 for r in ns], color="tab:red",
+                        linestyle="--", alpha=0.5, label="target: 2 x uncoordinated")
             ax.set_xscale("log", base=2)
             ax.set_xlabel("file size (KiB)")
             ax.set_ylabel("download speed (MiB/s)")
@@ -823,10 +966,11 @@ class Throughput:
             return next((r for r in rows if r["part"] == part and r["setup"] == setup and r["size_kb"] == size
                          and r["mode"] == mode and r["vms"] == vms), None)
         lines = []
-        ratios, bounds = [], []
+        ratios, bounds, fairs = [], [], []
         for size in sorted({r["size_kb"] for r in rows if r["part"] == "single"}):
             n, f = get("single", "all busy", size, "none"), get("single", "all busy", size, "feas")
             b = get("single", "bound", size, "alone")
+            fs = get("single", "bound", size, "fair-share")
             if n and f:
                 x = f["kb_per_s"] / n["kb_per_s"]
                 ratios.append(x)
@@ -836,6 +980,9 @@ class Throughput:
                     bounds.append(b["kb_per_s"] / n["kb_per_s"])
                     line += (f"; bound / uncoordinated = {bounds[-1]:.2f}, FEAS / bound = "
                              f"{f['kb_per_s'] / b['kb_per_s']:.2f}")
+                if fs:
+                    fairs.append(fs["kb_per_s"] / n["kb_per_s"])
+                    line += f"; at an equal share / uncoordinated = {fairs[-1]:.2f}"
                 if f.get("events_per_mib") != "":
                     line += (f"; per MiB: {f['detected_per_mib']:.0f} events detected ({f['net_packets']} tap "
                              f"packets, {f['device_wakeups']} device wake-ups in all), "
@@ -857,6 +1004,14 @@ class Throughput:
                 verdict += (f"; the bound / uncoordinated = {gb:.2f}x (geometric mean): " + (
                     "2x is out of reach on this host, even with VM 4 alone" if gb < 2 else
                     "the bound does not put 2x out of reach: the limit is in what FEAS gives"))
+            if fairs:
+                gf = statistics.geometric_mean(fairs)
+                verdict += (f"; VM {TARGET} alone at an equal share (1/{N_VMS} of the CPU in {FAIR_PERIOD_US} µs "
+                            f"periods) / uncoordinated = {gf:.2f}x: " + (
+                                "2x needs more than an equal share of the CPU here, so a boost that keeps the "
+                                "shares equal (FEAS pays every boost back) cannot reach it on this host"
+                                if gf < 2 else "an equal share, handed out finely, would reach 2x: the shares "
+                                "do not put it out of reach"))
             lines.append(verdict)
         fb = [r for r in rows if r["part"] == "single" and r["setup"] == "all busy" and r["mode"] == "feas"]
         if fb and fb[0].get("net_packets", "") != "":
@@ -893,7 +1048,10 @@ its tap device, {reps} times per cell; KiB/s = bytes / time (curl's own). Then n
 downloaded from at once ({big} KiB each), {reps} times, and s_n = n * size / (last finish - first
 start), the FEAS paper's formula, is averaged over those. The bound is VM {TARGET} with its CPU hog
 alone on the host (the other VMs not yet booted, no daemon), measured first in the same run: no
-scheduling of the four VMs can make VM {TARGET} faster than that.
+scheduling of the four VMs can make VM {TARGET} faster than that. "At an equal share" is the same with VM {TARGET}'s
+vCPU held to 1/{N_VMS} of the CPU in {FAIR_PERIOD_US} µs periods (CFS bandwidth control): the speed an
+equal share gives, handed out as finely as the kernel can; a scheduler that keeps the four VMs'
+shares equal, as FEAS's pay-back does, gives the busy VM about that much CPU.
 
 Events: the host BPF sees a packet queued to a VM's tap (net_dev_queue) as an event even while
 QEMU's main loop is busy and never sleeps, besides the main loop's wake-ups by a device;

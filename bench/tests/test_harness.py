@@ -1,4 +1,4 @@
-"""Unprivileged tests of the harness's parsing and arithmetic (no guest, no root)."""
+"""Tests of the harness's parsing and arithmetic (no guest; one root test of a real cgroup)."""
 
 import os
 import subprocess
@@ -84,6 +84,72 @@ class FeasParsing(unittest.TestCase):
         later = {"cosfeas4": {"boosts": 7, "boosted_ns": 30, "events": 9, "boosted_for_ms": 0}}
         self.assertEqual(counter_delta(ev, later, "cosfeas4"),
                          {"boosts": 2, "boosted_ns": 20, "events": 0, "boosted_for_ms": 0})
+
+    def test_event_counters_carry_the_run_delay_by_level(self):
+        from experiments.feas import counter_delta, event_counters, run_delay_us
+        st = {"vms": [{"name": "cosfeas4", "resources": {"event": {"counters": {}}},
+                       "run_delay": {"event-boosted": {"count": 2, "sum_ns": 3000, "counts": []},
+                                     "normal": {"count": 1, "sum_ns": 5000, "counts": []}}}]}
+        later = {"vms": [{"name": "cosfeas4", "resources": {"event": {"counters": {}}},
+                          "run_delay": {"event-boosted": {"count": 4, "sum_ns": 7000, "counts": []},
+                                        "normal": {"count": 1, "sum_ns": 5000, "counts": []}}}]}
+        ev = counter_delta(event_counters(st), event_counters(later), "cosfeas4")
+        self.assertEqual(run_delay_us(ev, "event-boosted"), 2.0)  # (7000 - 3000) ns / 2 waits
+        self.assertEqual(run_delay_us(ev, "normal"), "")  # no wait ended at normal meanwhile
+        self.assertEqual(run_delay_us({}, "static"), "")
+
+    def test_a_mode_s_event_keys_replace_the_base_config_s(self):
+        from experiments.feas import FLOOR_MODE, feas_config
+        import tomllib
+        conf = tomllib.loads(feas_config(FLOOR_MODE[1]))["event"]
+        self.assertEqual((conf["n_limit"], conf["charge"], conf["boost_running"], conf["cycle_ms"]),
+                         (1000, False, True, 10))
+        self.assertEqual(tomllib.loads(feas_config(""))["event"]["n_limit"], 1)
+
+    def test_fair_share_says_why_without_a_v1_cpu_controller(self):
+        from experiments.feas import fair_share
+        with tempfile.TemporaryDirectory() as root:
+            with fair_share([os.getpid()], 0.25, root=root) as why:
+                self.assertIn("no cgroup v1 cpu controller", why)
+            self.assertEqual(os.listdir(root), [], "nothing was created")
+
+    def test_fair_share_holds_a_thread_and_puts_it_back(self):
+        """Root, the real cgroup v1 cpu controller: a thread of this test moves into a group with
+        the quota, and back into its own group afterwards; the group is removed."""
+        import threading
+        from experiments.feas import fair_share
+        harness.need_root(self)
+        root = "/sys/fs/cgroup/cpu"
+        if not os.path.exists(os.path.join(root, "cpu.cfs_quota_us")):
+            self.skipTest(f"no cgroup v1 cpu controller with bandwidth control at {root} on this host")
+
+        def cpu_group(tid):
+            with open(f"/proc/{tid}/cgroup") as f:
+                return next(line.split(":", 2)[2].strip() for line in f if "cpu" in line.split(":")[1].split(","))
+        stop, ready = threading.Event(), threading.Event()
+        tids = []
+
+        def sleeper():
+            tids.append(threading.get_native_id())
+            ready.set()
+            stop.wait(30)
+        t = threading.Thread(target=sleeper)
+        t.start()
+        try:
+            ready.wait(10)
+            tid = tids[0]
+            home = cpu_group(tid)
+            with fair_share([tid], 0.25, period_us=4000) as why:
+                self.assertIsNone(why)
+                group = cpu_group(tid)
+                self.assertTrue(group.startswith("/cosched-bench-fair-"), group)
+                with open(os.path.join(root, group.lstrip("/"), "cpu.cfs_quota_us")) as f:
+                    self.assertEqual(f.read().strip(), "1000")
+            self.assertEqual(cpu_group(tid), home)
+            self.assertFalse(os.path.exists(os.path.join(root, group.lstrip("/"))), "the group is removed")
+        finally:
+            stop.set()
+            t.join()
 
 
 class MembwReal(unittest.TestCase):

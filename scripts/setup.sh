@@ -132,6 +132,11 @@ build_guest() {
     fi
 }
 background "building the test guest" build_guest
+# The Debian test guest (systemd, udev; the VM tests of bench/tests/test_environments.py), for the
+# tests only: about 30 s and 150 MB of Debian packages the first time.
+if [ "${COSCHED_SETUP_TESTS:-0}" = 1 ]; then
+    background "building the Debian test guest" guest/build-debian.sh --quiet
+fi
 
 # COSCHED_SETUP_TESTS=1 (scripts/test.sh): the test binaries too, in the same cargo run, while
 # the guest builds beside it (the binaries are the same either way).

@@ -31,7 +31,7 @@ class DebianGuest:
     server, as for an operator's VM); `share`: a directory the guest can mount read-only
     (`mount -t 9p -o trans=virtio host /mnt`). QEMU dies with this process."""
 
-    def __init__(self, name="cosdebian", sock=None, share=None, mem_mb=1024, verbose=False):
+    def __init__(self, name="cosdebian", sock=None, share=None, mem_mb=1024, cpus=1, verbose=False):
         self.name = name
         self.verbose = verbose
         self._tmp = tempfile.TemporaryDirectory(prefix="cosched-debian-")
@@ -40,7 +40,7 @@ class DebianGuest:
         self.pidfile = tmp / "qemu.pid"
         self.accel, self.accel_reason = harness.accel()
         accel = ["-accel", "kvm", "-cpu", "host"] if self.accel == "kvm" else ["-accel", "tcg", "-cpu", "max"]
-        cmd = ["qemu-system-x86_64", "-name", f"{name},debug-threads=on", *accel, "-machine", "pc", "-smp", "1",
+        cmd = ["qemu-system-x86_64", "-name", f"{name},debug-threads=on", *accel, "-machine", "pc", "-smp", str(cpus),
                "-m", str(mem_mb), "-display", "none", "-nodefaults", "-serial", "stdio",
                "-kernel", str(DEBIAN_DIR / "vmlinuz"), "-initrd", str(DEBIAN_DIR / "initrd.img"),
                "-append", "root=/dev/vda rw console=ttyS0 quiet cryptomgr.notests systemd.show_status=false",

@@ -5,6 +5,7 @@ operator's VM would. Root; the guest boots under the accelerator guest/accel.sh 
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -20,8 +21,8 @@ from harness import need_root  # noqa: E402
 VM = "cosdebian"
 
 
-def packages(dest):
-    """scripts/package.sh's cosched and cosched-guest packages, copied into `dest`."""
+def packages(dest, role="cosched-guest"):
+    """scripts/package.sh's cosched and `role` packages, copied into `dest`."""
     r = subprocess.run(["bash", str(harness.REPO / "scripts/package.sh")], capture_output=True, text=True,
                        timeout=1800)
     if r.returncode != 0:
@@ -30,11 +31,11 @@ def packages(dest):
     for line in r.stdout.splitlines():
         if line.startswith("package.sh: "):
             deb = Path(line.split(": ", 1)[1])
-            if deb.name.split("_")[0] in ("cosched", "cosched-guest"):
+            if deb.name.split("_")[0] in ("cosched", role):
                 shutil.copy(harness.REPO / deb, dest)
                 names.append(deb.name)
     if len(names) != 2:
-        raise AssertionError(f"scripts/package.sh did not make cosched and cosched-guest:\n{r.stdout}")
+        raise AssertionError(f"scripts/package.sh did not make cosched and {role}:\n{r.stdout}")
     return names
 
 
@@ -124,6 +125,128 @@ class DebianGuestPackage(unittest.TestCase):
             self.assertEqual(left.strip(), "", "the purge left these behind")
             print(f"  install {install_s:.1f} s, {boosts} boost(s) under host load, reboot to the driver "
                   f"{reboot_s:.1f} s", file=sys.stderr)
+
+
+
+# ---- the host unit under systemd, in the Debian guest ---------------------------------------------
+
+FAKE_QEMU = "/usr/local/lib/cosched-test/qemu-system-x86_64"
+# Bash functions the host-unit test's guest scripts use: the fake VM's threads by name, a wait
+# that says what it saw, a frame written to a fake VM's stdin (its guest).
+GUEST_LIB = r"""
+tid() { local p; p=$(pgrep -f "$FAKE_QEMU --socket /run/cosched/vms/$1.sock" | head -1); [ -n "$p" ] || return 1
+        for t in /proc/$p/task/*; do [ "$(cat "$t/comm")" = "$2" ] && { basename "$t"; return 0; }; done; return 1; }
+policy() { chrt -p "$(tid "$1" "$2")" | head -1 | sed 's/.*policy: //'; }
+ioclass() { ionice -p "$(tid "$1" "$2")"; }
+until_() { local i; for i in $(seq 300); do eval "$2" >/dev/null 2>&1 && return 0; sleep 0.1; done
+           echo "not within 30 s: $1"; return 1; }
+"""
+
+
+def frame(kind, seq, value):
+    """printf's escapes for one frame: magic "CS", version 1, kind, seq (u32 LE), value (u64 LE)."""
+    return "".join(f"\\x{b:02x}" for b in struct.pack("<2sBBIQ", b"CS", 1, kind, seq, value))
+
+
+REGISTER, CPU, IO = 1, 3, 4
+
+
+class HostUnitUnderSystemd(unittest.TestCase):
+    def test_the_host_unit_as_systemd_runs_it(self):
+        """cosched-host.service under systemd with its own sandbox (in the Debian test guest, a
+        cgroup v2 host): a fake VM's boost and its undo, an I/O raise, a memory-bandwidth throttle
+        through cgroup.freeze, a static FIFO put in by `systemctl reload`, a SIGKILL that the unit's
+        ExecStopPost restores before the restart, and `systemctl stop` restoring the rest."""
+        need_root(self)
+        debian_guest.build()
+        with tempfile.TemporaryDirectory(prefix="cosched-env-") as tmp:
+            share = Path(tmp) / "share"
+            share.mkdir()
+            debs = packages(share, "cosched-host")
+            shutil.copy(harness.REPO / "target/release/cosched-fake-qemu", share)
+            guest = debian_guest.DebianGuest("coshostunit", share=share)
+            self.addCleanup(guest.stop)
+            boot_s, _ = guest.wait_ready(timeout=600)
+            t0 = time.monotonic()
+            lib = f"FAKE_QEMU={FAKE_QEMU}\n{GUEST_LIB}\n"
+
+            def g(script, **kw):
+                return guest.run(lib + script, **kw)
+
+            def send(vm, *frames):
+                g("".join(f"printf '{frame(*f)}' > /run/{vm}.in\n" for f in frames))
+
+            g("mkdir -p /mnt/host && mount -t 9p -o trans=virtio,version=9p2000.L,ro host /mnt/host && "
+              f"install -D -m 0755 /mnt/host/cosched-fake-qemu {FAKE_QEMU}")
+            _, v2 = g("stat -fc %T /sys/fs/cgroup")
+            self.assertEqual(v2.strip(), "cgroup2fs", "systemd's hierarchy is cgroup v2 here")
+            # The simulated memory-bandwidth backend (the guest has no counters): VM "bw" moves
+            # 4000 MB/s per second it runs, against a 10% share of 1000 MB/s.
+            g("mkdir -p /etc/cosched && printf '0 bw 4000\n' > /etc/cosched/membw.trace")
+            g("cd /mnt/host && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+              + " ".join(f"./{d}" for d in debs), timeout=300)
+            g("until_ 'cosched-host.service active' 'systemctl is-active -q cosched-host'")
+            started_s = time.monotonic() - t0
+            # The guest has 1 CPU: by default the daemon keeps one for the host (host_reserve_cpus),
+            # and on a 1-CPU host it would refuse every boost (DENY host_reserve).
+            g("cat >> /etc/cosched/host.toml <<'EOF'\n[policy]\nhost_reserve_cpus = 0\n[membw]\nbackend = \"simulated\"\n"
+              "trace = \"/etc/cosched/membw.trace\"\nthrottle = \"freezer\"\nfreezer = \"v2\"\n"
+              "guaranteed_mbps = 1000\nreclaim = false\nbest_effort = false\n[vm.bw]\nmembw_share = 100\nEOF\n"
+              "systemctl restart cosched-host && until_ 'active again' 'systemctl is-active -q cosched-host'")
+
+            # A fake VM "vm1" (its own stdin a FIFO: this test is its guest; a scope of its own, as a
+            # VM has under libvirt), then boost and undo.
+            g(f"mkfifo /run/vm1.in; systemd-run --scope --unit=cosched-test-vm1 {FAKE_QEMU} "
+              "--socket /run/cosched/vms/vm1.sock --thread 'CPU 0/TCG' --thread 'IO iothread0' 0<>/run/vm1.in >/dev/null 2>/run/vm1.err &\n"
+              "until_ 'the daemon has vm1' 'cosched vm list | grep -qw vm1' || { cosched vm list; cat /run/vm1.err; "
+              "journalctl -u cosched-host --no-pager | tail -20; exit 1; }")
+            send("vm1", (REGISTER, 1, 3), (CPU, 2, 1))
+            g("until_ 'vCPU SCHED_RR' 'policy vm1 \"CPU 0/TCG\" | grep -q SCHED_RR' || "
+              "{ policy vm1 'CPU 0/TCG'; journalctl -u cosched-host --no-pager | tail -20; exit 1; }")
+            send("vm1", (CPU, 3, 0))
+            g("until_ 'vCPU back to SCHED_OTHER' 'policy vm1 \"CPU 0/TCG\" | grep -q SCHED_OTHER'")
+            # The I/O raise: the iothread at the real-time I/O class, and back.
+            g("until_ 'iothread not realtime before' '! ioclass vm1 \"IO iothread0\" | grep -q realtime'")
+            send("vm1", (IO, 4, 1))
+            g("until_ 'iothread realtime' 'ioclass vm1 \"IO iothread0\" | grep -q realtime' || "
+              "{ ioclass vm1 'IO iothread0'; exit 1; }")
+            send("vm1", (IO, 5, 0))
+            g("until_ 'iothread back' '! ioclass vm1 \"IO iothread0\" | grep -q realtime'")
+
+            # Memory bandwidth: VM "bw" in a scope of its own (its cgroup v2 group, the VM's
+            # alone), its vCPU spinning; the daemon freezes the group when it is past its budget.
+            g(f"mkfifo /run/bw.in; systemd-run --scope --unit=cosched-test-bw {FAKE_QEMU} "
+              "--socket /run/cosched/vms/bw.sock --busy 'CPU 0/TCG' 0<>/run/bw.in >/dev/null 2>&1 &\n"
+              "until_ 'the daemon has bw' 'cosched vm list | grep -qw bw' || { cosched vm list; exit 1; }")
+            _, out = g("until_ 'a throttle of bw' 'cosched status bw | grep -qE throttled.[1-9]' && "
+                       "until_ 'the scope of bw frozen' 'grep -q \"frozen 1\" "
+                       "/sys/fs/cgroup/system.slice/cosched-test-bw.scope/cgroup.events' || "
+                       "{ cosched status bw; cosched membw; exit 1; }; cosched membw")
+            self.assertIn("cgroup v2 cgroup.freeze (the VM's own group)", out)
+
+            # SIGKILL while boosted: ExecStopPost restores, Restart=on-failure restarts.
+            send("vm1", (CPU, 6, 1))
+            g("until_ 'vCPU SCHED_RR again' 'policy vm1 \"CPU 0/TCG\" | grep -q SCHED_RR'")
+            g("systemctl kill -s KILL cosched-host")
+            g("until_ 'restarted once' 'systemctl show -p NRestarts cosched-host | grep -q NRestarts=1' && "
+              "until_ 'active after the restart' 'systemctl is-active -q cosched-host' && "
+              "until_ 'vCPU restored after the kill' 'policy vm1 \"CPU 0/TCG\" | grep -q SCHED_OTHER' || "
+              "{ journalctl -u cosched-host --no-pager | tail -30; exit 1; }")
+
+            # systemctl reload: a static FIFO for vm1 put in without a restart.
+            g("printf '[vm.vm1.static]\\nfifo = true\\n' >> /etc/cosched/host.toml && systemctl reload cosched-host")
+            g("until_ 'vm1 static FIFO after the reload' 'policy vm1 \"CPU 0/TCG\" | grep -q SCHED_FIFO' || "
+              "{ policy vm1 'CPU 0/TCG'; journalctl -u cosched-host --no-pager | tail -30; exit 1; }")
+            g("systemctl show -p NRestarts cosched-host | grep -q NRestarts=1")  # not restarted
+
+            # systemctl stop: everything put back.
+            g("systemctl stop cosched-host")
+            g("until_ 'vm1 SCHED_OTHER after the stop' 'policy vm1 \"CPU 0/TCG\" | grep -q SCHED_OTHER' && "
+              "until_ 'bw thawed' 'grep -q 0 /sys/fs/cgroup/system.slice/cosched-test-bw.scope/cgroup.freeze' && "
+              "! ioclass vm1 'IO iothread0' | grep -q realtime")
+            print(f"\n  Debian guest ({guest.accel}): booted in {boot_s:.1f} s; the packages installed and "
+                  f"the unit active in {started_s:.1f} s; the whole sequence {time.monotonic() - t0:.1f} s",
+                  file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ cd "$repo"
 # systemd (systemd-analyze verifies the units) and binutils (strip) for the package; python3-venv
 # for kubernetes-validate; libcap2-bin (capsh) to run the daemon as another user in a test;
 # libvirt's daemon, QEMU driver and virsh for the libvirt test (bench/tests/test_libvirt.py; not
-# libvirt-daemon-system, which would pull in systemd as init).
+# libvirt-daemon-system, which would pull in systemd as init); podman and runc for the container
+# test (bench/tests/test_environments.py; runc: crun refuses a hybrid cgroup v1/v2 layout).
 pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config gcc libc6-dev make seabios python3 python3-matplotlib gzip bzip2 fuse3 libfuse3-dev iproute2 curl systemd binutils python3-venv libcap2-bin
-      libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients)
+      libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients podman runc)
 while read -r p; do pkgs+=("$p"); done < <(sed 's/#.*//' guest/DEPS | tr -s ' \t' '\n' | grep -v '^$')
 
 if ! command -v cargo >/dev/null; then

@@ -5,6 +5,7 @@ operator's VM would. Root; the guest boots under the accelerator guest/accel.sh 
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -19,6 +20,15 @@ import harness  # noqa: E402
 from harness import need_root  # noqa: E402
 
 VM = "cosdebian"
+
+
+def record(env, **values):
+    """Appends the measured values of environment `env` to $COSCHED_ENV_RECORD, when set
+    (bench/environments.py writes results/environments from them)."""
+    path = os.environ.get("COSCHED_ENV_RECORD")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"env": env, **values}) + "\n")
 
 
 def packages(dest, role="cosched-guest"):
@@ -125,6 +135,8 @@ class DebianGuestPackage(unittest.TestCase):
             self.assertEqual(left.strip(), "", "the purge left these behind")
             print(f"  install {install_s:.1f} s, {boosts} boost(s) under host load, reboot to the driver "
                   f"{reboot_s:.1f} s", file=sys.stderr)
+            record("debian-guest", accel=guest.accel, boot_s=boot_s, uptime_s=uptime, install_s=install_s,
+                   boosts=boosts, reboot_s=reboot_s)
 
 
 
@@ -244,9 +256,129 @@ class HostUnitUnderSystemd(unittest.TestCase):
             g("until_ 'vm1 SCHED_OTHER after the stop' 'policy vm1 \"CPU 0/TCG\" | grep -q SCHED_OTHER' && "
               "until_ 'bw thawed' 'grep -q 0 /sys/fs/cgroup/system.slice/cosched-test-bw.scope/cgroup.freeze' && "
               "! ioclass vm1 'IO iothread0' | grep -q realtime")
+            seq_s = time.monotonic() - t0
             print(f"\n  Debian guest ({guest.accel}): booted in {boot_s:.1f} s; the packages installed and "
-                  f"the unit active in {started_s:.1f} s; the whole sequence {time.monotonic() - t0:.1f} s",
-                  file=sys.stderr)
+                  f"the unit active in {started_s:.1f} s; the whole sequence {seq_s:.1f} s", file=sys.stderr)
+            record("host-unit", accel=guest.accel, boot_s=boot_s, started_s=started_s, sequence_s=seq_s)
+
+
+
+# ---- the container under podman ------------------------------------------------------------------
+
+CAPS = ["SYS_NICE", "BPF", "PERFMON", "DAC_OVERRIDE", "DAC_READ_SEARCH", "SYS_PTRACE", "IPC_LOCK"]
+
+
+def podman(*args, check=True, timeout=600, input=None):
+    r = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, input=input)
+    if check and r.returncode != 0:
+        raise AssertionError(f"podman {' '.join(args)}: exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return r
+
+
+class PodmanContainer(unittest.TestCase):
+    """The image of packaging/Containerfile, built and run by podman as the DaemonSet of
+    packaging/kubernetes/cosched.yaml runs it: the host's PID and network namespaces, not
+    privileged, every capability dropped but the unit's seven, a read-only root, /run/cosched and
+    /sys/fs/cgroup from the host. Root, no guest; skipped only where podman cannot run a
+    container here (it says why)."""
+
+    # This host's own limits, not the image's: its root lacks CAP_SYS_RESOURCE (podman's default
+    # ulimits are refused), and crun refuses its hybrid cgroup layout (runc takes it).
+    RUNTIME = ["--runtime", "runc"]
+    LIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
+
+    def setUp(self):
+        need_root(self)
+        if shutil.which("podman") is None:
+            self.skipTest("podman is not installed (scripts/setup.sh installs it)")
+        self.tag = f"{os.getpid()}-{int(time.time())}"
+        self.base = f"localhost/cosched-test-base:{self.tag}"
+        self.image = f"localhost/cosched-test:{self.tag}"
+        self.name = f"cosched-test-{self.tag}"
+        self.addCleanup(self.cleanup)
+
+    def cleanup(self):
+        podman("rm", "-f", "-t", "0", self.name, check=False)
+        podman("rmi", "-f", self.image, self.base, check=False)
+
+    def test_the_image_as_the_daemonset_runs_it(self):
+        """Built from a local Debian base (--target prebuilt), it finds a fake QEMU on the host
+        and boosts it, serves its metrics, and restores on `podman stop`."""
+        t0 = time.monotonic()
+        base = subprocess.run("mmdebstrap --quiet --variant=minbase --format=tar bookworm - | "
+                              f"podman import - {self.base}", shell=True, capture_output=True, text=True,
+                              timeout=900)
+        if base.returncode != 0:
+            raise AssertionError(f"the base image: {base.stderr[-3000:]}")
+        probe = podman(*self.RUNTIME, "run", "--rm", *self.LIMITS, self.base, "true", check=False)
+        if probe.returncode != 0:
+            self.skipTest(f"podman cannot run a container here: {probe.stderr.strip()[-500:]}")
+        base_s = time.monotonic() - t0
+        t = time.monotonic()
+        podman("build", "-q", "-f", "packaging/Containerfile", "--target", "prebuilt", "--build-arg",
+               f"BASE_IMAGE={self.base}", "-t", self.image, str(harness.REPO))
+        build_s = time.monotonic() - t
+        with tempfile.TemporaryDirectory(prefix="cosched-ctr-") as tmp:
+            etc, run = Path(tmp) / "etc", Path(tmp) / "run"
+            etc.mkdir()
+            (run / "vms").mkdir(parents=True)
+            port = 19477 + os.getpid() % 500
+            # The DaemonSet's ConfigMap (metrics on the node, IRQs left alone), on a local port,
+            # and daemon_priority = 0: this kernel has RT group scheduling, and a container's cpu
+            # group has no real-time runtime (SCHED_FIFO for the daemon itself is refused).
+            (etc / "host.toml").write_text(f'daemon_priority = 0\ndiscover_processes = true\n'
+                                           f'metrics_listen = "127.0.0.1:{port}"\n[shield]\nirqs = false\n')
+            qemu = Path(tmp) / "qemu-system-x86_64"
+            shutil.copy(harness.REPO / "target/release/cosched-fake-qemu", qemu)
+            vm = subprocess.Popen([qemu, "--socket", run / "vms/ctr.sock", "--thread", "CPU 0/TCG"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  preexec_fn=harness.dies_with_us(signal.SIGKILL))
+            self.addCleanup(lambda: (vm.kill(), vm.wait()))
+            t = time.monotonic()
+            podman(*self.RUNTIME, "run", "-d", "--name", self.name, "--pid=host", "--network=host",
+                   "--cap-drop=ALL", f"--cap-add={','.join(CAPS)}", "--read-only",
+                   "--security-opt", "no-new-privileges", "--security-opt", "seccomp=unconfined", *self.LIMITS,
+                   "-v", f"{etc}:/etc/cosched:ro", "-v", f"{run}:/run/cosched", "-v", "/sys/fs/cgroup:/sys/fs/cgroup",
+                   self.image, "--config", "/etc/cosched/host.toml", "host")
+            control = ["--control-socket", str(run / "control.sock")]
+
+            def status():
+                r = subprocess.run([str(harness.COSCHED), "status", "--json", *control], capture_output=True,
+                                   text=True)
+                return json.loads(r.stdout) if r.returncode == 0 else None
+
+            def wait(pred, what, timeout=30):
+                deadline = time.monotonic() + timeout
+                while True:
+                    got = pred()
+                    if got:
+                        return got
+                    if time.monotonic() > deadline:
+                        logs = podman("logs", self.name, check=False)
+                        raise AssertionError(f"{what} not within {timeout} s; status {json.dumps(status())[:2000]}; "
+                                             f"container log:\n{logs.stdout[-2000:]}{logs.stderr[-2000:]}")
+                    time.sleep(0.1)
+            st = wait(lambda: (s := status()) and any(v["name"] == "ctr" for v in s["vms"]) and s,
+                      "the containerized daemon finds the fake VM")
+            start_s = time.monotonic() - t
+            self.assertIsNone(st["run_delay"]["unsupported"], "host BPF works in the container")
+            vcpu = next(tid for tid, comm in harness.qemu_threads(vm.pid) if harness.is_vcpu(comm))
+            vm.stdin.write(struct.pack("<2sBBIQ", b"CS", 1, REGISTER, 1, 1))
+            vm.stdin.write(struct.pack("<2sBBIQ", b"CS", 1, CPU, 2, 1))
+            vm.stdin.flush()
+            wait(lambda: harness.policy(vcpu) == os.SCHED_RR, "the fake VM's vCPU boosted (SCHED_RR)")
+            metrics = subprocess.run(["curl", "-sS", "--max-time", "10", f"http://127.0.0.1:{port}/metrics"],
+                                     capture_output=True, text=True)
+            self.assertIn("cosched_build_info", metrics.stdout, metrics.stderr)
+            self.assertIn('vm="ctr"', metrics.stdout)
+            podman("stop", "-t", "30", self.name)
+            self.assertEqual(harness.policy(vcpu), os.SCHED_OTHER, "podman stop (SIGTERM) restored the vCPU")
+            state = podman("inspect", "-f", "{{.State.ExitCode}}", self.name).stdout.strip()
+            self.assertEqual(state, "0", "the daemon exited cleanly on SIGTERM")
+            print(f"\n  podman: base image {base_s:.1f} s, image built in {build_s:.1f} s, the daemon up and "
+                  f"the VM found in {start_s:.1f} s", file=sys.stderr)
+            record("podman", podman=podman("--version").stdout.strip(), base_s=base_s, build_s=build_s,
+                   start_s=start_s)
 
 
 if __name__ == "__main__":

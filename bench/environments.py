@@ -32,8 +32,9 @@ TESTS = {
 ABOUT = {
     "debian-guest": dict(
         title="A Debian 12 guest with systemd and udev, the guest package installed with apt",
-        ran="guest/build-debian.sh builds Debian 12 (minbase, systemd, udev, rt-tests, Debian's kernel) "
-            "from Debian's packages with mmdebstrap; the guest boots its own kernel and initramfs with 1 vCPU. "
+        ran="guest/build-debian.sh builds Debian 12 (minbase, systemd, udev, rt-tests, and the busybox test "
+            "guest's kernel) from Debian's packages with mmdebstrap; the guest boots that kernel with its own "
+            "initramfs and 1 vCPU. "
             "In it: `apt-get install ./cosched_*.deb ./cosched-guest_*.deb` (the port org.cosched.0 already "
             "there: the postinst's udev trigger starts the unit), the agent registers with a host daemon, "
             "`cyclictest -p 80` beside a guest hog under 2 host hogs is boosted, `systemctl stop cosched-guest` "
@@ -116,7 +117,8 @@ def main():
         v = values.get(env, {}).get(key)
         return fmt.format(v) if isinstance(v, (int, float)) else (str(v) if v is not None else "not measured")
     times = {
-        "debian-guest": f"boot to the test driver {fig('debian-guest', 'boot_s')} (guest uptime "
+        "debian-guest": f"kernel {fig('debian-guest', 'kernel', '{}')}; boot to the test driver "
+                        f"{fig('debian-guest', 'boot_s')} (guest uptime "
                         f"{fig('debian-guest', 'uptime_s')}), install {fig('debian-guest', 'install_s')}, "
                         f"{fig('debian-guest', 'boosts', '{}')} boost(s) under host load, reboot "
                         f"{fig('debian-guest', 'reboot_s')}",

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the Debian test guest: Debian 12 with systemd and udev, the test tools (cyclictest) and
-# Debian's kernel, as an ext4 disk image, from Debian's packages (mmdebstrap). The VM tests boot
+# the kernel the busybox test guest boots (the package linux-image-amd64 depends on, as the host's
+# apt resolves it), as an ext4 disk image, from Debian's packages (mmdebstrap; bookworm,
+# bookworm-updates and bookworm-security). The VM tests boot
 # it to run the project's packages as an operator's guest would: the guest package's unit and
 # udev rule, and the host unit under a real systemd.
 #
@@ -25,9 +27,9 @@ mirror=${COSCHED_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 size=2G
 force=0
 quiet=0
+security=${COSCHED_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 # What the tests run in the guest, besides systemd, udev and the kernel.
-packages=(systemd-sysv udev kmod linux-image-amd64 initramfs-tools zstd rt-tests procps iproute2 util-linux
-          bash coreutils apt)
+packages=(systemd-sysv udev kmod initramfs-tools zstd rt-tests procps iproute2 util-linux bash coreutils apt)
 
 log() { [ "$quiet" = 1 ] || echo "build-debian.sh: $*" >&2; }
 die() { echo "build-debian.sh: error: $*" >&2; exit 1; }
@@ -46,7 +48,17 @@ done
 command -v mmdebstrap >/dev/null || die "mmdebstrap is not installed (apt-get install mmdebstrap; see guest/DEPS)"
 command -v mkfs.ext4 >/dev/null || die "mkfs.ext4 is not installed (apt-get install e2fsprogs)"
 
-stamp=$( (cat "$0"; cat "$here"/debian/*; echo "${packages[*]} $suite $mirror $size") | sha256sum | cut -d' ' -f1)
+# The kernel: the one the busybox test guest boots (guest/build.sh asks the host's apt the same
+# way), from the same suites; apt-cache's answer is in the stamp, so a new kernel rebuilds.
+kernel=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '$1 == "Depends:" && $2 ~ /^linux-image-/ { print $2; exit }')
+kernel_version=$( [ -z "$kernel" ] || apt-cache show --no-all-versions "$kernel" 2>/dev/null \
+    | awk '$1 == "Version:" { print $2; exit }')
+if [ -n "$kernel" ] && [ -n "$kernel_version" ]; then
+    packages+=("$kernel=$kernel_version")
+else
+    packages+=(linux-image-amd64)
+fi
+stamp=$( (cat "$0"; cat "$here"/debian/*; echo "${packages[*]} $suite $mirror $security $size") | sha256sum | cut -d' ' -f1)
 if [ "$force" = 0 ] && [ -f "$out/stamp" ] && [ "$(cat "$out/stamp")" = "$stamp" ] \
         && [ -f "$out/root.img" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]; then
     log "up to date: $out"
@@ -76,7 +88,8 @@ args=(--variant=minbase --include="$(IFS=,; echo "${packages[*]}")"
     --customize-hook="install -m 0644 '$here/debian/cosched-test-driver.service' \"\$1/etc/systemd/system/\""
     --customize-hook="install -m 0644 '$here/debian/61-cosched-test.rules' \"\$1/etc/udev/rules.d/\""
     --customize-hook='rm -f "$1"/var/cache/apt/archives/*.deb'
-    "$suite" "$rootfs" "$mirror")
+    "$suite" "$rootfs" "deb $mirror $suite main" "deb $mirror $suite-updates main"
+    "deb $security $suite-security main")
 if [ "$quiet" = 1 ]; then
     mmdebstrap "${args[@]}" >"$work/mmdebstrap.log" 2>&1 || { cat "$work/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
 else
@@ -85,16 +98,16 @@ fi
 
 kernels=("$rootfs"/boot/vmlinuz-*)
 initrds=("$rootfs"/boot/initrd.img-*)
-kernel=${kernels[-1]}
+vmlinuz=${kernels[-1]}
 initrd=${initrds[-1]}
-if [ ! -f "$kernel" ] || [ ! -f "$initrd" ]; then
+if [ ! -f "$vmlinuz" ] || [ ! -f "$initrd" ]; then
     die "no kernel or initramfs in the image's /boot"
 fi
-cp "$kernel" "$work/vmlinuz"
+cp "$vmlinuz" "$work/vmlinuz"
 cp "$initrd" "$work/initrd.img"
 log "mkfs.ext4 -d ($size, sparse)"
 mkfs.ext4 -q -F -L cosched-root -d "$rootfs" "$work/root.img" "$size"
 rm -rf "$rootfs"
 mv "$work/vmlinuz" "$work/initrd.img" "$work/root.img" "$out/"
 echo "$stamp" >"$out/stamp"
-log "built $out in $((SECONDS - t0)) s ($(basename "$kernel"), $(du -h "$out/root.img" | cut -f1) used)"
+log "built $out in $((SECONDS - t0)) s ($(basename "$vmlinuz"), $(du -h "$out/root.img" | cut -f1) used)"

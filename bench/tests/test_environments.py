@@ -88,6 +88,7 @@ class DebianGuestPackage(unittest.TestCase):
             boot_s, uptime = guest.wait_ready(timeout=600)
             print(f"\n  Debian guest ({guest.accel}): image up to date in {build_s:.1f} s, booted to its test "
                   f"driver in {boot_s:.1f} s (guest uptime {uptime:.1f} s)", file=sys.stderr)
+            _, kernel = guest.run("uname -r")
             # Nothing of cosched in the image; the port is there before the package is.
             guest.run("! command -v cosched && test -e /dev/virtio-ports/org.cosched.0")
             guest.run("mkdir -p /mnt/host && mount -t 9p -o trans=virtio,version=9p2000.L,ro host /mnt/host")
@@ -135,7 +136,7 @@ class DebianGuestPackage(unittest.TestCase):
             self.assertEqual(left.strip(), "", "the purge left these behind")
             print(f"  install {install_s:.1f} s, {boosts} boost(s) under host load, reboot to the driver "
                   f"{reboot_s:.1f} s", file=sys.stderr)
-            record("debian-guest", accel=guest.accel, boot_s=boot_s, uptime_s=uptime, install_s=install_s,
+            record("debian-guest", accel=guest.accel, kernel=kernel.strip(), boot_s=boot_s, uptime_s=uptime, install_s=install_s,
                    boosts=boosts, reboot_s=reboot_s)
 
 

@@ -58,7 +58,6 @@ crate::stats_fields!(
     timer_deboosts_deferred,
     watch_full,
     watch_spent,
-    boosts_deferred,
 );
 
 fn reason_name(e: &types::cosched_event) -> &'static str {
@@ -312,14 +311,6 @@ impl Detector for CpuDetector {
         std::mem::take(&mut self.withdrawn)
     }
 
-    /// The detector leaves the `CPU 1` of an RT task that wakes around `at_ns` in the ring buffer
-    /// without waking the agent before the task runs (`predicted_at_ns` in the BPF program).
-    fn set_predicted(&mut self, at_ns: Option<u64>) {
-        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
-            bss.predicted_at_ns = at_ns.unwrap_or(0);
-        }
-    }
-
     fn take_episodes(&mut self) -> u64 {
         std::mem::take(&mut self.episodes)
     }
@@ -347,7 +338,7 @@ mod tests {
             s,
             "switches=7 need_rt=0 need_watched=0 boosts=1 deboosts=0 timer_deboosts=0 watch_added=0 \
              events_dropped=5 watch_agent_returns=2 prio_changes=0 irq_wakeups=0 sleeps_predicted=0 withdrawals=0 \
-             timer_deboosts_deferred=0 watch_full=0 watch_spent=0 boosts_deferred=0"
+             timer_deboosts_deferred=0 watch_full=0 watch_spent=0"
         );
     }
 
@@ -373,8 +364,8 @@ mod tests {
         assert_eq!((r.ts_ns, r.cpu, r.want, r.pid, r.prio, r.irq), (42_000, 3, 1, 77, 80, 1));
         assert_eq!(reason_name(&r), "watched task");
         assert_eq!(size_of::<types::cosched_event>(), 32);
-        // The timer is opaque but its room is there: 6 u64 + 12 u32 (the last one aligns it) + 16.
-        assert_eq!(size_of::<types::cpu_state>(), 112);
+        // The timer is opaque but its room is there: 6 u64 + 10 u32 + 16.
+        assert_eq!(size_of::<types::cpu_state>(), 104);
         assert_eq!(size_of::<types::sleeper>(), 24);
     }
 

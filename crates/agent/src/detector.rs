@@ -84,9 +84,6 @@ pub(crate) trait Detector {
     fn next_wake(&self) -> Option<Prediction> {
         None
     }
-    /// The guest-clock time (`CLOCK_MONOTONIC`, ns) of the RT wake-up the host was told, if one
-    /// stands: a detector may then spare the agent a wake-up before that task runs.
-    fn set_predicted(&mut self, _at_ns: Option<u64>) {}
     /// True (once) if a prediction was withdrawn since the last call.
     fn take_withdrawn(&mut self) -> bool {
         false

@@ -577,9 +577,6 @@ impl Agent {
                 }
                 self.core.predict(p, t, &mut self.out);
             }
-            if *r == Resource::Cpu {
-                d.set_predicted(self.core.predicted_at_ns());
-            }
             for _ in 0..d.take_episodes() {
                 self.core.probe(t, &mut self.out);
             }

@@ -63,20 +63,6 @@ const volatile u32 report_episodes = 0;
 /* Address of hrtimer_wakeup (the agent reads /proc/kallsyms); 0: no timer predictions. */
 const volatile u64 hrtimer_wakeup_addr = 0;
 
-/*
- * The RT wake-up the agent has told the host (bpf_ktime_get_ns() time; 0: none), written by the
- * agent. The host boosts the vCPU ahead of it, so the CPU 1 of an RT task switched in around then
- * only confirms the prediction: its event goes into the ring buffer without waking the agent, and
- * the agent is woken at this CPU's next switch (the task done, or preempted). A wake-up of the
- * agent is an inter-processor interrupt to this very CPU (irq_work), taken before the RT task
- * runs; in an emulated guest it cost the task tens of µs per activation.
- */
-volatile u64 predicted_at_ns = 0;
-/* Around predicted_at_ns: the host's boost starts up to its lead before (2 ms at most) and a
- * late wake-up comes after it. */
-#define COVERED_BEFORE_NS 2000000ULL
-#define COVERED_AFTER_NS 2000000ULL
-
 /* The interrupt context of this CPU, and its runqueue (weak: a kernel without them just gives
  * no answer). x86: __preempt_count (Linux < 6.2; later kernels keep it in pcpu_hot). */
 extern const int __preempt_count __ksym __weak;
@@ -185,10 +171,8 @@ static __always_inline u64 hold_ns(struct cpu_state *st)
 	return hold;
 }
 
-/* Returns 1 if the agent will see the event (the ring buffer had room). `flags`: whether the
- * agent is woken now (BPF_RB_FORCE_WAKEUP) or at this CPU's next switch (BPF_RB_NO_WAKEUP). */
-static __always_inline int emit_flags(u32 cpu, u32 want, u32 reason, u32 pid, u64 now, struct cpu_state *st,
-				      u64 flags)
+/* Returns 1 if the agent will see the event (the ring buffer had room). */
+static __always_inline int emit(u32 cpu, u32 want, u32 reason, u32 pid, u64 now, struct cpu_state *st)
 {
 	struct cosched_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	struct cosched_stats *s;
@@ -206,36 +190,8 @@ static __always_inline int emit_flags(u32 cpu, u32 want, u32 reason, u32 pid, u6
 	e->pid = pid;
 	e->prio = want ? st->prio : 0;
 	e->irq = want ? st->irq : 0;
-	bpf_ringbuf_submit(e, flags);
-	if (flags & BPF_RB_NO_WAKEUP)
-		st->wake_deferred = 1;
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	return 1;
-}
-
-static __always_inline int emit(u32 cpu, u32 want, u32 reason, u32 pid, u64 now, struct cpu_state *st)
-{
-	return emit_flags(cpu, want, reason, pid, now, st, BPF_RB_FORCE_WAKEUP);
-}
-
-/* Wakes the agent for the events this CPU left in the ring buffer without waking it. */
-static __always_inline void wake_deferred(struct cpu_state *st)
-{
-	struct cosched_event *e;
-
-	if (!st->wake_deferred)
-		return;
-	st->wake_deferred = 0;
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (e)
-		bpf_ringbuf_discard(e, BPF_RB_FORCE_WAKEUP);
-}
-
-/* An RT task switched in at `now` was predicted: the host holds a boost for it already. */
-static __always_inline bool predicted(u64 now)
-{
-	u64 at = predicted_at_ns;
-
-	return at && now + COVERED_BEFORE_NS >= at && now <= at + COVERED_AFTER_NS;
 }
 
 static int idle_timer_cb(void *map, u32 *key, struct cpu_state *st)
@@ -474,7 +430,6 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	now = bpf_ktime_get_ns();
 	s->switches++;
 	st->last_switch_ns = now;
-	wake_deferred(st);
 	/* The task leaving the CPU needed a boost (or it is the agent, which preempted such a task
 	 * to send its hint): the need lasted until now, and the hold counts from here. Counted from
 	 * the task's switch-in, a run longer than the hold deboosted the VM at its very end: the
@@ -529,13 +484,9 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		}
 		changed = update_prio(st, prio, irq, now);
 		if (!st->boosted) {
-			bool covered = reason == COSCHED_REASON_RT && predicted(now);
-
-			if (emit_flags(cpu, 1, reason, pid, now, st, covered ? BPF_RB_NO_WAKEUP : BPF_RB_FORCE_WAKEUP)) {
+			if (emit(cpu, 1, reason, pid, now, st)) {
 				st->boosted = 1;
 				s->boosts++;
-				if (covered)
-					s->boosts_deferred++;
 			}
 		} else if (changed && emit(cpu, 1, COSCHED_REASON_PRIO, pid, now, st)) {
 			s->prio_changes++;

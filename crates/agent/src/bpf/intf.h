@@ -58,8 +58,6 @@ struct cosched_stats {
 							 * queued or an interrupt under way */
 	unsigned long long watch_full;		/* new tasks not watched: watch_max already are */
 	unsigned long long watch_spent;		/* watched tasks that used up their budget */
-	unsigned long long boosts_deferred;	/* boosts of a predicted RT wake-up: the agent woken at
-						 * the next switch, not before the task runs */
 };
 
 /* The watch map's value, struct watched, is in watch.h with the heuristic's arithmetic. */
@@ -106,8 +104,6 @@ struct cpu_state {
 	unsigned int watch_waiting;	/* watched tasks waiting runnable here with a need (watch.h) */
 	unsigned long long prio_need_ns;	/* last time a need of priority `prio` was on the CPU */
 	unsigned long long wait_until_ns;	/* when the latest of those waits' allowances ends */
-	unsigned int wake_deferred;	/* an event waits in the ring buffer for the agent's next wake-up */
-	unsigned int pad;		/* the timer at an 8-byte offset: the verifier wants it aligned */
 	struct bpf_timer timer;
 };
 

@@ -28,8 +28,6 @@ pub(super) struct PredictState {
     /// The last `WAKE` that still stands: the predicted wake-up on the core's clock (without the
     /// transit correction) and its priority.
     pub(super) outstanding: Option<(u64, u8)>,
-    /// That wake-up on the guest's `CLOCK_MONOTONIC` ([`Prediction::at_ns`]), for the detector.
-    pub(super) outstanding_at_ns: u64,
     /// A prediction right after a `CPU 0` rides on it (one frame, `cpu::deboost_wake`): the
     /// configuration, until the host refuses that form as malformed (a host older than it).
     pub(super) batch: bool,
@@ -52,12 +50,6 @@ impl AgentCore {
     /// Predictions are on (configured, and not refused by the host since the registration).
     pub fn predicting(&self) -> bool {
         self.predict.on
-    }
-
-    /// The RT wake-up the host was told and has not been withdrawn or refused, on the guest's
-    /// `CLOCK_MONOTONIC` (the detector's clock): the host boosts ahead of it.
-    pub fn predicted_at_ns(&self) -> Option<u64> {
-        self.predict.outstanding.map(|_| self.predict.outstanding_at_ns)
     }
 
     /// True if a `CPU 0` went out since the last [`AgentCore::predict`]: the I/O layer then reads
@@ -90,7 +82,6 @@ impl AgentCore {
         let transit = self.rtt_ns() / 2;
         let delay_us = wanted.map_or(0, |p| (p.in_ns.saturating_sub(transit) / 1000).min(u32::MAX as u64) as u32);
         if let (Some(p), true) = (wanted, delay_us > 0) {
-            self.predict.outstanding_at_ns = p.at_ns;
             if self.batch(delay_us, p.priority, out) {
                 self.predict.outstanding = Some((now + p.in_ns, p.priority));
                 self.counters.wakes_sent += 1;

@@ -783,28 +783,6 @@ fn a_withdrawn_prediction_sends_wake_0() {
     assert_eq!(sent(&out), vec![Frame::wake(4, 950, 80), Frame::wake(5, 7_950, 80), Frame::wake(6, 0, 0)]);
 }
 
-/// The detector is told the wake-up the host was told (on the guest's clock) while it stands:
-/// sent (alone or on its deboost), replaced, withdrawn, refused.
-#[test]
-fn the_detector_learns_the_wake_up_the_host_was_told() {
-    let at = |in_ns, at_ns| Some(Prediction { in_ns, at_ns, priority: 80 });
-    let mut a = deboosted_with_a_round_trip();
-    let mut out = Vec::new();
-    assert_eq!(a.predicted_at_ns(), None);
-    a.predict(at(8_000_000, 50_000_000), 2_000_000, &mut out); // WAKE seq 4
-    assert_eq!(a.predicted_at_ns(), Some(50_000_000));
-    a.predict(at(20_000_000, 62_000_000), 3_000_000, &mut out); // WAKE seq 5 replaces it
-    assert_eq!(a.predicted_at_ns(), Some(62_000_000));
-    a.predict(None, 3_100_000, &mut out); // withdrawn: WAKE 0
-    assert_eq!(a.predicted_at_ns(), None);
-    a.predict(at(8_000_000, 70_000_000), 4_000_000, &mut out); // WAKE seq 7
-    a.on_frame(Frame::deny_for(7, Cpu, DenyReason::RateLimited), 4_100_000, &mut out);
-    assert_eq!(a.predicted_at_ns(), None, "refused");
-    // On its deboost.
-    let (a, _) = deboosted_with_a_batched_prediction(Config::default());
-    assert_eq!(a.predicted_at_ns(), Some(0), "predicted() gives at_ns 0");
-}
-
 #[test]
 fn membw_requests_are_relayed_and_asked_again_after_a_new_registration() {
     let cfg = Config { membw: true, ..Config::default() };

@@ -26,7 +26,7 @@ def build(quiet=True):
     subprocess.run([str(BUILD_SH)] + (["--quiet"] if quiet else []), check=True)
 
 
-class DebianGuest:
+class DebianGuest(harness.ConsoleReader):
     """One boot of the Debian test guest. `sock`: the host end of org.cosched.0 (QEMU is the
     server, as for an operator's VM); `share`: a directory the guest can mount read-only
     (`mount -t 9p -o trans=virtio host /mnt`). QEMU dies with this process."""
@@ -53,30 +53,15 @@ class DebianGuest:
                     "-device", "virtserialport,chardev=cosched0,name=org.cosched.0"]
         if share:
             cmd += ["-virtfs", f"local,path={share},mount_tag=host,security_model=none,readonly=on"]
-        self.lines = []
         self.replies = []
-        self._cond = threading.Condition()
         self._seq = 0
         self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     text=True, errors="replace", preexec_fn=harness.dies_with_us(signal.SIGKILL))
-        self._console = threading.Thread(target=self._read_console, daemon=True)
-        self._console.start()
+        self._follow(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      text=True, errors="replace", preexec_fn=harness.dies_with_us(signal.SIGKILL)))
         self._driver = None
         self._driver_thread = None
 
-    # ---- console and channel ------------------------------------------------------------------
-
-    def _read_console(self):
-        for line in self.proc.stdout:
-            line = line.rstrip("\r\n")
-            if self.verbose:
-                print(f"   {self.name} | {line}", flush=True)
-            with self._cond:
-                self.lines.append(line)
-                self._cond.notify_all()
-        with self._cond:
-            self._cond.notify_all()
+    # ---- the command channel ------------------------------------------------------------------
 
     def _read_driver(self, conn):
         buf = b""
@@ -112,10 +97,6 @@ class DebianGuest:
         self._driver_thread = threading.Thread(target=self._read_driver, args=(self._driver,), daemon=True)
         self._driver_thread.start()
 
-    def console(self):
-        with self._cond:
-            return "\n".join(self.lines)
-
     def _wait(self, pred, timeout, what):
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -123,7 +104,7 @@ class DebianGuest:
                 got = pred()
                 if got is not None:
                     return got
-                if self.proc.poll() is not None and not self._console.is_alive():
+                if self.proc.poll() is not None and not self._reader.is_alive():
                     why = f"QEMU exited {self.proc.returncode}"
                     break
                 left = deadline - time.monotonic()
@@ -190,13 +171,6 @@ class DebianGuest:
                 self.proc.wait()
         if self._driver is not None:
             self._driver.close()
-        self._console.join(5)
+        self._reader.join(5)
         self.proc.stdout.close()
         self._tmp.cleanup()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False

@@ -234,6 +234,32 @@ def guest_script(body, agent=False, guest_hogs=0, agent_args=""):
 # Host side
 
 
+def wait_until(pred, what, timeout, seen=None, step=0.1):
+    """Polls pred() until it returns something true, and returns that; after `timeout` seconds
+    raises AssertionError naming `what` and, if given, seen() (the state it saw last)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s" + (f"; saw {seen()}" if seen else ""))
+        time.sleep(step)
+
+
+def build_packages():
+    """Builds the Debian packages (scripts/package.sh): {package name: path of its .deb}."""
+    r = subprocess.run(["bash", str(REPO / "scripts/package.sh")], capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        raise AssertionError(f"scripts/package.sh: exit {r.returncode}\n{r.stdout}\n{r.stderr}")
+    debs = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("package.sh: "):
+            deb = REPO / line.split(": ", 1)[1]
+            debs[deb.name.split("_")[0]] = deb
+    return debs
+
+
 def cpu_time_s(pid):
     """CPU time (user + system) of a process so far, in seconds; 0 if it is gone."""
     try:
@@ -571,29 +597,16 @@ def foreign_qemus(ours):
     return out
 
 
-class GuestVM:
-    """One test guest booted in the background (guest/run.sh), its console read by a thread.
-    wait_for() waits for a console line; stop() stops it (SIGTERM to run.sh, which stops QEMU).
-    `prefix` goes before run.sh's command (TapNet.prefix: QEMU in that network namespace)."""
+class ConsoleReader:
+    """A guest's process whose stdout is the guest's console: a thread reads it into `lines`
+    (echoed with `verbose`), under `_cond`, which is notified at each line and at the end.
+    The class sets `name`, `verbose` and calls _follow(proc); it stops the guest in stop()."""
 
-    def __init__(self, workload, name, nets=(), adds=(), layers=(), append="", timeout=3600, prefix=(),
-                 verbose=False):
+    def _follow(self, proc):
         import threading
-        self.name = name
-        self.verbose = verbose
-        self._tmp = tempfile.TemporaryDirectory(prefix="cosched-vm-")
-        tmp = Path(self._tmp.name)
-        (tmp / "workload.sh").write_text(workload)
-        self.pidfile = tmp / "qemu.pid"
-        self.errfile = tmp / "run.err"
-        cmd = list(prefix) + guest_cmd(tmp / "workload.sh", self.pidfile, timeout=timeout, layers=layers,
-                                       adds=adds, append=append, name=name, nets=nets)
+        self.proc = proc
         self.lines = []
         self._cond = threading.Condition()
-        self._pid = None
-        with open(self.errfile, "w") as errf:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, errors="replace",
-                                         preexec_fn=dies_with_us(signal.SIGTERM))
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -608,6 +621,39 @@ class GuestVM:
         with self._cond:
             self._cond.notify_all()
 
+    def console(self):
+        with self._cond:
+            return "\n".join(self.lines)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+class GuestVM(ConsoleReader):
+    """One test guest booted in the background (guest/run.sh), its console read by a thread.
+    wait_for() waits for a console line; stop() stops it (SIGTERM to run.sh, which stops QEMU).
+    `prefix` goes before run.sh's command (TapNet.prefix: QEMU in that network namespace)."""
+
+    def __init__(self, workload, name, nets=(), adds=(), layers=(), append="", timeout=3600, prefix=(),
+                 verbose=False):
+        self.name = name
+        self.verbose = verbose
+        self._tmp = tempfile.TemporaryDirectory(prefix="cosched-vm-")
+        tmp = Path(self._tmp.name)
+        (tmp / "workload.sh").write_text(workload)
+        self.pidfile = tmp / "qemu.pid"
+        self.errfile = tmp / "run.err"
+        cmd = list(prefix) + guest_cmd(tmp / "workload.sh", self.pidfile, timeout=timeout, layers=layers,
+                                       adds=adds, append=append, name=name, nets=nets)
+        self._pid = None
+        with open(self.errfile, "w") as errf:
+            self._follow(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, errors="replace",
+                                          preexec_fn=dies_with_us(signal.SIGTERM)))
+
     @property
     def pid(self):
         """QEMU's pid (once it has written its pidfile), else None."""
@@ -617,10 +663,6 @@ class GuestVM:
             except (OSError, ValueError):
                 pass
         return self._pid
-
-    def console(self):
-        with self._cond:
-            return "\n".join(self.lines)
 
     def wait_for(self, prefix, timeout=120):
         """The first console line starting with `prefix`; RuntimeError if the guest exits or
@@ -682,13 +724,6 @@ class GuestVM:
         self._reader.join(5)
         self.proc.stdout.close()
         self._tmp.cleanup()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False
 
 
 def schedstat_ns(tid):

@@ -32,21 +32,14 @@ def record(env, **values):
 
 
 def packages(dest, role="cosched-guest"):
-    """scripts/package.sh's cosched and `role` packages, copied into `dest`."""
-    r = subprocess.run(["bash", str(harness.REPO / "scripts/package.sh")], capture_output=True, text=True,
-                       timeout=1800)
-    if r.returncode != 0:
-        raise AssertionError(f"scripts/package.sh failed:\n{r.stdout}\n{r.stderr}")
-    names = []
-    for line in r.stdout.splitlines():
-        if line.startswith("package.sh: "):
-            deb = Path(line.split(": ", 1)[1])
-            if deb.name.split("_")[0] in ("cosched", role):
-                shutil.copy(harness.REPO / deb, dest)
-                names.append(deb.name)
-    if len(names) != 2:
-        raise AssertionError(f"scripts/package.sh did not make cosched and {role}:\n{r.stdout}")
-    return names
+    """scripts/package.sh's cosched and `role` packages, copied into `dest`: their file names."""
+    debs = harness.build_packages()
+    missing = {"cosched", role} - set(debs)
+    if missing:
+        raise AssertionError(f"scripts/package.sh did not make {sorted(missing)}: {debs}")
+    for name in ("cosched", role):
+        shutil.copy(debs[name], dest)
+    return [debs[name].name for name in ("cosched", role)]
 
 
 def vm_status(daemon):
@@ -56,14 +49,11 @@ def vm_status(daemon):
 
 def wait_host(daemon, pred, what, timeout=60):
     """Waits until pred(the VM's status entry or None) is true; says what it saw last."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def entry():
         v = vm_status(daemon)
-        if pred(v):
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"host: {what} not within {timeout} s; the VM's status: {json.dumps(v)[:3000]}")
-        time.sleep(0.2)
+        return v if v is not None and pred(v) else None
+    return harness.wait_until(entry, f"host: {what}", timeout, seen=lambda: json.dumps(vm_status(daemon))[:3000],
+                              step=0.2)
 
 
 class DebianGuestPackage(unittest.TestCase):
@@ -348,17 +338,13 @@ class PodmanContainer(unittest.TestCase):
                                    text=True)
                 return json.loads(r.stdout) if r.returncode == 0 else None
 
-            def wait(pred, what, timeout=30):
-                deadline = time.monotonic() + timeout
-                while True:
-                    got = pred()
-                    if got:
-                        return got
-                    if time.monotonic() > deadline:
-                        logs = podman("logs", self.name, check=False)
-                        raise AssertionError(f"{what} not within {timeout} s; status {json.dumps(status())[:2000]}; "
-                                             f"container log:\n{logs.stdout[-2000:]}{logs.stderr[-2000:]}")
-                    time.sleep(0.1)
+            def seen():
+                logs = podman("logs", self.name, check=False)
+                return (f"status {json.dumps(status())[:2000]}; container log:\n"
+                        f"{logs.stdout[-2000:]}{logs.stderr[-2000:]}")
+
+            def wait(pred, what):
+                return harness.wait_until(pred, what, 30, seen=seen)
             st = wait(lambda: (s := status()) and any(v["name"] == "ctr" for v in s["vms"]) and s,
                       "the containerized daemon finds the fake VM")
             start_s = time.monotonic() - t

@@ -172,14 +172,7 @@ def libvirtd(log):
 
 
 def wait_for(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
+    return harness.wait_until(pred, f"waiting for {what}", timeout, step=0.05)
 
 
 def vm_named(d, name):

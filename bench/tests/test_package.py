@@ -73,14 +73,10 @@ class Package(unittest.TestCase):
 
     def build(self):
         """The three packages, by name."""
-        r = run("bash", REPO / "scripts/package.sh", timeout=1800)
-        debs = {}
-        for line in r.stdout.splitlines():
-            if line.startswith("package.sh: "):
-                deb = Path(line.split(": ", 1)[1])
-                self.assertTrue(deb.is_file(), r.stdout)
-                debs[deb.name.split("_")[0]] = deb
-        self.assertEqual(sorted(debs), sorted(PACKAGES), r.stdout)
+        debs = harness.build_packages()
+        for deb in debs.values():
+            self.assertTrue(deb.is_file(), debs)
+        self.assertEqual(sorted(debs), sorted(PACKAGES), debs)
         return debs
 
     def bumped(self, deb, tmp):

@@ -157,6 +157,9 @@ def event_counters(status):
         for level, h in (vm.get("run_delay") or {}).items():
             flat[f"rd_{level}_count"] = h.get("count", 0)
             flat[f"rd_{level}_sum_ns"] = h.get("sum_ns", 0)
+        # The share a pay-back hold is priced at (the policy's estimate, not a counter: `_now`).
+        if vm.get("event_share_ppm") is not None:
+            flat["share_ppm_now"] = vm["event_share_ppm"]
         out[vm["name"]] = flat
     return out
 
@@ -214,20 +217,25 @@ def fair_share(tids, share, period_us=FAIR_PERIOD_US, root="/sys/fs/cgroup/cpu")
 
 
 def counter_delta(before, after, name):
+    """The counters' growth; a value named `*_now` is a reading, kept as it is after."""
     a, b = after.get(name, {}), before.get(name, {})
-    return {k: v - b.get(k, 0) for k, v in a.items()}
+    return {k: v if k.endswith("_now") else v - b.get(k, 0) for k, v in a.items()}
 
 
 def ev_fields(ev, mode):
     """The daemon's event counters a row shows ("" in mode none): events seen, boosts,
-    postponements, the CPU time the vCPUs ran boosted and the time they paid back at nice 19."""
+    postponements, the CPU time the vCPUs ran boosted and the time they paid back at nice 19,
+    and what the fair class gave back to the VM (owed again) or took back from it (paid) in
+    the cycles after its holds."""
     if mode == "none":
-        return dict(events="", boosts="", postponed="", boosted_cpu_ms="", repaid_ms="")
+        return dict(events="", boosts="", postponed="", boosted_cpu_ms="", repaid_ms="", given_back_ms="",
+                    taken_back_ms="")
     return dict(events=ev.get("events", 0), boosts=ev.get("boosts", 0), postponed=ev.get("postponed", 0),
-                boosted_cpu_ms=ev.get("boosted_cpu_ns", 0) / 1e6, repaid_ms=ev.get("repaid_ns", 0) / 1e6)
+                boosted_cpu_ms=ev.get("boosted_cpu_ns", 0) / 1e6, repaid_ms=ev.get("repaid_ns", 0) / 1e6,
+                given_back_ms=ev.get("given_back_ns", 0) / 1e6, taken_back_ms=ev.get("taken_back_ns", 0) / 1e6)
 
 
-EV_COLUMNS = ["events", "boosts", "postponed", "boosted_cpu_ms", "repaid_ms"]
+EV_COLUMNS = ["events", "boosts", "postponed", "boosted_cpu_ms", "repaid_ms", "given_back_ms", "taken_back_ms"]
 
 
 class Testbed:
@@ -548,7 +556,7 @@ constantly receives ping or download requests (the guaranteed-slice module, sec.
 class Latency:
     NAME = "feas-latency"
     COLUMNS = ["setup", "mode", "pings", "lost", "avg_us", "p50_us", "p99_us", "max_us", *EV_COLUMNS,
-               "share_pct", "dev_pct", "worst_dev_pct", "boosted_wait_us", "normal_wait_us"]
+               "share_pct", "dev_pct", "worst_dev_pct", "boosted_wait_us", "normal_wait_us", "est_share_pct"]
 
     @staticmethod
     def plan(quick):
@@ -628,6 +636,8 @@ class Latency:
                         c["lost"] += p["lost"]
                         for k, v in p["ev"].items():
                             c["ev"][k] = c["ev"].get(k, 0) + v
+                        if "share_ppm_now" in p["ev"]:
+                            c.setdefault("est", []).append(p["ev"]["share_ppm_now"] / 1e4)
                         for k, v in p["ns"].items():
                             c["ns"][k] = c["ns"].get(k, 0) + v
                 for mode, _ in modes:
@@ -636,10 +646,11 @@ class Latency:
                     rows.append(dict(setup=setup, mode=mode, pings=len(c["rtts"]) + c["lost"], lost=c["lost"],
                                      **ev_fields(c["ev"], mode), **latency_stats(c["rtts"]), **shares(c["ns"]),
                                      boosted_wait_us=run_delay_us(c["ev"], "event-boosted"),
-                                     normal_wait_us=run_delay_us(c["ev"], "normal")))
+                                     normal_wait_us=run_delay_us(c["ev"], "normal"),
+                                     est_share_pct=statistics.mean(c["est"]) if c.get("est") else ""))
                     log(f"{setup} {mode}: avg {rows[-1]['avg_us']:.0f} p50 {rows[-1]['p50_us']:.0f} "
                         f"p99 {rows[-1]['p99_us']:.0f} µs, lost {c['lost']}, boosts {rows[-1]['boosts']}, "
-                        f"VM {TARGET} share {rows[-1]['share_pct']:.1f}%")
+                        f"VM {TARGET} share {rows[-1]['share_pct']:.1f}% (priced at {rows[-1]['est_share_pct'] or '-'})")
         return rows, rtts
 
     @classmethod

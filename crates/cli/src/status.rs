@@ -259,6 +259,9 @@ fn vm_details(out: &mut String, vm: &VmStatus, threads: bool) {
     if let Some(rt) = vm.resources.get(Resource::Cpu.name()).and_then(|r| r.rt.as_ref()) {
         rt_text(out, rt);
     }
+    if let Some(line) = event_text(vm) {
+        let _ = writeln!(out, "    {line}");
+    }
     if let Some(m) = &vm.membw {
         let st = &m.stats;
         let state = match (m.throttled, m.stopped) {
@@ -322,6 +325,21 @@ fn vm_details(out: &mut String, vm: &VmStatus, threads: bool) {
             if d.scheduler == "bfq" { "" } else { " (not bfq: I/O coordination cannot help this VM there)" }
         );
     }
+}
+
+/// Event boosting's pay-back account for a VM, once it has one: what it owes (or has paid in
+/// advance) and the share of a CPU its holds are priced at.
+fn event_text(vm: &VmStatus) -> Option<String> {
+    let balance = vm.event_balance_ns.filter(|&b| b != 0 || vm.event_share_ppm.is_some())?;
+    let owes = if balance > 0 {
+        format!("owes {} of CPU time", fmt_ms(balance as f64 / 1e6))
+    } else {
+        format!("{} paid in advance", fmt_ms(-balance as f64 / 1e6))
+    };
+    let share = vm.event_share_ppm.map_or("not measured yet (a hold pays its whole length)".to_string(), |p| {
+        format!("{:.1}% of a CPU", p as f64 / 1e4)
+    });
+    Some(format!("event pay-back: {owes}; its vCPUs' share at the normal level: {share}"))
 }
 
 /// A VM's RT co-scheduling and predictive boost, when it has used them.

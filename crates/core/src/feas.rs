@@ -31,10 +31,14 @@
 //!   paid back at [`Level::Guarded`]: the vCPUs are held at `repay_nice` (19 by default: weight
 //!   15 against nice 0's 1024), where they run next to nothing while anyone else wants the CPU,
 //!   until they have missed as much as they got. What they miss is measured, not assumed: the VM's CPU share at
-//!   its normal level is gathered over the stretches between boosts, a cycle's worth per sample,
-//!   and averaged, and a hold of `t` pays `t x share`. What the vCPUs run while held is not counted as received: the fair class
-//!   keeps a thread's lag across a change of weight (`reweight_entity()`), so it takes that time
-//!   back from them in the cycles after the hold (and the share sample adds it back). Until a
+//!   its normal level is gathered over the stretches between boosts (each from the end of a
+//!   boost or a pay-back to the next boost, a cycle's worth at least per sample) and averaged,
+//!   and a hold of `t` pays `t x share`, less what the vCPUs ran while held (they did not miss
+//!   that), but at most half of it, so that a hold always ends. Measured, two ways of pricing a
+//!   hold overpaid the VM (`results/feas-latency`): a share sampled only in the cycle after a
+//!   hold, with what the vCPUs ran while held added to it, came to about 39% of a CPU for a VM
+//!   whose share at the normal level was 25% (the fair class gives a VM back after a hold part
+//!   of what the hold took), and the VM kept about a quarter of each boost. Until a
 //!   first sample, a hold pays its whole length. (Charging the boost to the virtual runtime
 //!   through the low weight does not work: the kernel rescales a thread's lag when its weight
 //!   changes back, which forgives most of it; measured, a pinged VM kept 26.5% of a CPU shared
@@ -204,24 +208,59 @@ enum Phase {
     },
 }
 
-/// Ends a stretch at the normal level (`idle_from` to `now`, the vCPUs at `cpu`) and adds it to
-/// the share sample; once a whole cycle is gathered, the sample goes into the average. What
-/// the vCPUs ran while held since the last sample counts as run at the normal level: the fair
-/// class took it back from them in these stretches (it keeps a thread's lag across a change of
-/// weight).
-fn close_sample(s: &mut VmState, now: u64, cpu: u64, cycle_ns: u64) {
-    let Some((t0, c0)) = s.idle_from.take() else { return };
-    s.gathered.0 += now.saturating_sub(t0);
-    s.gathered.1 += cpu.saturating_sub(c0);
-    if s.gathered.0 >= cycle_ns {
-        let (t, ran) = std::mem::take(&mut s.gathered);
-        let ran = ran + std::mem::take(&mut s.hold_ran);
-        let sample = (ran as u128 * 1_000_000 / t as u128).min(1_000_000) as u64;
-        s.share_ppm = Some(match s.share_ppm {
+/// The least share a hold is priced at (ppm of a CPU): a sample of a stretch in which the fair
+/// class took back what the vCPUs ran while held can be near 0, and a hold priced at 0 would
+/// never end.
+const MIN_SHARE_PPM: u64 = 20_000;
+
+/// How many cycles at the normal level after a boost or a pay-back are sampled for the share
+/// (each a sample of its own, closed by a deadline, not by the next event): enough to cover
+/// the time between the boosts of a VM that is boosted often, without a deadline every cycle
+/// for a VM that no longer is.
+const SAMPLED_CYCLES: u32 = 10;
+
+/// What closing a stretch at the normal level found: the ns the fair class gave the VM back
+/// (> 0) or took back from it (< 0) in the cycle after a hold, against its measured share.
+type Settled = i64;
+
+/// Ends a stretch at the normal level (`idle_from` to `now`, the vCPUs at `cpu`). `go_on`: the
+/// VM stays at its normal level and the next stretch starts here (a deadline closes a stretch
+/// each cycle).
+///
+/// - The first cycle after a hold is settled, not sampled: the fair class keeps a thread's lag
+///   across a change of weight, so in that cycle it gives the VM back part of what the hold
+///   took from it, or takes back what the vCPUs ran while held. What the VM ran above or below
+///   its measured share there goes into its balance. (Measured: sampling that cycle, with what
+///   the vCPUs ran while held added, priced a VM whose share was 25% at about 39% of a CPU, and
+///   it kept about a quarter of each boost.)
+///   Until the VM has a share sample, that cycle is one (a VM evented every cycle has no
+///   other stretch of a cycle).
+/// - Any other stretch of a cycle or more is a share sample. A shorter one, ended by the next
+///   boost, is not: a boost starts when a vCPU waits, so such a stretch ends before the vCPU's
+///   next turn, and would price the share too low.
+fn close_sample(s: &mut VmState, now: u64, cpu: u64, cycle_ns: u64, go_on: bool) -> Settled {
+    let Some((t0, c0)) = s.idle_from.take() else { return 0 };
+    let settle = std::mem::take(&mut s.settle);
+    if go_on {
+        s.idle_from = Some((now, cpu));
+    }
+    let (t, ran) = (now.saturating_sub(t0), cpu.saturating_sub(c0));
+    if t < cycle_ns {
+        return 0;
+    }
+    if let (true, Some(share)) = (settle, s.share_ppm) {
+        let due = (t as u128 * share as u128 / 1_000_000) as i64;
+        return (ran as i64 - due).clamp(-(cycle_ns as i64), cycle_ns as i64);
+    }
+    let sample = (ran as u128 * 1_000_000 / t as u128).min(1_000_000) as u64;
+    s.share_ppm = Some(
+        match s.share_ppm {
             None => sample,
             Some(old) => (old * 3 + sample) / 4,
-        });
-    }
+        }
+        .max(MIN_SHARE_PPM),
+    );
+    0
 }
 
 #[derive(Debug, Clone)]
@@ -237,15 +276,15 @@ struct VmState {
     /// Since when (time, its vCPUs' run time) the VM has been at its normal level after a boost
     /// or a pay-back, to measure its share of the CPU.
     idle_from: Option<(u64, u64)>,
+    /// Cycles still to sample at the normal level ([`SAMPLED_CYCLES`] after each return to it).
+    samples_left: u32,
+    /// The stretch at the normal level follows a hold: its first cycle is settled.
+    settle: bool,
     /// The CPU share the VM's vCPUs get at their normal level, in parts per million (an
     /// average of samples a cycle long each): what holding them back costs them.
     share_ppm: Option<u64>,
-    /// CPU time the vCPUs ran while held at `repay_nice` since the last share sample.
-    hold_ran: u64,
     /// The last boost's start: (time, the vCPUs' time asleep then).
     last_start: Option<(u64, u64)>,
-    /// Normal-level time and run time gathered for the next share sample.
-    gathered: (u64, u64),
 }
 
 /// See the module documentation.
@@ -289,10 +328,10 @@ impl EventPolicy {
             phase: Phase::Idle,
             balance: 0,
             idle_from: None,
+            samples_left: 0,
+            settle: false,
             share_ppm: None,
-            hold_ran: 0,
             last_start: None,
-            gathered: (0, 0),
         })
     }
 
@@ -369,7 +408,9 @@ impl EventPolicy {
         let s = self.state(vm);
         s.count += 1;
         s.postponed = false;
-        close_sample(s, now, cpu0, cycle_ns);
+        let settled = close_sample(s, now, cpu0, cycle_ns, false);
+        self.settle(sh, vm, settled);
+        let s = self.state(vm);
         // CPU-bound since the last boost (asleep less than a tenth of the time): the boost takes
         // CPU from the others and is paid back. A VM that sleeps uses less than its share, and
         // holding it back would only make it late.
@@ -429,19 +470,44 @@ impl EventPolicy {
             s.phase = Phase::Repaying { cpu, at: now, next };
             sh.host_level(self, vm, Level::Guarded, out);
         } else {
-            self.back_to_normal(sh, vm, now, charge.then_some(cpu), out);
+            self.back_to_normal(sh, vm, now, Some(cpu), false, out);
         }
     }
 
     /// Puts `vm` back at its normal level. `sample_from`: its vCPUs' run time now, to measure
-    /// its share of the CPU from here.
-    fn back_to_normal(&mut self, sh: &mut Shared, vm: VmId, now: u64, sample_from: Option<u64>, out: &mut Vec<Action>) {
+    /// its share of the CPU from here (with `charge`: nothing else needs it); `after_hold`: it
+    /// paid a boost back until now.
+    fn back_to_normal(
+        &mut self,
+        sh: &mut Shared,
+        vm: VmId,
+        now: u64,
+        sample_from: Option<u64>,
+        after_hold: bool,
+        out: &mut Vec<Action>,
+    ) {
+        let charge = self.cfg.charge;
         let s = self.state(vm);
         s.phase = Phase::Idle;
-        if let Some(cpu) = sample_from {
+        if let Some(cpu) = sample_from.filter(|_| charge) {
             s.idle_from = Some((now, cpu));
+            s.samples_left = SAMPLED_CYCLES;
+            s.settle = after_hold;
         }
         let _ = sh.request(self, vm, 0, now, None, out);
+    }
+
+    /// Takes into `vm`'s balance what the fair class gave it back (> 0: owed again) or took
+    /// back from it (< 0: paid) in the cycle after a hold.
+    fn settle(&mut self, sh: &mut Shared, vm: VmId, settled: Settled) {
+        if settled == 0 {
+            return;
+        }
+        let max_credit = (MAX_CREDIT_CYCLES * self.cfg.cycle_ns()) as i64;
+        let s = self.state(vm);
+        s.balance = (s.balance + settled).max(-max_credit);
+        let name = if settled > 0 { "given_back_ns" } else { "taken_back_ns" };
+        sh.count(vm, Resource::Event, name, settled.unsigned_abs());
     }
 
     /// Ends `vm`'s slice, takes in its paid-back debt, and boosts it if it was postponed and its
@@ -475,8 +541,11 @@ impl EventPolicy {
         let s = self.state(vm);
         if let (Phase::Idle, Some((t0, _))) = (s.phase, s.idle_from) {
             if now >= t0 + cycle_ns {
+                s.samples_left = s.samples_left.saturating_sub(1);
+                let go_on = s.samples_left > 0;
                 let cpu = host.vcpu_run_ns(vm);
-                close_sample(self.state(vm), now, cpu, cycle_ns);
+                let settled = close_sample(self.state(vm), now, cpu, cycle_ns, go_on);
+                self.settle(sh, vm, settled);
             }
         }
         let n_limit = self.cfg.n_limit;
@@ -503,22 +572,19 @@ impl EventPolicy {
         out: &mut Vec<Action>,
     ) {
         let cpu = host.vcpu_run_ns(vm);
-        let ran = cpu.saturating_sub(last.1);
         let max_credit = (MAX_CREDIT_CYCLES * self.cfg.cycle_ns()) as i64;
         let s = self.state(vm);
         // Without a measured share yet (the first boost), the whole time held counts.
         let share = s.share_ppm.unwrap_or(1_000_000) as u128;
         let paid = (now.saturating_sub(last.0) as u128 * share / 1_000_000) as u64;
-        s.hold_ran += ran;
         s.balance = (s.balance - paid as i64).max(-max_credit);
         let (balance, share) = (s.balance, s.share_ppm);
         let next = now + self.repay_wait(balance, share);
         let s = self.state(vm);
         sh.count(vm, Resource::Event, "repaid_ns", paid);
         if s.balance <= 0 {
-            // The next stretch samples the share; what the vCPUs ran while held is taken back
-            // from them then (the fair class keeps a thread's lag across a change of weight).
-            self.back_to_normal(sh, vm, now, Some(cpu), out);
+            // The next stretch's first cycle is settled, the rest samples the share.
+            self.back_to_normal(sh, vm, now, Some(cpu), true, out);
         } else {
             s.phase = Phase::Repaying { cpu, at: now, next };
         }
@@ -556,7 +622,7 @@ impl EventPolicy {
         s.postponed = false;
         s.balance = s.balance.min(0);
         if s.phase != Phase::Idle {
-            self.back_to_normal(sh, vm, now, None, out);
+            self.back_to_normal(sh, vm, now, None, false, out);
         }
     }
 }

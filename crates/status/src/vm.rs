@@ -62,6 +62,10 @@ pub struct VmStatus {
     pub disks: Vec<Disk>,
     /// Event boosting's balance of CPU time (negative: owed), while events are detected here.
     pub event_balance_ns: Option<i64>,
+    /// The CPU share event boosting has measured for the VM's vCPUs at their normal level, in
+    /// parts per million (what a pay-back hold is priced at), once measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_share_ppm: Option<u64>,
     /// Its memory-bandwidth regulation, while it runs here.
     pub membw: Option<VmMembw>,
     #[serde(rename = "static")]

@@ -281,49 +281,95 @@ fn boosted_cpu_time_is_paid_back_at_guarded_at_the_vms_measured_share() {
     r.tick(MS);
     assert_eq!(r.take(), vec![Level::Boosted, Level::Normal]);
     assert_eq!(counter(&r.coord, VM, "uncharged"), 1);
-    let o = 100 * MS; // from here on, the VM has not slept since that boost: it pays
+    // Its first cycle at the normal level is a share sample: 2.5 ms in 10 ms.
+    assert_eq!(r.feas().share_ppm(VM), None);
+    assert_eq!(r.coord.next_deadline(), Some(11 * MS));
+    r.run(2_500 * US);
+    r.tick(11 * MS);
+    assert_eq!(r.feas().share_ppm(VM), Some(250_000));
+    // From here on, the VM does not sleep: it pays. A stretch shorter than a cycle, ended by
+    // the boost, is no sample.
+    r.run(1_000 * US);
+    let o = 15 * MS;
     assert_eq!(r.event(o), Outcome::Boosted);
     assert_eq!(r.take(), vec![Level::Boosted]);
+    assert_eq!(r.feas().share_ppm(VM), Some(250_000));
     r.run(900 * US);
     r.tick(o + MS);
     assert_eq!(r.take(), vec![Level::Guarded], "the boost's CPU time is owed");
     assert_eq!(r.feas().balance_ns(VM), 900_000);
     assert_eq!(counter(&r.coord, VM, "boosted_cpu_ns"), 1_400_000, "with the first boost's");
-    // In debt: events wait, even in a new cycle.
-    assert_eq!(r.event(o + 10 * MS + 1), Outcome::Postponed);
-    // No share measured yet: the whole 10 ms hold counts.
+    // In debt: events wait. 900 µs owed at a 25% share: paid after 3.6 ms held. What the
+    // vCPUs ran while held (100 µs) neither pays nor counts in a sample.
+    assert_eq!(r.event(o + 2 * MS), Outcome::Postponed);
+    assert_eq!(r.coord.next_deadline(), Some(o + 4_600 * US));
     r.run(100 * US);
-    r.tick(o + 11 * MS);
-    assert_eq!(r.take(), vec![Level::Normal, Level::Boosted], "paid; the postponed event boosts");
-    assert_eq!(r.feas().balance_ns(VM), 900_000 - 10_000_000);
-    // The credit covers this boost (3 ms: the slice is 1 ms, say the timer came late).
-    r.run(3 * MS);
-    r.tick(o + 12 * MS);
+    r.tick(o + 4_600 * US);
     assert_eq!(r.take(), vec![Level::Normal]);
-    assert_eq!(r.feas().balance_ns(VM), -6_100_000);
-    assert_eq!(r.feas().share_ppm(VM), None);
-    // A cycle at the normal level is a share sample: 2.5 ms run, plus the 100 µs run while
-    // held (the fair class takes that back at the normal level), in 10 ms.
-    assert_eq!(r.coord.next_deadline(), Some(o + 22 * MS));
-    r.run(2_500 * US);
-    r.tick(o + 22 * MS);
-    assert_eq!(r.feas().share_ppm(VM), Some(260_000));
-    assert_eq!(r.coord.next_deadline(), None);
-    // Two more boosts of 4 ms and 5 ms use up the credit: 2.9 ms owed.
-    for (t, ran) in [(30, 4), (40, 5)] {
-        assert_eq!(r.event(o + t * MS), Outcome::Boosted);
-        r.run(ran * MS);
-        r.tick(o + t * MS + MS);
-    }
+    assert_eq!(r.feas().balance_ns(VM), 0);
+    // The postponed event boosts at the next cycle; that stretch (5.4 ms) is not settled.
+    let p = 20 * MS;
+    assert_eq!(r.coord.next_deadline(), Some(p));
+    r.tick(p);
+    assert_eq!(r.take(), vec![Level::Boosted], "the postponed event boosts");
+    r.run(1_000 * US);
+    r.tick(p + MS);
+    assert_eq!(r.take(), vec![Level::Guarded]);
+    assert_eq!(r.feas().balance_ns(VM), 1_000_000);
+    r.tick(p + 5 * MS);
+    assert_eq!(r.take(), vec![Level::Normal]);
+    assert_eq!(r.feas().balance_ns(VM), 0);
+    // The cycle after a hold is settled: the fair class gave the VM back 3.5 ms where its
+    // share was 2.5 ms, so 1 ms is owed again (and no sample is taken).
+    r.run(3_500 * US);
+    r.tick(p + 15 * MS);
+    assert_eq!(r.feas().balance_ns(VM), 1_000_000);
+    assert_eq!(counter(&r.coord, VM, "given_back_ns"), 1_000_000);
+    assert_eq!(r.feas().share_ppm(VM), Some(250_000));
+    // The next cycle is a sample again: 2.1 ms, averaged in.
+    r.run(2_100 * US);
+    r.tick(p + 25 * MS);
+    assert_eq!(r.feas().share_ppm(VM), Some(240_000));
+    // The next boost adds to what is owed; paid at the new share.
+    let q = 50 * MS;
+    assert_eq!(r.event(q), Outcome::Boosted);
+    r.run(1_400 * US);
+    r.tick(q + MS);
+    assert_eq!(r.take(), vec![Level::Boosted, Level::Guarded]);
+    assert_eq!(r.feas().balance_ns(VM), 2_400_000);
+    assert_eq!(r.coord.next_deadline(), Some(q + 11 * MS), "2.4 ms at 24%: 10 ms");
+    r.tick(q + 11 * MS);
+    assert_eq!(r.take(), vec![Level::Normal]);
+    assert_eq!(r.feas().balance_ns(VM), 0);
+    // A cycle after a hold in which the fair class took back what the vCPUs ran while held:
+    // 0.4 ms where 2.4 ms was due is paid, a credit for the next boost.
+    r.run(400 * US);
+    r.tick(q + 21 * MS);
+    assert_eq!(r.feas().balance_ns(VM), -2_000_000);
+    assert_eq!(counter(&r.coord, VM, "taken_back_ns"), 2_000_000);
+}
+
+#[test]
+fn a_share_priced_at_nothing_cannot_hold_a_vm_for_ever() {
+    let mut r = Rig::new(seed());
+    r.event(0);
+    r.run(500 * US);
+    r.tick(MS);
+    // A cycle in which the vCPUs did not run at all (say the host stopped them).
+    r.tick(11 * MS);
+    assert_eq!(r.feas().share_ppm(VM), Some(20_000), "the least share a hold is priced at");
+    let o = 100 * MS;
+    r.event(o);
+    r.run(1_000 * US);
+    r.tick(o + MS);
     assert_eq!(r.take(), vec![Level::Boosted, Level::Normal, Level::Boosted, Level::Guarded]);
-    assert_eq!(r.feas().balance_ns(VM), 2_900_000);
-    // Held 10 ms at nice 19: it missed 10 ms x 26% = 2.6 ms.
-    r.tick(o + 51 * MS);
-    assert!(r.take().is_empty(), "300 µs still owed");
-    assert_eq!(r.feas().balance_ns(VM), 300_000);
-    r.tick(o + 61 * MS);
-    assert_eq!(r.take(), vec![Level::Normal]);
-    assert_eq!(r.feas().balance_ns(VM), -2_300_000);
+    // 1 ms owed at 2%: 50 ms held at most, in checks a cycle apart.
+    let mut t = o + MS;
+    while r.take().is_empty() {
+        t = r.coord.next_deadline().expect("a check while held");
+        r.tick(t);
+    }
+    assert_eq!(t, o + 51 * MS);
 }
 
 #[test]
@@ -401,25 +447,42 @@ fn weight_of(level: Level) -> u64 {
     }
 }
 
-/// One CPU shared by four VMs whose vCPUs never block, as the fair class shares it: the
-/// runnable thread with the least virtual runtime runs for a slice (0.75 ms, the kernel's
-/// `base_slice`), and advances by time x 1024 / weight; a thread at `SCHED_RR` pre-empts it,
-/// runs before any of them and advances nothing; a thread whose weight changes keeps its lag
-/// times its weight. VM 0 receives
-/// events at random (about `rate` per second). Returns each VM's share of the CPU and VM 0's
-/// boosts.
+/// One CPU shared by four VMs whose vCPUs never block, as EEVDF shares it (kernel/sched/fair.c,
+/// simplified): among the threads whose virtual runtime is not past the weighted average `V`
+/// (eligible), the one with the earliest virtual deadline runs until it has used its slice
+/// (0.75 ms, `base_slice`, from a new deadline of `vruntime + slice x 1024 / weight`); running
+/// advances the virtual runtime by time x 1024 / weight. A thread at `SCHED_RR` leaves the fair
+/// class, pre-empts it and runs first; its lag (`V - vruntime`, within two slices) is kept in
+/// virtual time and it comes back at that lag, at whatever weight it comes back with (the
+/// kernel sets the weight of a thread outside the fair class without rescaling its lag). A
+/// fair thread whose weight changes keeps its lag times its weight (`reweight_entity()`).
+/// VM 0 receives events at random (about `rate` per second). Returns each VM's share of the
+/// CPU and VM 0's boosts.
 fn simulate(cfg: FeasConfig, rate: u64, seconds: u64) -> (Vec<f64>, u64) {
     const STEP: u64 = 50 * US;
+    const SLICE: i128 = 750 * US as i128;
     let ids: Vec<VmId> = (0..4).map(VmId).collect();
     let mut coord = coordinator(&ids, cfg);
     let mut host = FakeHost::default();
-    let mut vruntime = [0u64; 4];
-    let mut weight = [NICE_0; 4];
+    let mut vruntime = [0i128; 4];
+    let mut deadline = [0i128; 4];
+    let mut weight = [NICE_0 as i128; 4];
+    // The virtual lag a thread took out of the fair class with it (while at SCHED_RR).
+    let mut saved_lag: [Option<i128>; 4] = [None; 4];
     let mut out = Vec::new();
     let mut running: Option<usize> = None;
-    let (mut current, mut slice_left) = (0, 0);
+    let mut current: Option<usize> = None;
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next_event = 0;
+    let avg = |vr: &[i128; 4], w: &[i128; 4], fair: &[bool; 4]| -> i128 {
+        let (sum, tw) = (0..4).filter(|&j| fair[j]).fold((0, 0), |(s, t), j| (s + vr[j] * w[j], t + w[j]));
+        if tw == 0 {
+            0
+        } else {
+            sum / tw
+        }
+    };
+    let vslice = |w: i128| SLICE * NICE_0 as i128 / w;
     for step in 0..seconds * 1_000_000_000 / STEP {
         let now = step * STEP;
         // Events for VM 0 at exponential-ish random gaps (mean 1 / rate).
@@ -435,31 +498,60 @@ fn simulate(cfg: FeasConfig, rate: u64, seconds: u64) -> (Vec<f64>, u64) {
         }
         out.clear();
         let level = |i: usize| coord.vm(ids[i]).unwrap().level(EVENT);
-        let pick = match (0..4).find(|&i| level(i) == Level::Boosted) {
-            Some(rr) => rr,
-            None => {
-                if slice_left == 0 || running.is_some_and(|r| level(r) == Level::Boosted) {
-                    current = (0..4).min_by_key(|&i| (vruntime[i], i)).expect("four VMs");
-                    slice_left = 750 * US;
-                }
-                slice_left = slice_left.saturating_sub(STEP);
-                current
-            }
-        };
-        // A weight that changes keeps the thread's lag (V - v) times its weight, as the kernel's
-        // reweight_entity() does: a thread back from nice 19 is forgiven most of what it ran.
-        let weights: Vec<u64> = (0..4).map(|i| weight_of(level(i))).collect();
+        let fair: [bool; 4] = std::array::from_fn(|i| level(i) != Level::Boosted);
+        // Class and weight changes.
         for i in 0..4 {
-            if weights[i] != weight[i] {
-                let total: u64 = weight.iter().sum();
-                let v = (0..4).map(|j| vruntime[j] as i128 * weight[j] as i128).sum::<i128>() / total as i128;
-                let lag = v - vruntime[i] as i128;
-                vruntime[i] = (v - lag * weight[i] as i128 / weights[i] as i128).max(0) as u64;
-                weight[i] = weights[i];
+            let w_new = weight_of(level(i)) as i128;
+            let mut fair_old = fair;
+            fair_old[i] = saved_lag[i].is_none();
+            if !fair[i] && saved_lag[i].is_none() {
+                // To SCHED_RR: out of the fair class with its lag.
+                let v = avg(&vruntime, &weight, &fair_old);
+                let lim = 2 * vslice(weight[i]);
+                saved_lag[i] = Some((v - vruntime[i]).clamp(-lim, lim));
+                if current == Some(i) {
+                    current = None;
+                }
+            } else if fair[i] && saved_lag[i].is_some() {
+                // Back: at its saved virtual lag, at its new weight.
+                let mut others = fair;
+                others[i] = false;
+                let v = avg(&vruntime, &weight, &others);
+                vruntime[i] = v - saved_lag[i].take().unwrap();
+                weight[i] = w_new;
+                deadline[i] = vruntime[i] + vslice(w_new);
+            } else if fair[i] && w_new != weight[i] {
+                let v = avg(&vruntime, &weight, &fair);
+                let lag = v - vruntime[i];
+                let rel = deadline[i] - vruntime[i];
+                vruntime[i] = v - lag * weight[i] / w_new;
+                deadline[i] = vruntime[i] + rel * weight[i] / w_new;
+                weight[i] = w_new;
             }
         }
-        if level(pick) != Level::Boosted {
-            vruntime[pick] += STEP * NICE_0 / weight[pick];
+        let pick = match (0..4).find(|&i| !fair[i]) {
+            Some(rr) => rr,
+            None => {
+                if current.is_none_or(|c| vruntime[c] >= deadline[c]) {
+                    if let Some(c) = current {
+                        deadline[c] = vruntime[c] + vslice(weight[c]);
+                    }
+                    let v = avg(&vruntime, &weight, &fair);
+                    let c = (0..4)
+                        .filter(|&i| vruntime[i] <= v)
+                        .min_by_key(|&i| (deadline[i], i))
+                        .or_else(|| (0..4).min_by_key(|&i| (vruntime[i], i)))
+                        .expect("four VMs");
+                    if vruntime[c] >= deadline[c] {
+                        deadline[c] = vruntime[c] + vslice(weight[c]);
+                    }
+                    current = Some(c);
+                }
+                current.expect("picked")
+            }
+        };
+        if fair[pick] {
+            vruntime[pick] += STEP as i128 * NICE_0 as i128 / weight[pick];
         }
         *host.cpu.entry(ids[pick]).or_default() += STEP;
         running = Some(pick);

@@ -260,6 +260,12 @@ fn vm(v: &View, token: usize, e: &VmEntry, detail: Detail) -> Option<st::VmStatu
             .ok()
             .and(v.coord.policy_of::<cosched_core::EventPolicy>())
             .map(|ev| ev.balance_ns(e.id)),
+        event_share_ppm: v
+            .events
+            .as_ref()
+            .ok()
+            .and(v.coord.policy_of::<cosched_core::EventPolicy>())
+            .and_then(|ev| ev.share_ppm(e.id)),
         membw: super::membw::vm_status(v.coord.policy_of::<cosched_core::MembwPolicy>(), e.id),
         statics: st::VmStatic {
             tuning: plan.describe(),

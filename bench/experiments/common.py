@@ -139,6 +139,7 @@ class Output:
 
 def md_table(rows, columns, headers=None):
     headers = headers or columns
+    assert len(headers) == len(columns), f"{len(headers)} headers for {len(columns)} columns"
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(columns)]
     for r in rows:
         out.append("| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |")

@@ -532,7 +532,7 @@ class Fairness:
                               + (f": {'within' if ok else 'OUTSIDE'} the ±5% target" if mode == "feas" else ""))
         table = md_table(rows, ["request", "mode", "vm", "cpu_s", "share_pct", "dev_pct", "requests", *EV_COLUMNS],
                          ["request", "mode", "VM", "CPU s", "share %", "vs equal %", "requests served", "events",
-                          "boosts", "postponed", "boosted CPU ms", "repaid ms"])
+                          "boosts", "postponed", "boosted CPU ms", "repaid ms", "given back ms", "taken back ms"])
         return f"""All 4 VMs run a CPU hog; VM {TARGET} also answers the client (pings every
 {int(PING_INTERVAL_S * 1000)} ms, or a loop downloading 1 MiB files). Each VM's CPU time is its vCPU
 thread's (`/proc/<pid>/task/<tid>/schedstat`) over {seconds} s; "vs equal" is its share relative to
@@ -785,7 +785,10 @@ use: it boosts on every event and never pays back):
 
 Measured earlier on this host: the committed run of 2026-11-23 (before the pay-back was timed to
 the debt, and with the paper's rule), all busy: FEAS avg 2281 µs against a limit of 497 µs
-(4.59×), uncoordinated 4837 µs.
+(4.59×), uncoordinated 4837 µs. The committed run of 2026-11-28 at 523220f, before a hold was
+priced at the share measured over every cycle at the normal level (cf1b46f): VM 4's share
+against equal +3.5% (the paper's rule), +6.3% (ours, the default), +6.2% (nice 10), +7.2%
+(nice 5), +7.1% (running vCPUs boosted too), at 1957, 1919, 2136 and 736 µs for ours.
 
 **The paper** (FEAS, Fig. 6, sec. 4.2): 100 pings, one per second, to a busy guest 4; under the
 credit scheduler the latency is "high and unpredictable", under FEAS the busy domain "can always

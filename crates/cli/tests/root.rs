@@ -225,13 +225,18 @@ impl World {
 }
 
 /// Spawns a copy of the fake QEMU. A parallel test forking while our copy's fd was open makes
-/// exec fail with ETXTBSY for a moment: retry. It starts at nice 0 whatever the test runner's
-/// nice is (`nice cargo test`): the tests compare its threads with what a QEMU starts with.
+/// exec fail with ETXTBSY for a moment: retry. It starts at `SCHED_OTHER` nice 0 whatever the
+/// test runner's class and nice are (`nice cargo test`, `chrt -i 0 cargo test`): the tests
+/// compare its threads with what a QEMU starts with.
 fn spawn_fake_qemu(cmd: &mut Command) -> Child {
     use std::os::unix::process::CommandExt;
-    // SAFETY: setpriority is async-signal-safe and touches only the child.
+    // SAFETY: sched_setscheduler and setpriority are async-signal-safe and touch only the child.
     unsafe {
         cmd.pre_exec(|| {
+            let param = libc::sched_param { sched_priority: 0 };
+            if libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             if libc::setpriority(libc::PRIO_PROCESS, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }

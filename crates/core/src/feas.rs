@@ -30,15 +30,12 @@
 //!   CPU time. With `charge` on, the CPU time the VM's vCPUs ran while boosted becomes a debt,
 //!   paid back at [`Level::Guarded`]: the vCPUs are held at `repay_nice` (19 by default: weight
 //!   15 against nice 0's 1024), where they run next to nothing while anyone else wants the CPU,
-//!   until they have missed as much as they got. What they miss is measured, not assumed: the VM's CPU share at
-//!   its normal level is gathered over the stretches between boosts (each from the end of a
-//!   boost or a pay-back to the next boost, a cycle's worth at least per sample) and averaged,
-//!   and a hold of `t` pays `t x share`, less what the vCPUs ran while held (they did not miss
-//!   that), but at most half of it, so that a hold always ends. Measured, two ways of pricing a
-//!   hold overpaid the VM (`results/feas-latency`): a share sampled only in the cycle after a
-//!   hold, with what the vCPUs ran while held added to it, came to about 39% of a CPU for a VM
-//!   whose share at the normal level was 25% (the fair class gives a VM back after a hold part
-//!   of what the hold took), and the VM kept about a quarter of each boost. Until a
+//!   until they have missed as much as they got. What they miss is measured, not assumed: a hold
+//!   of `t` pays `t x share`, where `share` is the VM's CPU share at its normal level, averaged
+//!   over the cycles after each boost or pay-back (see `close_sample()`: the cycle right after a
+//!   hold is settled against it instead, and what the vCPUs run while held is in no sample).
+//!   Measured, sampling only the cycle after a hold, with what ran while held added, priced a
+//!   25% share at about 39% of a CPU, and the VM kept about a quarter of each boost. Until a
 //!   first sample, a hold pays its whole length. (Charging the boost to the virtual runtime
 //!   through the low weight does not work: the kernel rescales a thread's lag when its weight
 //!   changes back, which forgives most of it; measured, a pinged VM kept 26.5% of a CPU shared
@@ -497,8 +494,9 @@ impl EventPolicy {
         let _ = sh.request(self, vm, 0, now, None, out);
     }
 
-    /// Takes into `vm`'s balance what the fair class gave it back (> 0: owed again) or took
-    /// back from it (< 0: paid) in the cycle after a hold.
+    /// Takes into `vm`'s balance what the fair class gave it back (> 0: owed again, paid by the
+    /// hold after its next boost) or took back from it (< 0: paid in advance) in the cycle after
+    /// a hold.
     fn settle(&mut self, sh: &mut Shared, vm: VmId, settled: Settled) {
         if settled == 0 {
             return;
@@ -560,8 +558,8 @@ impl EventPolicy {
     }
 
     /// A check while paying back: held at `repay_nice` since `last` (time, run time), the VM
-    /// paid what it would have run at its normal share (what it ran held is taken back from it
-    /// later by the fair class, which keeps its lag, and counts in its next share sample).
+    /// paid what it would have run at its normal share. What it ran while held the fair class
+    /// takes back, or not, in the cycle after the hold, which is settled (see `close_sample()`).
     fn repay(
         &mut self,
         sh: &mut Shared,

@@ -121,6 +121,17 @@ def check_static(r, static):
         raise RuntimeError(f"the daemon's static tuning is {tuning!r}, not {static!r}: {r.get('daemon_warnings')}")
 
 
+def run_order(rep):
+    """The variants in the order repeat `rep` runs them: the first in VARIANTS' order, the
+    others shuffled (a fixed seed per repeat, chosen so that the default, the dummy frame's and
+    the predictive runs change places), so that no variant always runs in the same place in a
+    repeat (the predictive mode had always run last, right after the dummy frame's run)."""
+    order = list(VARIANTS)
+    if rep > 0:
+        random.Random(4 + rep).shuffle(order)
+    return order
+
+
 def measure(quick, verbose=False):
     gz, bz, loops, reps, mb = plan(quick)
     rows = []
@@ -128,7 +139,7 @@ def measure(quick, verbose=False):
         inp = Path(tmp) / "input.txt"
         make_input(inp, mb * 1024 * 1024)
         for rep in range(reps):
-            for policy, agent_args, static, _ in VARIANTS:
+            for policy, agent_args, static, _ in run_order(rep):
                 times, probe = Path(tmp) / f"times-{policy}-{rep}", Path(tmp) / f"probe-{policy}-{rep}"
                 r = harness.run(harness.cyclictest_body("-p 80 -i 10000", loops), guest_hogs=1,
                                 policy="none" if policy == "none" else "cosched", agent_args=agent_args or "",
@@ -267,7 +278,9 @@ The guest runs `cyclictest -p 80 -i 10000` (the timer-interrupt-to-task latency:
 the interrupt latency we can measure in this guest) and a CPU hog; the host runs gzip -6 ({gz}
 passes) and bzip2 -9 ({bz} passes) over the same {mb} MB text at the same time, and a SCHED_OTHER
 cyclictest pinned to the vCPU's (shielded) CPU stands in for that CPU's per-CPU kernel threads.
-{reps} run(s) per policy (mean job times and averages, median p99, max of max):
+{reps} run(s) per policy (mean job times and averages, median p99, max of max); each repeat
+runs every policy once, the first in the table's order, the others in a shuffled order (a fixed
+seed per repeat), so that no policy always runs in the same place:
 
 {md_table(agg, ["label", "gzip_s", "bzip2_s", "avg_us", "p99_us", "max_us", "kthread_avg_us", "kthread_max_us"],
           ["host policy", "gzip s", "bzip2 s", "guest avg µs", "guest p99 µs", "guest max µs",

@@ -348,6 +348,13 @@ did not help there: with `predict_lead_min_us = 2000` (a separate probe, 2 runs 
 the guest average was 300-321 µs against 291-318 µs with 500 µs, and the host jobs took
 16.7-19.0 s against 15.6-16.0 s; cosched's default gave 133-204 µs there.
 
+The run before this one (2026-11-28 at 0c90a83), whose repeats all ran the policies in one order
+(the default, then the dummy frame, then the predictive mode, last): predictive 262 µs against
+the default's 173 µs (1.51×), host jobs 17.3 against 14.6 s (1.18×); the dummy frame 250 µs,
+87% of the gap (77%, 66%, 135% by repeat). With the order shuffled, the dummy frame's share fell
+to the 35-42% of this run, the same in every repeat: the frame costs, but it is not most of the
+gap.
+
 A full run earlier on 2026-11-24 (before the hold adapted to late confirmations): no policy 16.2 s,
 static FIFO 24.6 s (guest 721 µs avg, 52.8 ms max), static FIFO + guard 21.8 s (307 µs, 5.0 ms),
 the paper's mode 19.5 s (1.26× as fast as static FIFO; guest 1059 µs avg), cosched's default

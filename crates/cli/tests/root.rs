@@ -224,7 +224,7 @@ impl World {
     }
 }
 
-/// Spawns a copy of the fake QEMU. A parallel test forking while our copy's fd was open makes
+/// Spawns a copy of the fake QEMU (or a hog beside it). A parallel test forking while our copy's fd was open makes
 /// exec fail with ETXTBSY for a moment: retry. It starts at `SCHED_OTHER` nice 0 whatever the
 /// test runner's class and nice are (`nice cargo test`, `chrt -i 0 cargo test`): the tests
 /// compare its threads with what a QEMU starts with.
@@ -1644,7 +1644,8 @@ fn event_vm(w: &World, d: &Daemon) -> EventVm {
     d.wait_vm("ev");
     let vcpu = vm.tid("CPU 0/TCG");
     sched::set_affinity(vcpu, &[1]).unwrap();
-    let hog = Command::new("taskset").args(["-c", "1", "sh", "-c", "while :; do :; done"]).spawn().unwrap();
+    // At SCHED_OTHER nice 0, as a host's job is, whatever the runner's class (`chrt -i 0`).
+    let hog = spawn_fake_qemu(Command::new("taskset").args(["-c", "1", "sh", "-c", "while :; do :; done"]));
     // This test's own threads (the sender, the sampler) stay off the contended CPU.
     sched::set_affinity(0, &[0]).unwrap();
     EventVm { vm, sock, vcpu, hog }

@@ -635,7 +635,8 @@ class Latency:
                         c["rtts"] += p["rtts"]
                         c["lost"] += p["lost"]
                         for k, v in p["ev"].items():
-                            c["ev"][k] = c["ev"].get(k, 0) + v
+                            if not k.endswith("_now"):  # a reading, not a count: kept apart below
+                                c["ev"][k] = c["ev"].get(k, 0) + v
                         if "share_ppm_now" in p["ev"]:
                             c.setdefault("est", []).append(p["ev"]["share_ppm_now"] / 1e4)
                         for k, v in p["ns"].items():

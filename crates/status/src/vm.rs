@@ -60,7 +60,8 @@ pub struct VmStatus {
     /// built for the metrics).
     pub threads: Vec<ThreadStatus>,
     pub disks: Vec<Disk>,
-    /// Event boosting's balance of CPU time (negative: owed), while events are detected here.
+    /// Event boosting's balance of CPU time (positive: owed; negative: paid in advance), while
+    /// events are detected here.
     pub event_balance_ns: Option<i64>,
     /// The CPU share event boosting has measured for the VM's vCPUs at their normal level, in
     /// parts per million (what a pay-back hold is priced at), once measured.

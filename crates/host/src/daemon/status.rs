@@ -235,6 +235,8 @@ fn vm(v: &View, token: usize, e: &VmEntry, detail: Detail) -> Option<st::VmStatu
         Detail::Full => e.threads.threads().into_iter().map(thread).collect(),
         Detail::Metrics => Vec::new(),
     };
+    // Event boosting's policy, while events are detected here.
+    let events = v.events.as_ref().ok().and(v.coord.policy_of::<cosched_core::EventPolicy>());
     Some(st::VmStatus {
         name: vm.name.clone(),
         pid: e.pid(),
@@ -254,18 +256,8 @@ fn vm(v: &View, token: usize, e: &VmEntry, detail: Detail) -> Option<st::VmStatu
         run_delay: run_delays(v, e.pid()),
         threads,
         disks: e.disks.iter().map(disk).collect(),
-        event_balance_ns: v
-            .events
-            .as_ref()
-            .ok()
-            .and(v.coord.policy_of::<cosched_core::EventPolicy>())
-            .map(|ev| ev.balance_ns(e.id)),
-        event_share_ppm: v
-            .events
-            .as_ref()
-            .ok()
-            .and(v.coord.policy_of::<cosched_core::EventPolicy>())
-            .and_then(|ev| ev.share_ppm(e.id)),
+        event_balance_ns: events.map(|ev| ev.balance_ns(e.id)),
+        event_share_ppm: events.and_then(|ev| ev.share_ppm(e.id)),
         membw: super::membw::vm_status(v.coord.policy_of::<cosched_core::MembwPolicy>(), e.id),
         statics: st::VmStatic {
             tuning: plan.describe(),

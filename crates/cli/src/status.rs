@@ -360,7 +360,7 @@ fn rt_text(out: &mut String, rt: &RtStatus) {
         let _ = writeln!(
             out,
             "    predictions: {} received, {} applied, {} covered, {} confirmed ({} early), {} unconfirmed, {} refused, \
-             {} denied, {} cancelled; lead {} µs; error p50 {} / p99 {} µs; applied late p50 {} / p99 {} / max {} µs",
+             {} denied, {} cancelled{}; lead {} µs; error p50 {} / p99 {} µs; applied late p50 {} / p99 {} / max {} µs",
             p.received,
             p.applied,
             p.covered,
@@ -370,6 +370,7 @@ fn rt_text(out: &mut String, rt: &RtStatus) {
             p.refused,
             p.denied,
             p.cancelled,
+            p.standing.map_or(String::new(), |n| format!(", {n} standing")),
             num(rt.lead_us),
             num(e.p50_us),
             num(e.p99_us),

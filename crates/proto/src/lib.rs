@@ -313,6 +313,10 @@ impl Frame {
     pub fn wake(seq: u32, delay_us: u32, priority: u8) -> Frame {
         Frame::new(Kind::Wake, seq, wake::encode(delay_us, priority))
     }
+    /// A standing `WAKE`: due in `delay_us` µs (> 0), then every `period_us` µs. See [`wake`].
+    pub fn wake_standing(seq: u32, delay_us: u32, priority: u8, period_us: u32) -> Frame {
+        Frame::new(Kind::Wake, seq, wake::encode_standing(delay_us, priority, period_us))
+    }
     pub fn ack(seq: u32, value: u64) -> Frame {
         Frame::new(Kind::Ack, seq, value)
     }
@@ -471,13 +475,30 @@ pub mod cpu {
 
 /// The value of a `WAKE` frame: bits 0-31 the delay in µs from when the guest sends the frame to
 /// its next real-time wake-up (0: the guest withdraws its prediction), bits 32-39 the RT
-/// priority (0..=99) of the task that wakes. The other bits are 0. Delays are relative, so the
-/// two sides' clocks need not agree; the agent subtracts half its measured round trip (the
-/// frame's travel) before sending. The host answers `ACK` with the delay it will boost after,
-/// or `DENY(cpu: ...)`.
+/// priority (0..=99) of the task that wakes, bits 40-63 a period in µs (0: one wake-up). Delays
+/// are relative, so the two sides' clocks need not agree; the agent subtracts half its measured
+/// round trip (the frame's travel) before sending. The host answers `ACK` with the delay it will
+/// boost after, or `DENY(cpu: ...)`.
+///
+/// A period makes the prediction *standing*: the wake-ups are due at the delay and every period
+/// after it, and the host boosts for each by itself, with no frame from the guest, until the
+/// guest withdraws it (`WAKE 0`), replaces it (a new `WAKE`) or sends `CPU 1` (its wake-ups left
+/// the pattern). The `ACK` to a standing `WAKE` carries, in bits 32-63, how long (µs) the host
+/// holds each period's boost after its wake-up is due. A host older than this form refuses it as
+/// malformed; a host that will not boost so often refuses it with `DENY(cpu: budget)`, and one
+/// that stops on its own (a budget) sends `DENY(cpu: budget)` with seq 0.
 pub mod wake {
+    /// The longest period a standing prediction can name (24 bits of µs: 16.7 s).
+    pub const MAX_PERIOD_US: u32 = (1 << 24) - 1;
+
     pub fn encode(delay_us: u32, priority: u8) -> u64 {
         delay_us as u64 | (priority.min(super::cpu::MAX_GUEST_PRIORITY) as u64) << 32
+    }
+
+    /// A standing prediction: due in `delay_us` µs, then every `period_us` µs (at most
+    /// [`MAX_PERIOD_US`]).
+    pub fn encode_standing(delay_us: u32, priority: u8, period_us: u32) -> u64 {
+        encode(delay_us, priority) | (period_us.min(MAX_PERIOD_US) as u64) << 40
     }
 
     /// (delay in µs, priority).
@@ -485,8 +506,24 @@ pub mod wake {
         (value as u32, (value >> 32 & 0xff) as u8)
     }
 
+    /// The period of a standing prediction in µs (0: one wake-up).
+    pub fn period_of(value: u64) -> u32 {
+        (value >> 40) as u32
+    }
+
+    /// The `ACK` to a standing `WAKE`: the delay the host boosts after (µs), and how long it holds
+    /// each period's boost after the wake-up is due (µs).
+    pub fn standing_ack(after_us: u64, hold_us: u64) -> u64 {
+        after_us.min(u32::MAX as u64) | hold_us.min(u32::MAX as u64) << 32
+    }
+
+    /// (delay the host boosts after, hold after each due wake-up), µs, of a standing `ACK`.
+    pub fn decode_standing_ack(value: u64) -> (u32, u32) {
+        (value as u32, (value >> 32) as u32)
+    }
+
     pub(crate) fn valid(value: u64) -> bool {
-        value >> 40 == 0 && (value >> 32 & 0xff) <= super::cpu::MAX_GUEST_PRIORITY as u64
+        (value >> 32 & 0xff) <= super::cpu::MAX_GUEST_PRIORITY as u64 && (period_of(value) == 0 || value as u32 != 0)
     }
 }
 
@@ -656,6 +693,22 @@ mod tests {
         invalid(1 << 17 | 1 << 18 | 1 << 32); // an unknown bit
         invalid(1 << 32); // a delay without bit 17
         invalid(5 << 8); // a priority alone
+    }
+
+    #[test]
+    fn a_standing_wake_carries_its_period() {
+        let f = Frame::wake_standing(9, 9_500, 80, 10_000);
+        assert_eq!(f.value, 9_500 | 80 << 32 | 10_000 << 40);
+        assert_eq!(Frame::decode(&f.encode()), Ok(f));
+        assert_eq!(wake::decode(f.value), (9_500, 80));
+        assert_eq!(wake::period_of(f.value), 10_000);
+        // A plain WAKE has none; the longest period is 24 bits of µs, and longer ones are capped.
+        assert_eq!(wake::period_of(Frame::wake(1, 9_500, 80).value), 0);
+        assert_eq!(wake::period_of(Frame::wake_standing(1, 1, 0, u32::MAX).value), wake::MAX_PERIOD_US);
+        assert_eq!(wake::decode_standing_ack(wake::standing_ack(7_500, 2_000)), (7_500, 2_000));
+        // A period with no delay withdraws nothing and predicts nothing: refused.
+        let b = Frame::new(Kind::Wake, 3, 10_000 << 40).encode();
+        assert_eq!(Frame::decode(&b), Err(DecodeError::InvalidValue { kind: "WAKE", seq: 3, value: 10_000 << 40 }));
     }
 
     #[test]

@@ -414,6 +414,10 @@ pub struct PredictCounters {
     pub denied: u64,
     /// Withdrawn by `WAKE 0` or replaced by a new `WAKE`.
     pub cancelled: u64,
+    /// Periods a standing prediction boosted by itself (absent from statuses written before
+    /// standing predictions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standing: Option<u64>,
 }
 
 /// One sample per outcome, in the order of their names.
@@ -421,18 +425,21 @@ impl Sample for PredictCounters {
     fn each(&self, by: &str, out: &mut dyn FnMut(&str, &str, f64)) {
         let c = self;
         for (outcome, n) in [
-            ("applied", c.applied),
-            ("cancelled", c.cancelled),
-            ("confirmed", c.confirmed),
-            ("covered", c.covered),
-            ("denied", c.denied),
-            ("early", c.early),
-            ("late", c.late),
-            ("received", c.received),
-            ("refused", c.refused),
-            ("unconfirmed", c.unconfirmed),
+            ("applied", Some(c.applied)),
+            ("cancelled", Some(c.cancelled)),
+            ("confirmed", Some(c.confirmed)),
+            ("covered", Some(c.covered)),
+            ("denied", Some(c.denied)),
+            ("early", Some(c.early)),
+            ("late", Some(c.late)),
+            ("received", Some(c.received)),
+            ("refused", Some(c.refused)),
+            ("standing", c.standing),
+            ("unconfirmed", Some(c.unconfirmed)),
         ] {
-            out("", &format!("{by}=\"{outcome}\""), n as f64);
+            if let Some(n) = n {
+                out("", &format!("{by}=\"{outcome}\""), n as f64);
+            }
         }
     }
 }

@@ -22,6 +22,17 @@
 //! `predict_max_delay_ms`, gets `DENY(cpu: budget)`. One prediction per VM: a new `WAKE` replaces
 //! it, `WAKE 0` withdraws it.
 //!
+//! **Standing predictions.** A `WAKE` with a period `P` (a periodic RT task, told once) stands:
+//! when one wake-up's hold is over the host plans the next at `due + P` by itself, with no frame
+//! from the guest, which stays silent while its wake-ups keep to the pattern. Each period's boost
+//! is counted as *standing*, neither confirmed nor charged to the prediction budget: it goes
+//! through the CPU slot's own budgets like every boost, and a boost they refuse ends the pattern
+//! with `DENY(cpu: budget)`, seq 0, so that the guest speaks again. A `P` under twice the lead
+//! plus the hold (the VM boosted half the time or more) is refused with `DENY(cpu: budget)`. The
+//! guest's `CPU 1` ends a standing prediction: its wake-ups left the pattern (near a due wake-up
+//! it counts as that one's confirmation, and its error is kept). Its `ACK` carries the hold (see
+//! `cosched_proto::wake`), so the guest knows how long after a due wake-up it stays covered.
+//!
 //! **Error and lead.** For every confirmed prediction the error `e = arrival of CPU 1 - (t + d)`
 //! is kept (the two frames' transit times cancel to first order; what is left is the guest's
 //! wake-up latency, its jitter and the drift between the clocks). A negative error means the
@@ -229,6 +240,8 @@ pub struct PredictCounters {
     pub denied: u64,
     /// Withdrawn by `WAKE 0` or replaced by a new `WAKE`.
     pub cancelled: u64,
+    /// Periods a standing prediction boosted by itself (its hold over, the next one planned).
+    pub standing: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,6 +265,8 @@ struct Prediction {
     end: u64,
     priority: u8,
     state: State,
+    /// A standing prediction's period (0: one wake-up).
+    period: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -444,6 +459,7 @@ impl CpuPolicy {
         let v = self.rt.vm(id);
         v.need = f.value;
         let state = v.pred.as_ref().map(|p| (p.state, p.due));
+        let standing = v.pred.as_ref().is_some_and(|p| p.period != 0);
         match state {
             Some((State::Covered, due)) if f.value == 0 && now < due => {
                 // The guest lets go just before its predicted wake-up: the prediction holds the
@@ -466,6 +482,12 @@ impl CpuPolicy {
                 v.missed_due = None;
                 self.rt.drop_prediction(sh, id);
                 self.rt.adapt(id);
+            }
+            Some(_) if f.value != 0 && standing => {
+                // Far from a due wake-up: the guest's wake-ups left the standing pattern, and its
+                // CPU 1 takes the boost over.
+                v.counters.cancelled += 1;
+                self.rt.drop_prediction(sh, id);
             }
             None if f.value != 0 => {
                 // The late confirmation of a prediction whose hold ran out (within the most the
@@ -511,9 +533,14 @@ impl CpuPolicy {
     /// `WAKE`: plans, replaces or withdraws VM `id`'s prediction; exactly one reply.
     pub(crate) fn wake(&mut self, sh: &mut Shared, id: VmId, f: &Frame, now: u64, out: &mut Vec<Action>) {
         let (delay_us, priority) = wake::decode(f.value);
-        let result = self.plan(sh, id, delay_us as u64 * US, priority, now, out);
+        let period = wake::period_of(f.value) as u64 * US;
+        let result = self.plan(sh, id, delay_us as u64 * US, priority, period, now, out);
         let r = Resource::Cpu;
         let frame = match result {
+            Ok(after) if period != 0 => {
+                let hold = self.rt.vms.get(&id).map_or(0, |v| v.hold_ns);
+                Frame::ack(f.seq, wake::standing_ack(after / US, hold / US))
+            }
             Ok(after) => Frame::ack(f.seq, after / US),
             Err(reason) => {
                 sh.count_denied(id, r, reason);
@@ -524,13 +551,16 @@ impl CpuPolicy {
         out.push(Action::Send { vm: id, frame });
     }
 
-    /// Returns the time from now to the planned start.
+    /// Returns the time from now to the planned start. `period`: a standing prediction's (0: one
+    /// wake-up).
+    #[allow(clippy::too_many_arguments)]
     fn plan(
         &mut self,
         sh: &mut Shared,
         id: VmId,
         delay: u64,
         priority: u8,
+        period: u64,
         now: u64,
         out: &mut Vec<Action>,
     ) -> Result<u64, DenyReason> {
@@ -569,27 +599,45 @@ impl CpuPolicy {
         let reserve = v.lead_ns + v.hold_ns;
         if delay > cfg.predict_max_delay_ms * crate::NS_PER_MS
             || (cfg.predict_max_share_permille < 1000 && v.unconfirmed.used(now) + reserve > limit)
+            || (period != 0 && period < 2 * reserve)
         {
             return Err(DenyReason::Budget);
         }
         if self.rt.vms.get(&id).is_some_and(|v| v.pred.is_some()) {
             self.end_prediction(sh, id, now, true, out);
         }
+        let target = self.plan_at(sh, id, now + delay, priority, period, now, out);
+        Ok(target - now)
+    }
+
+    /// Plans VM `id`'s boost for a wake-up due at `due` (it starts at once if its time has come).
+    /// Returns its target, `due - lead`.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_at(
+        &mut self,
+        sh: &mut Shared,
+        id: VmId,
+        due: u64,
+        priority: u8,
+        period: u64,
+        now: u64,
+        out: &mut Vec<Action>,
+    ) -> u64 {
+        let lead_max = self.rt.cfg.predict_lead_max_us * US;
         let v = self.rt.vm(id);
-        let due = now + delay;
         let target = due.saturating_sub(v.lead_ns).max(now);
         // Once a few are known (the first boost of a VM also writes its state record).
         let act = match v.act.count {
             n if n < 8 => 0,
-            _ => v.act.quantile(0.5).unwrap_or(0).clamp(0, (cfg.predict_lead_max_us * US) as i64) as u64,
+            _ => v.act.quantile(0.5).unwrap_or(0).clamp(0, lead_max as i64) as u64,
         };
         let start = target.saturating_sub(act).max(now);
-        v.pred = Some(Prediction { due, target, start, end: due + v.hold_ns, priority, state: State::Planned });
+        v.pred = Some(Prediction { due, target, start, end: due + v.hold_ns, priority, state: State::Planned, period });
         self.rt.set_deadline(sh, id, Some(start));
         if start <= now {
             self.start_prediction(sh, id, now, out);
         }
-        Ok(target - now)
+        target
     }
 
     /// A prediction's start: boost the CPU slot unless the guest holds it already.
@@ -610,18 +658,37 @@ impl CpuPolicy {
                 self.rt.started.push((id, p.target, p.start));
                 self.rt.set_deadline(sh, id, Some(p.end));
             }
-            Err(_) => {
+            Err(reason) => {
                 self.rt.vm(id).counters.refused += 1;
                 self.rt.drop_prediction(sh, id);
+                if p.period != 0 {
+                    // The guest is silent while its pattern stands: tell it the pattern ended.
+                    out.push(Action::Send { vm: id, frame: Frame::deny_for(0, Resource::Cpu, reason) });
+                }
             }
         }
     }
 
     /// Ends VM `id`'s prediction: withdrawn or replaced (`cancelled`), or its hold over with no
     /// confirmation. A boost it holds ends, and its time is charged.
+    /// A standing prediction's hold over (not cancelled): its boost ends and the next period's
+    /// is planned.
     fn end_prediction(&mut self, sh: &mut Shared, id: VmId, now: u64, cancelled: bool, out: &mut Vec<Action>) {
         let Some(p) = self.rt.drop_prediction(sh, id) else { return };
         let v = self.rt.vm(id);
+        if p.period != 0 && !cancelled && p.state != State::Planned {
+            v.counters.standing += 1;
+            if matches!(p.state, State::Applied(_)) && sh.boosted(id, Resource::Cpu) {
+                let _ = sh.request(self, id, 0, now, None, out);
+            }
+            // The next wake-up still ahead (a daemon that woke late skips the ones past).
+            let mut due = p.due + p.period;
+            while due <= now {
+                due += p.period;
+            }
+            self.plan_at(sh, id, due, p.priority, p.period, now, out);
+            return;
+        }
         match p.state {
             State::Applied(at) => {
                 v.unconfirmed.charge(at, now);
@@ -710,6 +777,7 @@ impl CpuPolicy {
             st.unconfirmed_ms = v.unconfirmed.clone().used(now) as f64 / 1e6;
             st.pending = v.pred.as_ref().map(|p| {
                 let state = match p.state {
+                    _ if p.period != 0 => "standing",
                     State::Planned => "planned",
                     State::Applied(_) => "applied",
                     State::Covered => "covered",

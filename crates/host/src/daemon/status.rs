@@ -344,6 +344,7 @@ fn rt_status(s: cosched_core::RtStatus) -> st::RtStatus {
         late,
         denied,
         cancelled,
+        standing,
     } = predictions;
     st::RtStatus {
         priority_map: match priority_map {
@@ -365,6 +366,7 @@ fn rt_status(s: cosched_core::RtStatus) -> st::RtStatus {
             late,
             denied,
             cancelled,
+            standing: Some(standing),
         },
         lead_us,
         hold_us,

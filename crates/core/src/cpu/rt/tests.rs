@@ -526,3 +526,99 @@ fn a_deboost_with_the_next_wake_up_while_a_prediction_holds_the_boost_replaces_i
     assert_eq!(s.st().predictions.cancelled, 1);
     assert_eq!(s.st().pending.map(|p| p.1), Some("planned"));
 }
+
+impl Sim {
+    fn wake_standing(&mut self, delay_us: u32, p: u8, period_us: u32) -> Frame {
+        self.reply(Kind::Wake, cosched_proto::wake::encode_standing(delay_us, p, period_us))
+    }
+}
+
+/// (time, level) of every `Apply` in an `advance` log.
+fn level_changes(log: &[(u64, Action)]) -> Vec<(u64, Level)> {
+    log.iter()
+        .filter_map(|(t, a)| match a {
+            Action::Apply { level, .. } => Some((*t, *level)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_standing_prediction_boosts_every_period_by_itself_until_a_cpu_1() {
+    let mut s = Sim::new(predict());
+    // Due in 10 ms, then every 10 ms; the ACK says the start (200 µs lead) and the hold (1 ms).
+    assert_eq!(s.wake_standing(10_000, 80, 10_000), Frame::ack(2, cosched_proto::wake::standing_ack(9_800, 1_000)));
+    let log = s.advance(45 * MS);
+    let mut want = Vec::new();
+    for k in 1..=4 {
+        want.push((k * 10 * MS - 200_000, Level::Boosted));
+        want.push((k * 10 * MS + MS, Level::Normal));
+    }
+    assert_eq!(level_changes(&log), want, "boosted 200 µs before each period, ended 1 ms after it");
+    assert!(log.iter().all(|(_, a)| !matches!(a, Action::Send { .. })), "the guest is told nothing: {log:?}");
+    let st = s.st();
+    assert_eq!((st.predictions.received, st.predictions.standing), (1, 4));
+    assert_eq!((st.predictions.applied, st.predictions.unconfirmed, st.predictions.confirmed), (4, 0, 0));
+    assert_eq!(st.unconfirmed_ms, 0.0, "a standing prediction is not charged as unconfirmed");
+    assert_eq!(st.pending.map(|p| p.1), Some("standing"));
+    // The fifth period's boost is on; the guest's CPU 1 (its wake-up 100 µs late) confirms it and
+    // ends the pattern: its CPU 0 deboosts, and nothing is planned any more.
+    s.advance(50 * MS - 100_000);
+    assert_eq!(s.level(), Level::Boosted);
+    s.now = 50 * MS + 100_000;
+    s.cpu_rt(80);
+    assert_eq!(s.st().predictions.confirmed, 1);
+    assert_eq!(s.st().pending, None);
+    let out = s.send(Kind::Cpu, 0);
+    assert_eq!(applies(&out), [(Level::Normal, 0)]);
+    assert_eq!(level_changes(&s.advance(100 * MS)), [], "the pattern ended with the CPU 1");
+}
+
+#[test]
+fn a_cpu_1_far_from_a_due_wake_up_ends_a_standing_prediction_and_takes_its_boost() {
+    let mut s = Sim::new(predict());
+    s.wake_standing(10_000, 80, 10_000);
+    s.advance(15 * MS);
+    // Half-way between two periods (the next is due at 20 ms; 2 ms of lead is the most).
+    s.now = 15 * MS;
+    let out = s.send(Kind::Cpu, Need { priority: 80, irq: false }.encode());
+    assert_eq!(applies(&out), [(Level::Boosted, grant(49))]);
+    assert_eq!((s.st().predictions.cancelled, s.st().pending), (1, None));
+    assert_eq!(level_changes(&s.advance(40 * MS)), [], "the guest holds the boost; no period is planned");
+}
+
+#[test]
+fn a_standing_prediction_too_dense_is_refused_and_a_refused_period_tells_the_guest() {
+    let mut s = Sim::new(predict());
+    // Lead 200 + hold 1000 µs: a period under 2.4 ms would keep the VM boosted half the time.
+    assert_eq!(s.wake_standing(10_000, 80, 2_000).deny_reason(), Some(DenyReason::Budget));
+    assert_eq!(s.st().pending, None);
+    assert_eq!(s.wake_standing(10_000, 80, 2_400).kind, Kind::Ack);
+    // The operator turns the CPU off: the next period's boost is refused, and the guest, silent
+    // while its pattern stands, hears of it (seq 0).
+    let mut out = Vec::new();
+    s.c.set_vm_enabled(VM, Some(CPU), false, s.now, &mut out);
+    let log = s.advance(30 * MS);
+    let sent: Vec<Frame> = log
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Action::Send { frame, .. } => Some(*frame),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent, [Frame::deny_for(0, CPU, DenyReason::Disabled)]);
+    assert_eq!((s.st().predictions.refused, s.st().pending), (1, None));
+}
+
+#[test]
+fn a_standing_prediction_skips_the_periods_a_late_daemon_missed() {
+    let mut s = Sim::new(predict());
+    s.wake_standing(10_000, 0, 10_000);
+    s.advance(10 * MS);
+    assert_eq!(s.level(), Level::Boosted);
+    // The daemon wakes 25 ms late for the end of the hold (due 11 ms): the next due one is 40 ms.
+    s.now = 36 * MS;
+    let log = s.advance(36 * MS);
+    assert_eq!(level_changes(&log), [(36 * MS, Level::Normal)]);
+    assert_eq!(s.c.next_deadline(), Some(40 * MS - 200_000));
+}

@@ -21,8 +21,10 @@ use cosched_proto::Resource;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::core::Prediction;
-use crate::detector::{event_ring, read_plain, Detector, DetectorKind, Loaded, ObjectStorage, Plain, Transition};
+use crate::core::{Prediction, StandingWindow};
+use crate::detector::{
+    bytes_of, event_ring, read_plain, Detector, DetectorKind, Loaded, ObjectStorage, Plain, Transition,
+};
 use crate::{log, Options};
 use skel::types::{self, cosched_reason};
 use skel::{CpuSkel, CpuSkelBuilder, OpenCpuSkel};
@@ -39,6 +41,8 @@ unsafe impl Plain for types::cosched_stats {}
 unsafe impl Plain for types::cpu_state {}
 // SAFETY: as above (integers and the u32 newtype of an enum).
 unsafe impl Plain for types::sleeper {}
+// SAFETY: as above (integers only).
+unsafe impl Plain for types::cosched_standing {}
 
 crate::stats_fields!(
     types::cosched_stats;
@@ -58,6 +62,9 @@ crate::stats_fields!(
     timer_deboosts_deferred,
     watch_full,
     watch_spent,
+    silent_boosts,
+    silent_deboosts,
+    silent_broken,
 );
 
 fn reason_name(e: &types::cosched_event) -> &'static str {
@@ -290,9 +297,34 @@ impl Detector for CpuDetector {
         }
     }
 
-    /// Per-CPU `boosted` flags and needs read from the BPF map.
+    /// Per-CPU `boosted` flags and needs read from the BPF map; a CPU boosted silently (by a
+    /// standing prediction, which the host keeps by itself) wants nothing from the agent.
     fn wants(&self) -> Vec<Option<Need>> {
-        self.cpu_states().into_iter().map(|st| (st.boosted != 0).then(|| need_of(st.prio, st.irq))).collect()
+        self.cpu_states()
+            .into_iter()
+            .map(|st| (st.boosted != 0 && st.silent == 0).then(|| need_of(st.prio, st.irq)))
+            .collect()
+    }
+
+    fn set_standing(&mut self, window: Option<StandingWindow>) {
+        let w = window.unwrap_or(StandingWindow { anchor_ns: 0, period_ns: 0, before_ns: 0, after_ns: 0 });
+        let value = types::cosched_standing {
+            anchor_ns: w.anchor_ns,
+            period_ns: w.period_ns,
+            before_ns: w.before_ns,
+            after_ns: w.after_ns,
+        };
+        if let Err(e) = self.skel.maps.standing.update(&0u32.to_ne_bytes(), bytes_of(&value), MapFlags::ANY) {
+            log(&format!("cpu: cannot write the standing window: {e}"));
+        }
+    }
+
+    fn silent_activations(&self) -> u64 {
+        let per_cpu = match self.skel.maps.stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
+            Ok(Some(per_cpu)) => per_cpu,
+            _ => return 0,
+        };
+        per_cpu.iter().filter_map(|v| read_plain::<types::cosched_stats>(v)).map(|s| s.silent_boosts).sum()
     }
 
     /// The earliest RT wake-up the sleepers map (asleep RT tasks' timers) or, failing that, the
@@ -338,7 +370,7 @@ mod tests {
             s,
             "switches=7 need_rt=0 need_watched=0 boosts=1 deboosts=0 timer_deboosts=0 watch_added=0 \
              events_dropped=5 watch_agent_returns=2 prio_changes=0 irq_wakeups=0 sleeps_predicted=0 withdrawals=0 \
-             timer_deboosts_deferred=0 watch_full=0 watch_spent=0"
+             timer_deboosts_deferred=0 watch_full=0 watch_spent=0 silent_boosts=0 silent_deboosts=0 silent_broken=0"
         );
     }
 
@@ -364,8 +396,9 @@ mod tests {
         assert_eq!((r.ts_ns, r.cpu, r.want, r.pid, r.prio, r.irq), (42_000, 3, 1, 77, 80, 1));
         assert_eq!(reason_name(&r), "watched task");
         assert_eq!(size_of::<types::cosched_event>(), 32);
-        // The timer is opaque but its room is there: 6 u64 + 10 u32 + 16.
-        assert_eq!(size_of::<types::cpu_state>(), 104);
+        // The timer is opaque but its room is there: 6 u64 + 12 u32 + 16.
+        assert_eq!(size_of::<types::cpu_state>(), 112);
+        assert_eq!(size_of::<types::cosched_standing>(), 32);
         assert_eq!(size_of::<types::sleeper>(), 24);
     }
 

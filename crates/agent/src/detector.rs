@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::os::fd::RawFd;
 use std::rc::Rc;
 
-pub(crate) use cosched_bpfutil::{read_plain, ObjectStorage, Plain};
+pub(crate) use cosched_bpfutil::{bytes_of, read_plain, ObjectStorage, Plain};
 use cosched_proto::cpu::Need;
 use cosched_proto::Resource;
 
@@ -87,6 +87,13 @@ pub(crate) trait Detector {
     /// True (once) if a prediction was withdrawn since the last call.
     fn take_withdrawn(&mut self) -> bool {
         false
+    }
+    /// The window of the standing prediction the host took (`None`: none): RT activations inside
+    /// it send nothing.
+    fn set_standing(&mut self, _window: Option<crate::core::StandingWindow>) {}
+    /// RT activations kept silent in a standing window so far (a running count).
+    fn silent_activations(&self) -> u64 {
+        0
     }
     /// How many RT activations found their CPU boosted already since the last call (only with
     /// `--probe-frames`: the points where the channel probe sends its frame).

@@ -94,6 +94,14 @@ pub struct Options {
     /// host refuses `WAKE` as unsupported, until the next registration
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub predict: bool,
+    /// Standing predictions: once 4 predicted wake-ups in a row each came one period after the
+    /// one before (a periodic RT task), tell the host the period with the next (one `WAKE`): it
+    /// then boosts every period by itself, and the guest sends nothing while its RT wake-ups fall
+    /// inside the host's boost (an activation outside it is boosted as any other). A wake-up out
+    /// of the pattern, the host's budget or the task's end stops it. Stops by itself when the host
+    /// refuses the form, until the next registration
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub predict_standing: bool,
     /// Predict only wake-ups due within this many ms; a later one is not sent (and a standing one
     /// is withdrawn)
     #[arg(long, default_value_t = 1000)]
@@ -235,6 +243,7 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
         Config {
             budget_backoff_ns: opts.budget_backoff_ms * 1_000_000,
             predict: opts.predict,
+            predict_standing: opts.predict_standing,
             predict_horizon_ns: opts.predict_horizon_ms * 1_000_000,
             membw: api.is_some(),
             ..Config::default()
@@ -460,6 +469,11 @@ impl Agent {
                         bail!("{msg}");
                     }
                     Out::Log(msg) => log(&msg),
+                    Out::Standing(w) => {
+                        if let Some(d) = self.detectors.get_mut(&Resource::Cpu) {
+                            d.set_standing(w);
+                        }
+                    }
                     Out::MembwReply { client, result } => {
                         if let Some(api) = self.api.as_mut() {
                             api.reply(client, &result);
@@ -554,6 +568,9 @@ impl Agent {
             }
             if reconcile {
                 self.core.reconcile_needs(*r, &d.wants(), t, &mut self.out);
+                if *r == Resource::Cpu && self.core.standing().is_some() {
+                    self.core.standing_check(d.silent_activations(), t, &mut self.out);
+                }
             }
             // Right after a CPU 0, or when a prediction was withdrawn: the next wake-up. With
             // --verbose it is logged at every CPU 0, predicting or not, so that predictions can be

@@ -73,6 +73,11 @@ const GUIDE: &[Guide] = &[
          periodic real-time tasks.",
     ),
     guide(
+        "predict_standing",
+        "false to tell every wake-up apart (a frame or two per period), e.g. against a host that boosts \
+         too early or too late for the guest's window; keep true for periodic real-time tasks.",
+    ),
+    guide(
         "predict_horizon_ms",
         "Raise it for periodic tasks with a longer period than this, so that their wake-ups are predicted.",
     ),

@@ -36,6 +36,11 @@
  * timer still queued is entered in the sleepers map with the timer's expiry; the agent reads the
  * earliest one when the VM deboosts. A sleeper woken before its expiry (a signal) is a
  * withdrawal, reported at once.
+ *
+ * Standing predictions: while the host boosts for a periodic RT task's every wake-up by itself,
+ * the agent keeps the window around each due wake-up in the standing map. An RT activation of a
+ * deboosted CPU inside it is a silent boost (no event), and its end a silent deboost; a need
+ * still on at a switch past the window, or of a higher priority, sends the boost after all.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -113,6 +118,13 @@ struct {
 } sleepers SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct cosched_standing);
+} standing SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 4096);
 	__type(key, u32);	/* pid of an RT task woken from an interrupt handler, until it runs */
@@ -156,6 +168,38 @@ static __always_inline struct cosched_stats *stats_get(void)
 	u32 zero = 0;
 
 	return bpf_map_lookup_elem(&stats, &zero);
+}
+
+/* True if `now` is in the standing prediction's window of one of its wake-ups (the agent's
+ * StandingWindow::covers). The agent writes the map as a whole while this may read it: a torn
+ * read concerns one activation, which then sends its boost (or keeps silent) as the agent's
+ * window before or after the write would have. */
+static __always_inline bool standing_covers(u64 now)
+{
+	u32 zero = 0;
+	struct cosched_standing *w = bpf_map_lookup_elem(&standing, &zero);
+	u64 d;
+
+	if (!w || !w->period_ns)
+		return false;
+	if (now < w->anchor_ns)
+		return w->anchor_ns - now <= w->before_ns;
+	d = (now - w->anchor_ns) % w->period_ns;
+	return d <= w->after_ns || w->period_ns - d <= w->before_ns;
+}
+
+/* A CPU boosted silently leaves the boost without an event (the host ends its own). */
+static __always_inline bool silent_deboost(struct cpu_state *st, struct cosched_stats *s)
+{
+	if (!st->silent)
+		return false;
+	st->silent = 0;
+	st->boosted = 0;
+	st->prio = 0;
+	st->irq = 0;
+	if (s)
+		s->silent_deboosts++;
+	return true;
 }
 
 static __always_inline u64 hold_ns(struct cpu_state *st)
@@ -231,6 +275,8 @@ static int idle_timer_cb(void *map, u32 *key, struct cpu_state *st)
 			st->timer_armed = 1;
 			return 0;
 		}
+		if (silent_deboost(st, stats_get()))
+			return 0;
 		if (emit(*key, 0, COSCHED_REASON_TIMER, 0, now, st)) {
 			st->boosted = 0;
 			st->prio = 0;
@@ -355,6 +401,8 @@ static __always_inline void maybe_deboost(struct cpu_state *st, struct cosched_s
 	if (!st->boosted)
 		return;
 	if (now >= st->last_need_ns + hold_ns(st)) {
+		if (silent_deboost(st, s))
+			return;
 		if (emit(cpu, 0, COSCHED_REASON_NONE, pid, now, st)) {
 			st->boosted = 0;
 			st->prio = 0;
@@ -474,7 +522,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	}
 
 	if (reason != COSCHED_REASON_NONE) {
-		bool changed, new_episode = !st->cur_needs;
+		bool changed, raised, new_episode = !st->cur_needs;
 
 		track_episode(st, now, prio);
 		if (waiting) {
@@ -482,11 +530,25 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			/* The allowance may end before the next switch: the timer ends it. */
 			arm_idle_timer(st);
 		}
+		raised = prio > st->prio;
 		changed = update_prio(st, prio, irq, now);
 		if (!st->boosted) {
-			if (emit(cpu, 1, reason, pid, now, st)) {
+			if (reason == COSCHED_REASON_RT && standing_covers(now)) {
+				/* The host boosts for this wake-up by itself. */
+				st->boosted = 1;
+				st->silent = 1;
+				s->silent_boosts++;
+			} else if (emit(cpu, 1, reason, pid, now, st)) {
 				st->boosted = 1;
 				s->boosts++;
+			}
+		} else if (st->silent && (raised || !standing_covers(now))) {
+			/* Past the window, or a higher priority: the host's boost is not enough. (A lower
+			 * one, a watched task after the RT task, say, runs under it.) */
+			if (emit(cpu, 1, reason, pid, now, st)) {
+				st->silent = 0;
+				s->boosts++;
+				s->silent_broken++;
 			}
 		} else if (changed && emit(cpu, 1, COSCHED_REASON_PRIO, pid, now, st)) {
 			s->prio_changes++;

@@ -58,6 +58,22 @@ struct cosched_stats {
 							 * queued or an interrupt under way */
 	unsigned long long watch_full;		/* new tasks not watched: watch_max already are */
 	unsigned long long watch_spent;		/* watched tasks that used up their budget */
+	unsigned long long silent_boosts;	/* RT activations in a standing window: no event */
+	unsigned long long silent_deboosts;	/* ... their ends: no event either */
+	unsigned long long silent_broken;	/* needs still on past the window: a boost sent */
+};
+
+/*
+ * The standing prediction's window (value of the one-entry standing map, written by the agent
+ * when the host takes a periodic task's wake-ups, zeroed when it ends; CLOCK_MONOTONIC): an RT
+ * activation from before_ns before to after_ns after anchor_ns + k * period_ns finds the host's
+ * boost in force and sends nothing. period_ns 0: none stands.
+ */
+struct cosched_standing {
+	unsigned long long anchor_ns;
+	unsigned long long period_ns;
+	unsigned long long before_ns;
+	unsigned long long after_ns;
 };
 
 /* The watch map's value, struct watched, is in watch.h with the heuristic's arithmetic. */
@@ -104,6 +120,9 @@ struct cpu_state {
 	unsigned int watch_waiting;	/* watched tasks waiting runnable here with a need (watch.h) */
 	unsigned long long prio_need_ns;	/* last time a need of priority `prio` was on the CPU */
 	unsigned long long wait_until_ns;	/* when the latest of those waits' allowances ends */
+	unsigned int silent;		/* boosted by a standing prediction: no event was sent, and
+					 * none goes out at its end */
+	unsigned int pad;
 	struct bpf_timer timer;
 };
 

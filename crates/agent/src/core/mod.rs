@@ -23,6 +23,16 @@
 //! due is cancelled with `WAKE 0`. Replies to a `WAKE` are told apart from those to `CPU` frames by
 //! their seq: `DENY(cpu: unsupported)` to a `WAKE` turns predictions off until the next
 //! registration and leaves the CPU boost alone.
+//!
+//! Standing predictions (`predict.rs`): once [`predict::STANDING_AFTER`] predictions in a row
+//! kept one period, the next goes out as a standing `WAKE` (with the period) and the host boosts
+//! every period by itself. On its `ACK` the core hands the CPU detector the window around each
+//! due wake-up ([`Out::Standing`]): RT activations inside it send nothing. Boosts of the guest's
+//! own (another task's need, an activation outside the window) go out as always, layered on the
+//! pattern by the host. The pattern ends with a prediction out of it (read after a `CPU 0`, or at
+//! a withdrawal: a new `WAKE` replaces it, or `WAKE 0`), a `DENY(cpu)` with seq 0 (the host
+//! stopped it), or windows left empty (the task is gone: [`AgentCore::standing_check`], then
+//! `WAKE 0`).
 
 use std::collections::VecDeque;
 
@@ -37,7 +47,7 @@ mod predict;
 
 pub use membw::MembwGrant;
 use predict::PredictState;
-pub use predict::Prediction;
+pub use predict::{Prediction, StandingWindow};
 
 /// What the I/O layer must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +67,8 @@ pub enum Out {
         client: u64,
         result: Result<MembwGrant, String>,
     },
+    /// The CPU detector's standing-prediction window (`None`: none stands any more).
+    Standing(Option<StandingWindow>),
 }
 
 /// The registration with the host (one for all resources).
@@ -105,6 +117,9 @@ pub struct Config {
     /// A prediction right after a `CPU 0` rides on it (one frame instead of two), until the host
     /// refuses that form (an older host).
     pub predict_batch: bool,
+    /// A periodic RT task's wake-ups go out once as a standing prediction (see the module), until
+    /// the host refuses that form (an older host).
+    pub predict_standing: bool,
     /// The local memory-bandwidth API is on: `MEMBW` is offered at registration and requests
     /// are relayed.
     pub membw: bool,
@@ -119,6 +134,7 @@ impl Default for Config {
             predict: true,
             predict_horizon_ns: 1_000_000_000,
             predict_batch: true,
+            predict_standing: true,
             membw: false,
         }
     }
@@ -147,6 +163,12 @@ pub struct Counters {
     pub wakes_batched: u64,
     /// Channel probes (`WAKE 0` at an RT activation on a boosted CPU; `--probe-frames`).
     pub probes_sent: u64,
+    /// ... of `wakes_sent`, standing predictions (with a period).
+    pub standing_sent: u64,
+    /// Standing predictions the host took (their windows handed to the detector).
+    pub standing_acked: u64,
+    /// ... and ended: by a `CPU 1`, a prediction out of the pattern, the host, or empty windows.
+    pub standing_ended: u64,
 }
 
 /// The state of one resource.
@@ -255,7 +277,7 @@ impl AgentCore {
                 resources.push(ResourceState::new(*r));
             }
         }
-        let predict = PredictState { on: cfg.predict, batch: cfg.predict_batch, ..PredictState::default() };
+        let predict = PredictState::new(&cfg);
         AgentCore {
             cfg,
             registration: Registration::Unregistered,
@@ -277,7 +299,7 @@ impl AgentCore {
         format!(
             "boosts_sent={} deboosts_sent={} priority_changes={} acks={} budget_denials={} other_denials={} \
              registrations={} wakes_sent={} wake_withdrawals={} wakes_batched={} wakes_acked={} wakes_denied={} \
-             probes_sent={} predicting={} rtt_us={}",
+             probes_sent={} standing_sent={} standing_acked={} standing_ended={} predicting={} rtt_us={}",
             c.boosts_sent,
             c.deboosts_sent,
             c.priority_changes,
@@ -291,6 +313,9 @@ impl AgentCore {
             c.wakes_acked,
             c.wakes_denied,
             c.probes_sent,
+            c.standing_sent,
+            c.standing_acked,
+            c.standing_ended,
             self.predict.on,
             self.rtt_ns() / 1000
         )
@@ -424,7 +449,10 @@ impl AgentCore {
             // Boosted: a standing prediction has nothing left to do. Deboosted: one is due.
             self.predict.due = !want;
             if want {
-                self.predict.outstanding = None;
+                // A standing prediction is not outstanding: the host keeps it through the boost.
+                if self.predict.standing.pattern.is_none() {
+                    self.predict.outstanding = None;
+                }
             }
         }
     }
@@ -442,7 +470,7 @@ impl AgentCore {
         self.registration = Registration::Registering { seq, sent_ns: now };
         self.counters.registrations += 1;
         // A new registration may find a host that supports predictions.
-        self.predict = PredictState { on: self.cfg.predict, batch: self.cfg.predict_batch, ..PredictState::default() };
+        self.predict = PredictState::new(&self.cfg);
         self.send_request(Frame::register(seq, offered), now, out);
     }
 
@@ -627,6 +655,10 @@ impl AgentCore {
     fn on_deny(&mut self, f: Frame, now: u64, out: &mut Vec<Out>) {
         if matches!(self.registration, Registration::Registering { seq, .. } if seq == f.seq) {
             return self.on_register_denied(f, out);
+        }
+        if f.seq == 0 && f.deny_resource().is_none_or(|r| r == Resource::Cpu) {
+            // The host stopped boosting by itself: a standing prediction it held is over.
+            self.standing_stopped(f, now, out);
         }
         let reason = f.deny_reason();
         if reason == Some(DenyReason::NotRegistered) {

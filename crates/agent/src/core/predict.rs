@@ -1,9 +1,10 @@
 //! Predictive boost, the agent's side: the round-trip estimate of its requests, and `WAKE`, the
-//! guest's next RT wake-up told to the host while it is deboosted (see the module above).
+//! guest's next RT wake-up told to the host while it is deboosted (see the module above), once
+//! or, for a periodic task, standing.
 
-use cosched_proto::{DenyReason, Frame, Kind, Resource};
+use cosched_proto::{wake, DenyReason, Frame, Kind, Resource};
 
-use super::{AgentCore, Out, Phase};
+use super::{AgentCore, Config, Out, Phase};
 
 /// The guest's next predicted wake-up that needs a boost: due `in_ns` from when it was read, for a
 /// task of RT priority `priority`; `at_ns` is that time on the guest's `CLOCK_MONOTONIC` (the
@@ -16,8 +17,68 @@ pub struct Prediction {
 }
 
 /// Two predictions of one wake-up, read at different times, differ by rounding and the transit
-/// estimate's drift: within this they are the same and no new `WAKE` goes out.
+/// estimate's drift: within this they are the same and no new `WAKE` goes out. Also how far from
+/// a period two wake-ups may be and still keep a pattern.
 const SAME_WAKE_NS: u64 = 50_000;
+/// Predictions in a row whose wake-ups kept one period before the next goes out standing.
+pub const STANDING_AFTER: u32 = 4;
+/// What a standing window leaves at each end, inside the host's boost: the frames' transit
+/// estimate's error and the drift of the two clocks.
+pub const WINDOW_MARGIN_NS: u64 = 200_000;
+/// After the host refused or stopped a standing prediction, tell none for this long.
+pub const STANDING_RETRY_NS: u64 = 1_000_000_000;
+/// A standing prediction whose windows saw no RT activation for this long (and three periods)
+/// is withdrawn: its task stopped, or sleeps on something else.
+pub const STANDING_IDLE_NS: u64 = 300_000_000;
+
+/// A standing prediction's window, on the guest's `CLOCK_MONOTONIC` (the CPU detector's clock):
+/// an RT activation from `before_ns` before to `after_ns` after `anchor_ns + k * period_ns` (any
+/// `k`) finds the host's boost in force, and sends nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StandingWindow {
+    pub anchor_ns: u64,
+    pub period_ns: u64,
+    pub before_ns: u64,
+    pub after_ns: u64,
+}
+
+impl StandingWindow {
+    /// True if an activation at `at_ns` is inside one of the windows (the test `cpu.bpf.c`'s
+    /// `standing_covers` makes).
+    pub fn covers(&self, at_ns: u64) -> bool {
+        if self.period_ns == 0 {
+            return false;
+        }
+        if at_ns < self.anchor_ns {
+            return self.anchor_ns - at_ns <= self.before_ns;
+        }
+        let d = (at_ns - self.anchor_ns) % self.period_ns;
+        d <= self.after_ns || self.period_ns - d <= self.before_ns
+    }
+}
+
+/// A periodic task's predictions and its standing prediction.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Standing {
+    /// Standing predictions go out (the configuration, until the host refuses the form).
+    on: bool,
+    /// The last predicted wake-up read, the period before it, and how many in a row kept it.
+    last_at: Option<u64>,
+    period_ns: u64,
+    kept: u32,
+    /// The pattern told to the host (anchor, period), from its `WAKE` until it ends.
+    pub(super) pattern: Option<(u64, u64)>,
+    /// The standing `WAKE` waiting for its reply: its seq and delay (µs).
+    told: Option<(u32, u32)>,
+    /// The window handed to the detector (the host took the pattern).
+    window: Option<StandingWindow>,
+    /// No new standing prediction before this (after a refusal or the host's stop).
+    retry_at: u64,
+    /// The detector's count of silent activations at the last check (`None`: not read since the
+    /// window was handed over), and when it last grew.
+    seen: Option<u64>,
+    progress_at: u64,
+}
 /// Predictive boost's state.
 #[derive(Debug, Clone, Default)]
 pub(super) struct PredictState {
@@ -33,6 +94,55 @@ pub(super) struct PredictState {
     pub(super) batch: bool,
     /// The seq of the last deboost that carried a prediction, until its reply.
     pub(super) batched: Option<u32>,
+    pub(super) standing: Standing,
+}
+
+impl PredictState {
+    pub(super) fn new(cfg: &Config) -> PredictState {
+        PredictState {
+            on: cfg.predict,
+            batch: cfg.predict_batch,
+            standing: Standing { on: cfg.predict_standing, ..Standing::default() },
+            ..PredictState::default()
+        }
+    }
+}
+
+impl Standing {
+    /// Takes in the next predicted wake-up: the pattern grows if it came a period after the last.
+    fn track(&mut self, at_ns: u64) {
+        if let Some(last) = self.last_at {
+            if at_ns.abs_diff(last) <= SAME_WAKE_NS {
+                return; // the same wake-up, read again
+            }
+            let d = at_ns.saturating_sub(last);
+            if d != 0 && d.abs_diff(self.period_ns) <= SAME_WAKE_NS {
+                self.kept += 1;
+            } else {
+                self.period_ns = d;
+                self.kept = 0;
+            }
+        }
+        self.last_at = Some(at_ns);
+    }
+
+    /// True if a wake-up at `at_ns` is one of the told pattern's.
+    fn in_pattern(&self, at_ns: u64) -> bool {
+        self.pattern.is_some_and(|(anchor, period)| {
+            let d = at_ns.abs_diff(anchor) % period;
+            d.min(period - d) <= SAME_WAKE_NS
+        })
+    }
+
+    /// A standing prediction would go out now.
+    fn due(&self, now: u64) -> bool {
+        self.on
+            && self.pattern.is_none()
+            && self.kept + 1 >= STANDING_AFTER
+            && self.period_ns > 0
+            && self.period_ns / 1000 <= wake::MAX_PERIOD_US as u64
+            && now >= self.retry_at
+    }
 }
 
 impl AgentCore {
@@ -73,6 +183,18 @@ impl AgentCore {
             return; // boosted (the host needs no prediction), or not coordinating the CPU
         }
         let wanted = p.filter(|p| p.in_ns <= self.cfg.predict_horizon_ns);
+        if let Some(p) = wanted {
+            self.predict.standing.track(p.at_ns);
+        }
+        let mut left_pattern = false;
+        if self.predict.standing.pattern.is_some() {
+            if wanted.is_some_and(|p| self.predict.standing.in_pattern(p.at_ns)) {
+                return; // the standing prediction has it
+            }
+            // Out of the pattern: the new WAKE below replaces it on the host, or WAKE 0 withdraws it.
+            self.end_standing(out);
+            left_pattern = true;
+        }
         if let (Some(p), Some((at, prio))) = (wanted, self.predict.outstanding) {
             if prio == p.priority && (now + p.in_ns).abs_diff(at) <= SAME_WAKE_NS {
                 return;
@@ -82,6 +204,18 @@ impl AgentCore {
         let transit = self.rtt_ns() / 2;
         let delay_us = wanted.map_or(0, |p| (p.in_ns.saturating_sub(transit) / 1000).min(u32::MAX as u64) as u32);
         if let (Some(p), true) = (wanted, delay_us > 0) {
+            if self.predict.standing.due(now) {
+                let st = &mut self.predict.standing;
+                let period_us = (st.period_ns / 1000) as u32;
+                st.pattern = Some((p.at_ns, st.period_ns));
+                let seq = self.next_seq();
+                self.predict.standing.told = Some((seq, delay_us));
+                self.predict.outstanding = Some((now + p.in_ns, p.priority));
+                self.counters.wakes_sent += 1;
+                self.counters.standing_sent += 1;
+                self.send_request(Frame::wake_standing(seq, delay_us, p.priority, period_us), now, out);
+                return;
+            }
             if self.batch(delay_us, p.priority, out) {
                 self.predict.outstanding = Some((now + p.in_ns, p.priority));
                 self.counters.wakes_sent += 1;
@@ -92,7 +226,7 @@ impl AgentCore {
             self.predict.outstanding = Some((now + p.in_ns, p.priority));
             self.counters.wakes_sent += 1;
             self.send_request(Frame::wake(seq, delay_us, p.priority), now, out);
-        } else if self.predict.outstanding.take().is_some_and(|(at, _)| at > now) {
+        } else if self.predict.outstanding.take().is_some_and(|(at, _)| at > now) || left_pattern {
             let seq = self.next_seq();
             self.counters.wake_withdrawals += 1;
             self.send_request(Frame::wake(seq, 0, 0), now, out);
@@ -166,6 +300,27 @@ impl AgentCore {
 
     /// The host's reply to a `WAKE`: it concerns the prediction only, never the CPU boost.
     pub(super) fn on_wake_reply(&mut self, f: Frame, now: u64, out: &mut Vec<Out>) {
+        if let Some((_, delay_us)) = self.predict.standing.told.filter(|(seq, _)| *seq == f.seq) {
+            self.predict.standing.told = None;
+            if f.kind == Kind::Ack {
+                return self.on_standing_ack(f, delay_us, now, out);
+            }
+            let st = &mut self.predict.standing;
+            st.pattern = None;
+            st.kept = 0;
+            st.retry_at = now + STANDING_RETRY_NS;
+            if f.deny_reason() == Some(DenyReason::Malformed) && f.deny_resource().is_none() {
+                // A host older than the form: no standing predictions until the next registration.
+                st.on = false;
+                self.counters.wakes_denied += 1;
+                self.predict.outstanding = None;
+                out.push(Out::Log(format!(
+                    "the host refused a standing prediction ({f}): predicting each wake-up apart until the next \
+                     registration"
+                )));
+                return;
+            }
+        }
         if f.kind == Kind::Ack {
             self.counters.wakes_acked += 1;
             return;
@@ -184,6 +339,93 @@ impl AgentCore {
                     )));
                 }
             }
+        }
+    }
+}
+
+impl AgentCore {
+    /// The host took the standing prediction: its window goes to the detector, inside the host's
+    /// boost (its lead, `delay_us` less the ACK's start, and its hold, from the ACK) by
+    /// [`WINDOW_MARGIN_NS`] at each end.
+    fn on_standing_ack(&mut self, f: Frame, delay_us: u32, now: u64, out: &mut Vec<Out>) {
+        self.counters.wakes_acked += 1;
+        let st = &mut self.predict.standing;
+        let Some((anchor_ns, period_ns)) = st.pattern else { return };
+        let (after_us, hold_us) = wake::decode_standing_ack(f.value);
+        let lead_ns = delay_us.saturating_sub(after_us) as u64 * 1000;
+        let w = StandingWindow {
+            anchor_ns,
+            period_ns,
+            before_ns: lead_ns.saturating_sub(WINDOW_MARGIN_NS),
+            after_ns: (hold_us as u64 * 1000).saturating_sub(WINDOW_MARGIN_NS),
+        };
+        st.window = Some(w);
+        st.seen = None;
+        st.progress_at = now;
+        self.counters.standing_acked += 1;
+        out.push(Out::Standing(Some(w)));
+    }
+
+    /// The standing prediction ends on the guest's side (the host's ends with the frame that
+    /// made it end here: a `CPU 1`, a new `WAKE`, `WAKE 0`, or its own `DENY`): the detector's
+    /// window goes, and the pattern must be seen again before the next.
+    pub(super) fn end_standing(&mut self, out: &mut Vec<Out>) {
+        let st = &mut self.predict.standing;
+        if st.pattern.is_none() && st.window.is_none() {
+            return;
+        }
+        st.pattern = None;
+        st.told = None;
+        st.kept = 0;
+        if st.window.take().is_some() {
+            out.push(Out::Standing(None));
+        }
+        self.counters.standing_ended += 1;
+    }
+
+    /// The host stopped a boost by itself (`DENY(cpu)`, seq 0): a standing prediction is over.
+    pub(super) fn standing_stopped(&mut self, f: Frame, now: u64, out: &mut Vec<Out>) {
+        if self.predict.standing.pattern.is_none() {
+            return;
+        }
+        self.end_standing(out);
+        self.predict.outstanding = None;
+        self.predict.standing.retry_at = now + STANDING_RETRY_NS;
+        out.push(Out::Log(format!("the host stopped the standing prediction ({f})")));
+    }
+
+    /// True while the detector holds a standing window (the I/O layer then reads its count of
+    /// silent activations for [`AgentCore::standing_check`]).
+    pub fn standing(&self) -> Option<StandingWindow> {
+        self.predict.standing.window
+    }
+
+    /// Now and then, with the detector's count of activations it kept silent: a standing
+    /// prediction whose windows saw none for [`STANDING_IDLE_NS`] (and three periods) is
+    /// withdrawn (`WAKE 0`): its task is gone, and the host would boost for nothing.
+    pub fn standing_check(&mut self, silent: u64, now: u64, out: &mut Vec<Out>) {
+        let st = &mut self.predict.standing;
+        let Some(w) = st.window else { return };
+        if st.seen != Some(silent) {
+            if st.seen.is_some() {
+                st.progress_at = now;
+            }
+            st.seen = Some(silent);
+            return;
+        }
+        let idle = now.saturating_sub(st.progress_at);
+        if idle < STANDING_IDLE_NS.max(3 * w.period_ns) {
+            return;
+        }
+        self.end_standing(out);
+        out.push(Out::Log(format!(
+            "standing prediction withdrawn: no RT activation in its windows for {} ms",
+            idle / 1_000_000
+        )));
+        if self.predict.outstanding.take().is_some() && self.is_registered() {
+            let seq = self.next_seq();
+            self.counters.wake_withdrawals += 1;
+            self.send_request(Frame::wake(seq, 0, 0), now, out);
         }
     }
 }

@@ -821,3 +821,136 @@ fn membw_requests_are_relayed_and_asked_again_after_a_new_registration() {
     a.on_frame(Frame::ack(reg.seq, caps::CPU | caps::MEMBW), 7, &mut out);
     assert!(sent(&out).iter().any(|f| f.kind == Kind::Membw && f.value == 100), "{out:?}");
 }
+
+const PERIOD: u64 = 10_000_000;
+
+/// Registered, then `n` activations of a periodic RT task (period 10 ms, at k * 10 ms): each a
+/// `CPU 1` at the activation and a `CPU 0` 1 ms later with the next wake-up read after it, each
+/// answered 100 µs after it went out. Returns the frames of the last activation.
+fn periodic(a: &mut AgentCore, from: u64, n: u64) -> Vec<Out> {
+    let mut out = Vec::new();
+    for k in from..from + n {
+        out.clear();
+        let t = k * PERIOD;
+        a.on_need(Cpu, 0, Some(need(80, true)), t, &mut out);
+        let boost = sent(&out)[0];
+        a.on_frame(Frame::ack(boost.seq, 1), t + 100_000, &mut out);
+        a.on_need(Cpu, 0, None, t + 1_000_000, &mut out);
+        a.predict(
+            Some(Prediction { in_ns: PERIOD - 1_000_000, at_ns: t + PERIOD, priority: 80 }),
+            t + 1_000_000,
+            &mut out,
+        );
+        for f in sent(&out)[1..].to_vec() {
+            let value = if f.kind == Kind::Wake && wake::period_of(f.value) != 0 {
+                wake::standing_ack(8_000, 2_000) // the host boosts 2 ms before, holds 2 ms after
+            } else {
+                0
+            };
+            a.on_frame(Frame::ack(f.seq, value), t + 1_100_000, &mut out);
+        }
+    }
+    out
+}
+
+fn windows(out: &[Out]) -> Vec<Option<StandingWindow>> {
+    out.iter().filter_map(|o| if let Out::Standing(w) = o { Some(*w) } else { None }).collect()
+}
+
+use cosched_proto::wake;
+
+#[test]
+fn a_periodic_task_gets_a_standing_prediction_and_its_window() {
+    let (mut a, _) = registered();
+    // Predictions ride on their deboosts until four intervals in a row kept one period: the
+    // fifth goes standing.
+    let out = periodic(&mut a, 1, 4);
+    assert_eq!(sent(&out)[1].kind, Kind::Cpu, "batched: {out:?}");
+    assert!(windows(&out).is_empty());
+    let out = periodic(&mut a, 5, 1);
+    let f = sent(&out);
+    // CPU 0 alone, then the standing WAKE: due in 9 ms less half the round trip (50 µs), every 10 ms.
+    assert_eq!(f[1], Frame::cpu(f[1].seq, false));
+    assert_eq!(f[2], Frame::wake_standing(f[2].seq, 8_950, 80, 10_000));
+    // Its ACK: the host boosts 8 ms after it (a 950 µs lead), and holds 2 ms after each wake-up;
+    // the detector's window is inside that by 200 µs at each end.
+    let w = StandingWindow { anchor_ns: 6 * PERIOD, period_ns: PERIOD, before_ns: 750_000, after_ns: 1_800_000 };
+    assert_eq!(windows(&out), [Some(w)]);
+    assert_eq!(a.standing(), Some(w));
+    assert!(w.covers(6 * PERIOD) && w.covers(7 * PERIOD - 750_000) && w.covers(9 * PERIOD + 1_800_000));
+    assert!(!w.covers(7 * PERIOD - 751_000) && !w.covers(9 * PERIOD + 1_801_000) && !w.covers(6 * PERIOD - 800_000));
+    assert_eq!((a.counters.standing_sent, a.counters.standing_acked), (1, 1));
+    // The guest's own boosts go out as always (another task); the next wake-up read after its
+    // deboost is in the pattern: nothing more is sent.
+    let mut out = Vec::new();
+    a.on_need(Cpu, 0, Some(need(0, false)), 63 * PERIOD / 10, &mut out);
+    a.on_need(Cpu, 0, None, 64 * PERIOD / 10, &mut out);
+    a.predict(Some(Prediction { in_ns: 6 * PERIOD / 10, at_ns: 7 * PERIOD, priority: 80 }), 64 * PERIOD / 10, &mut out);
+    assert_eq!(sent(&out).iter().map(|f| f.kind).collect::<Vec<_>>(), [Kind::Cpu, Kind::Cpu]);
+    assert_eq!(sent(&out)[1].value, 0, "plain CPU 0: {out:?}");
+    assert!(windows(&out).is_empty(), "the window stays");
+    // A wake-up out of the pattern (the task changed its period): the window goes, and the new
+    // prediction replaces the standing one on the host.
+    out.clear();
+    a.predict(Some(Prediction { in_ns: 3_000_000, at_ns: 67 * PERIOD / 10, priority: 80 }), 64 * PERIOD / 10, &mut out);
+    assert_eq!(windows(&out), [None]);
+    assert_eq!(sent(&out), [Frame::wake(sent(&out)[0].seq, 2_950, 80)]);
+    assert_eq!((a.standing(), a.counters.standing_ended), (None, 1));
+}
+
+#[test]
+fn a_standing_prediction_ends_when_the_host_stops_it_or_its_windows_stay_empty() {
+    // The host stops it (a budget): the window goes, and none is told for a while.
+    let (mut a, _) = registered();
+    let out = periodic(&mut a, 1, 5);
+    assert_eq!(windows(&out).len(), 1);
+    let mut out = Vec::new();
+    a.on_frame(Frame::deny_for(0, Cpu, DenyReason::Budget), 6 * PERIOD, &mut out);
+    assert_eq!(windows(&out), [None]);
+    // (After the CPU's budget backoff, 100 ms.)
+    let out = periodic(&mut a, 17, 6);
+    assert!(sent(&out).iter().all(|f| f.kind != Kind::Wake || wake::period_of(f.value) == 0), "{out:?}");
+    // Its windows stay empty (the task stopped): withdrawn with WAKE 0 after 300 ms.
+    let (mut a, _) = registered();
+    periodic(&mut a, 1, 5);
+    let mut out = Vec::new();
+    let t = 6 * PERIOD;
+    a.standing_check(7, t, &mut out);
+    a.standing_check(9, t + 100_000_000, &mut out); // two silent activations: it lives
+    a.standing_check(9, t + 350_000_000, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    a.standing_check(9, t + 401_000_000, &mut out);
+    assert_eq!(windows(&out), [None]);
+    assert_eq!(sent(&out), [Frame::wake(sent(&out)[0].seq, 0, 0)]);
+    assert_eq!(a.standing(), None);
+}
+
+#[test]
+fn a_host_that_refuses_standing_predictions_gets_them_one_at_a_time() {
+    let (mut a, _) = registered();
+    periodic(&mut a, 1, 4);
+    let mut out = Vec::new();
+    let t = 5 * PERIOD;
+    a.on_need(Cpu, 0, Some(need(80, true)), t, &mut out);
+    a.on_frame(Frame::ack(sent(&out)[0].seq, 1), t + 100_000, &mut out);
+    out.clear();
+    a.on_need(Cpu, 0, None, t + 1_000_000, &mut out);
+    a.predict(Some(Prediction { in_ns: 9_000_000, at_ns: t + PERIOD, priority: 80 }), t + 1_000_000, &mut out);
+    let standing = sent(&out)[1];
+    assert_eq!(wake::period_of(standing.value), 10_000);
+    // An older host: malformed.
+    a.on_frame(Frame::deny(standing.seq, DenyReason::Malformed), t + 1_100_000, &mut out);
+    assert!(windows(&out).is_empty());
+    // From then on, plain predictions on the deboosts.
+    let out = periodic(&mut a, 6, 5);
+    assert_eq!(sent(&out)[1].kind, Kind::Cpu);
+    assert!(cosched_proto::cpu::wake_of(sent(&out)[1].value).is_some(), "{out:?}");
+    assert_eq!(a.counters.standing_sent, 1);
+    // Off in the configuration: never.
+    let mut a = AgentCore::new(Config { predict_standing: false, ..Config::default() }, &[Cpu]);
+    let mut out = Vec::new();
+    a.tick(0, &mut out);
+    a.on_frame(Frame::ack(1, caps::CPU), 1, &mut out);
+    periodic(&mut a, 1, 10);
+    assert_eq!(a.counters.standing_sent, 0);
+}

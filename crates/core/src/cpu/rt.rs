@@ -29,9 +29,11 @@
 //! through the CPU slot's own budgets like every boost, and a boost they refuse ends the pattern
 //! with `DENY(cpu: budget)`, seq 0, so that the guest speaks again. A `P` under twice the lead
 //! plus the hold (the VM boosted half the time or more) is refused with `DENY(cpu: budget)`. The
-//! guest's `CPU 1` ends a standing prediction: its wake-ups left the pattern (near a due wake-up
-//! it counts as that one's confirmation, and its error is kept). Its `ACK` carries the hold (see
-//! `cosched_proto::wake`), so the guest knows how long after a due wake-up it stays covered.
+//! guest's own `CPU 1` / `CPU 0` meanwhile (another task's need, an activation outside the
+//! window) are boosts layered on the pattern: a period's boost does not end while the guest holds
+//! one, and the guest's `CPU 0` does not end a period's boost. Only `WAKE 0`, a new `WAKE` or the
+//! host's budgets end the pattern. Its `ACK` carries the hold (see `cosched_proto::wake`), so the
+//! guest knows how long after a due wake-up it stays covered.
 //!
 //! **Error and lead.** For every confirmed prediction the error `e = arrival of CPU 1 - (t + d)`
 //! is kept (the two frames' transit times cancel to first order; what is left is the guest's
@@ -468,6 +470,16 @@ impl CpuPolicy {
                 out.push(Action::Send { vm: id, frame: Frame::ack(f.seq, 0) });
                 return None;
             }
+            Some((State::Applied(_), _)) if f.value == 0 && standing => {
+                // The guest ends a boost of its own while a standing prediction's is on: the
+                // prediction's stays until its hold is over.
+                out.push(Action::Send { vm: id, frame: Frame::ack(f.seq, 0) });
+                return None;
+            }
+            Some(_) if f.value != 0 && standing => {
+                // The guest boosts while its pattern stands (another task, or an activation
+                // outside its window): its own boost, layered on the pattern, which goes on.
+            }
             Some((State::Applied(at), _)) if f.value == 0 => {
                 // The guest never confirmed and ends the boost itself.
                 v.counters.unconfirmed += 1;
@@ -482,12 +494,6 @@ impl CpuPolicy {
                 v.missed_due = None;
                 self.rt.drop_prediction(sh, id);
                 self.rt.adapt(id);
-            }
-            Some(_) if f.value != 0 && standing => {
-                // Far from a due wake-up: the guest's wake-ups left the standing pattern, and its
-                // CPU 1 takes the boost over.
-                v.counters.cancelled += 1;
-                self.rt.drop_prediction(sh, id);
             }
             None if f.value != 0 => {
                 // The late confirmation of a prediction whose hold ran out (within the most the
@@ -678,7 +684,8 @@ impl CpuPolicy {
         let v = self.rt.vm(id);
         if p.period != 0 && !cancelled && p.state != State::Planned {
             v.counters.standing += 1;
-            if matches!(p.state, State::Applied(_)) && sh.boosted(id, Resource::Cpu) {
+            // Unless the guest holds a boost of its own now.
+            if matches!(p.state, State::Applied(_)) && v.need == 0 && sh.boosted(id, Resource::Cpu) {
                 let _ = sh.request(self, id, 0, now, None, out);
             }
             // The next wake-up still ahead (a daemon that woke late skips the ones past).

@@ -544,7 +544,7 @@ fn level_changes(log: &[(u64, Action)]) -> Vec<(u64, Level)> {
 }
 
 #[test]
-fn a_standing_prediction_boosts_every_period_by_itself_until_a_cpu_1() {
+fn a_standing_prediction_boosts_every_period_by_itself_until_withdrawn() {
     let mut s = Sim::new(predict());
     // Due in 10 ms, then every 10 ms; the ACK says the start (200 µs lead) and the hold (1 ms).
     assert_eq!(s.wake_standing(10_000, 80, 10_000), Frame::ack(2, cosched_proto::wake::standing_ack(9_800, 1_000)));
@@ -561,30 +561,40 @@ fn a_standing_prediction_boosts_every_period_by_itself_until_a_cpu_1() {
     assert_eq!((st.predictions.applied, st.predictions.unconfirmed, st.predictions.confirmed), (4, 0, 0));
     assert_eq!(st.unconfirmed_ms, 0.0, "a standing prediction is not charged as unconfirmed");
     assert_eq!(st.pending.map(|p| p.1), Some("standing"));
-    // The fifth period's boost is on; the guest's CPU 1 (its wake-up 100 µs late) confirms it and
-    // ends the pattern: its CPU 0 deboosts, and nothing is planned any more.
-    s.advance(50 * MS - 100_000);
-    assert_eq!(s.level(), Level::Boosted);
-    s.now = 50 * MS + 100_000;
-    s.cpu_rt(80);
-    assert_eq!(s.st().predictions.confirmed, 1);
-    assert_eq!(s.st().pending, None);
-    let out = s.send(Kind::Cpu, 0);
-    assert_eq!(applies(&out), [(Level::Normal, 0)]);
-    assert_eq!(level_changes(&s.advance(100 * MS)), [], "the pattern ended with the CPU 1");
+    // WAKE 0 withdraws it: no period after.
+    assert_eq!(s.wake(0, 0).kind, Kind::Ack);
+    assert_eq!((s.st().pending, s.st().predictions.cancelled), (None, 1));
+    assert_eq!(level_changes(&s.advance(100 * MS)), [], "withdrawn");
 }
 
 #[test]
-fn a_cpu_1_far_from_a_due_wake_up_ends_a_standing_prediction_and_takes_its_boost() {
+fn the_guests_own_boosts_are_layered_on_a_standing_prediction() {
     let mut s = Sim::new(predict());
     s.wake_standing(10_000, 80, 10_000);
+    // Between two periods the guest boosts for a task of its own, and lets go: its boost.
     s.advance(15 * MS);
-    // Half-way between two periods (the next is due at 20 ms; 2 ms of lead is the most).
-    s.now = 15 * MS;
-    let out = s.send(Kind::Cpu, Need { priority: 80, irq: false }.encode());
-    assert_eq!(applies(&out), [(Level::Boosted, grant(49))]);
-    assert_eq!((s.st().predictions.cancelled, s.st().pending), (1, None));
-    assert_eq!(level_changes(&s.advance(40 * MS)), [], "the guest holds the boost; no period is planned");
+    let out = s.send(Kind::Cpu, Need { priority: 0, irq: false }.encode());
+    assert_eq!(applies(&out), [(Level::Boosted, 1)]);
+    s.now = 16 * MS;
+    assert_eq!(applies(&s.send(Kind::Cpu, 0)), [(Level::Normal, 0)]);
+    // The next period is boosted as planned; a CPU 1 in it (an activation outside the guest's
+    // window) and its CPU 0 leave the period's boost on until its hold is over.
+    s.advance(20 * MS);
+    assert_eq!(s.level(), Level::Boosted);
+    s.now = 20 * MS + 300_000;
+    s.cpu_rt(80);
+    s.now = 20 * MS + 500_000;
+    assert_eq!(s.reply(Kind::Cpu, 0), Frame::ack(s.seq, 0));
+    assert_eq!(s.level(), Level::Boosted);
+    assert_eq!(level_changes(&s.advance(21 * MS)), [(21 * MS, Level::Normal)]);
+    // A guest boost still on when a period's hold ends keeps the VM boosted.
+    s.advance(30 * MS);
+    s.now = 30 * MS + 900_000;
+    s.cpu_rt(80);
+    assert_eq!(level_changes(&s.advance(31 * MS + 1)), [], "the guest holds its own boost");
+    assert_eq!(s.level(), Level::Boosted);
+    assert_eq!(s.st().pending.map(|p| p.1), Some("standing"), "the pattern goes on");
+    assert_eq!(s.st().predictions.standing, 3);
 }
 
 #[test]

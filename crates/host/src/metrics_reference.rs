@@ -76,7 +76,7 @@ const LABELS: &[(&str, &str)] = &[
     ("resource", "`cpu`, `io`, `membw` or `event`"),
     ("backend", "the memory-bandwidth counter source running (`pmu`, `simulated`), or as configured where none runs (`auto`, `off`)"),
     ("reason", "why a request was refused: `disabled`, `unsupported`, `budget`, `malformed`, `rate_limited`, `not_registered`, `host_reserve`"),
-    ("outcome", "what became of predicted wake-ups: `received`, `applied`, `covered`, `refused`, `confirmed` (of which `early`), `unconfirmed` (of which `late`), `denied`, `cancelled`"),
+    ("outcome", "what became of predicted wake-ups: `received`, `applied`, `covered`, `refused`, `confirmed` (of which `early`), `unconfirmed` (of which `late`), `denied`, `cancelled`, `standing` (periods a standing prediction boosted by itself)"),
     ("quantile", "`0.5` or `0.99`, over the recent samples"),
     ("level", "the level a VM's vCPU threads were at: `normal`, `boosted` (the CPU boost), `event-boosted`, `static` (a static FIFO tuning)"),
     ("version", "the daemon's version (`cosched --version`)"),

@@ -167,8 +167,10 @@ pub struct Counters {
     pub standing_sent: u64,
     /// Standing predictions the host took (their windows handed to the detector).
     pub standing_acked: u64,
-    /// ... and ended: by a `CPU 1`, a prediction out of the pattern, the host, or empty windows.
+    /// ... and ended: a prediction out of the pattern, the host, or empty windows.
     pub standing_ended: u64,
+    /// Standing predictions told again, anchored at their next wake-up (the clocks' drift).
+    pub standing_reanchored: u64,
 }
 
 /// The state of one resource.
@@ -299,7 +301,8 @@ impl AgentCore {
         format!(
             "boosts_sent={} deboosts_sent={} priority_changes={} acks={} budget_denials={} other_denials={} \
              registrations={} wakes_sent={} wake_withdrawals={} wakes_batched={} wakes_acked={} wakes_denied={} \
-             probes_sent={} standing_sent={} standing_acked={} standing_ended={} predicting={} rtt_us={}",
+             probes_sent={} standing_sent={} standing_acked={} standing_ended={} standing_reanchored={} predicting={} \
+             rtt_us={}",
             c.boosts_sent,
             c.deboosts_sent,
             c.priority_changes,
@@ -316,6 +319,7 @@ impl AgentCore {
             c.standing_sent,
             c.standing_acked,
             c.standing_ended,
+            c.standing_reanchored,
             self.predict.on,
             self.rtt_ns() / 1000
         )

@@ -30,6 +30,10 @@ pub const STANDING_RETRY_NS: u64 = 1_000_000_000;
 /// A standing prediction whose windows saw no RT activation for this long (and three periods)
 /// is withdrawn: its task stopped, or sleeps on something else.
 pub const STANDING_IDLE_NS: u64 = 300_000_000;
+/// A standing prediction is told again this often, anchored at its next wake-up: the host's
+/// pattern runs on the host's clock and the guest's wake-ups on the guest's, and their rates
+/// differ by the guest's clock calibration (100 ppm would be 2.5 ms in 25 s, past the window).
+pub const STANDING_REANCHOR_NS: u64 = 1_000_000_000;
 
 /// A standing prediction's window, on the guest's `CLOCK_MONOTONIC` (the CPU detector's clock):
 /// an RT activation from `before_ns` before to `after_ns` after `anchor_ns + k * period_ns` (any
@@ -66,8 +70,11 @@ pub(super) struct Standing {
     last_at: Option<u64>,
     period_ns: u64,
     kept: u32,
-    /// The pattern told to the host (anchor, period), from its `WAKE` until it ends.
+    /// The pattern told to the host (anchor, period), from its `WAKE` until it ends, its
+    /// priority, and when it was last told.
     pub(super) pattern: Option<(u64, u64)>,
+    priority: u8,
+    told_at: u64,
     /// The standing `WAKE` waiting for its reply: its seq and delay (µs).
     told: Option<(u32, u32)>,
     /// The window handed to the detector (the host took the pattern).
@@ -208,6 +215,8 @@ impl AgentCore {
                 let st = &mut self.predict.standing;
                 let period_us = (st.period_ns / 1000) as u32;
                 st.pattern = Some((p.at_ns, st.period_ns));
+                st.priority = p.priority;
+                st.told_at = now;
                 let seq = self.next_seq();
                 self.predict.standing.told = Some((seq, delay_us));
                 self.predict.outstanding = Some((now + p.in_ns, p.priority));
@@ -305,9 +314,9 @@ impl AgentCore {
             if f.kind == Kind::Ack {
                 return self.on_standing_ack(f, delay_us, now, out);
             }
+            // Refused (told again, too: the window goes).
+            self.end_standing(out);
             let st = &mut self.predict.standing;
-            st.pattern = None;
-            st.kept = 0;
             st.retry_at = now + STANDING_RETRY_NS;
             if f.deny_reason() == Some(DenyReason::Malformed) && f.deny_resource().is_none() {
                 // A host older than the form: no standing predictions until the next registration.
@@ -407,15 +416,15 @@ impl AgentCore {
         let st = &mut self.predict.standing;
         let Some(w) = st.window else { return };
         if st.seen != Some(silent) {
+            // (The first reading since the window was handed over counts from then.)
             if st.seen.is_some() {
                 st.progress_at = now;
             }
             st.seen = Some(silent);
-            return;
         }
         let idle = now.saturating_sub(st.progress_at);
         if idle < STANDING_IDLE_NS.max(3 * w.period_ns) {
-            return;
+            return self.reanchor(w, now, out);
         }
         self.end_standing(out);
         out.push(Out::Log(format!(
@@ -427,5 +436,34 @@ impl AgentCore {
             self.counters.wake_withdrawals += 1;
             self.send_request(Frame::wake(seq, 0, 0), now, out);
         }
+    }
+}
+
+impl AgentCore {
+    /// Tells the standing prediction again (see [`STANDING_REANCHOR_NS`]), anchored at its next
+    /// due wake-up on the guest's clock less the transit, as the first one was. Only between two
+    /// periods' boosts: the host's new plan replaces the old one, and must not cut a boost short.
+    fn reanchor(&mut self, w: StandingWindow, now: u64, out: &mut Vec<Out>) {
+        let st = &self.predict.standing;
+        if st.told.is_some() || now < st.told_at + STANDING_REANCHOR_NS || now < w.anchor_ns {
+            return;
+        }
+        let (p, since) = (w.period_ns, (now - w.anchor_ns) % w.period_ns);
+        let next = now - since + p;
+        // The last period's boost is over (its hold, and the margins), and the next one's lead
+        // is still ahead, with room for the frame's travel.
+        let gap = 2 * WINDOW_MARGIN_NS;
+        if since < w.after_ns + gap || next - now < w.before_ns + gap + self.rtt_ns() {
+            return;
+        }
+        let delay_us = ((next - now).saturating_sub(self.rtt_ns() / 2) / 1000) as u32;
+        let (priority, period_us) = (st.priority, (p / 1000) as u32);
+        let seq = self.next_seq();
+        let st = &mut self.predict.standing;
+        st.pattern = Some((next, p));
+        st.told_at = now;
+        st.told = Some((seq, delay_us));
+        self.counters.standing_reanchored += 1;
+        self.send_request(Frame::wake_standing(seq, delay_us, priority, period_us), now, out);
     }
 }

@@ -954,3 +954,49 @@ fn a_host_that_refuses_standing_predictions_gets_them_one_at_a_time() {
     periodic(&mut a, 1, 10);
     assert_eq!(a.counters.standing_sent, 0);
 }
+
+#[test]
+fn a_standing_prediction_is_told_again_every_second_between_two_boosts() {
+    let (mut a, _) = registered();
+    let out = periodic(&mut a, 1, 5);
+    let first = sent(&out)[2];
+    let w = a.standing().expect("taken");
+    let mut out = Vec::new();
+    // Within the second: nothing. (Each check sees more silent activations.)
+    for (i, k) in [6, 30, 55, 80, 100].into_iter().enumerate() {
+        a.standing_check(i as u64, k * PERIOD + 5_000_000, &mut out);
+    }
+    assert!(out.is_empty(), "{out:?}");
+    // A second after it was told, but 1 ms after a due wake-up: the host's boost may still be
+    // on (its hold, 2 ms). Then 9.9 ms after one: the next one's lead (950 µs) is too near.
+    for (i, k) in [120, 140, 160].into_iter().enumerate() {
+        a.standing_check(6 + i as u64, k * PERIOD + 1_000_000, &mut out);
+    }
+    a.standing_check(9, 160 * PERIOD + 9_900_000, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    // 5 ms after one: told again, due at the next (5 ms less half the round trip, 50 µs).
+    let t = 161 * PERIOD + 5_000_000;
+    a.standing_check(10, t, &mut out);
+    let again = sent(&out);
+    assert_eq!(again, [Frame::wake_standing(again[0].seq, 4_950, 80, 10_000)]);
+    assert_ne!(again[0].seq, first.seq);
+    out.clear();
+    a.on_frame(Frame::ack(again[0].seq, wake::standing_ack(4_000, 2_000)), t + 100_000, &mut out);
+    let w2 = StandingWindow { anchor_ns: 162 * PERIOD, ..w };
+    assert_eq!(windows(&out), [Some(w2)]);
+    assert_eq!((a.counters.standing_reanchored, a.counters.standing_ended), (1, 0));
+    // Refused when told again: the window goes.
+    let mut out = Vec::new();
+    for (i, k) in [185, 210, 235, 260].into_iter().enumerate() {
+        a.standing_check(11 + i as u64, k * PERIOD + 1_000_000, &mut out);
+    }
+    assert!(out.is_empty(), "within the second, or too near a boost: {out:?}");
+    let t = 262 * PERIOD + 5_000_000;
+    a.standing_check(20, t, &mut out);
+    let again = sent(&out);
+    assert_eq!(again.len(), 1, "{out:?}");
+    out.clear();
+    a.on_frame(Frame::deny_for(again[0].seq, Cpu, DenyReason::Budget), t + 100_000, &mut out);
+    assert_eq!(windows(&out), [None]);
+    assert_eq!(a.standing(), None);
+}

@@ -97,8 +97,8 @@ pub struct Options {
     /// Standing predictions: once 4 predicted wake-ups in a row each came one period after the
     /// one before (a periodic RT task), tell the host the period with the next (one `WAKE`): it
     /// then boosts every period by itself, and the guest sends nothing while its RT wake-ups fall
-    /// inside the host's boost (an activation outside it is boosted as any other). A wake-up out
-    /// of the pattern, the host's budget or the task's end stops it. Stops by itself when the host
+    /// inside the host's boost (an activation outside it is boosted as any other). A new period
+    /// replaces it; the host's budget or the task's end stops it. Stops by itself when the host
     /// refuses the form, until the next registration
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub predict_standing: bool,

@@ -29,10 +29,10 @@
 //! every period by itself. On its `ACK` the core hands the CPU detector the window around each
 //! due wake-up ([`Out::Standing`]): RT activations inside it send nothing. Boosts of the guest's
 //! own (another task's need, an activation outside the window) go out as always, layered on the
-//! pattern by the host. The pattern ends with a prediction out of it (read after a `CPU 0`, or at
-//! a withdrawal: a new `WAKE` replaces it, or `WAKE 0`), a `DENY(cpu)` with seq 0 (the host
-//! stopped it), or windows left empty (the task is gone: [`AgentCore::standing_check`], then
-//! `WAKE 0`).
+//! pattern by the host. The pattern ends when the predictions read after `CPU 0`s show a new one
+//! (its standing `WAKE` replaces it) or none (`WAKE 0`), with a `DENY(cpu)` with seq 0 (the host
+//! stopped it), or with windows left empty (the task is gone: [`AgentCore::standing_check`], then
+//! `WAKE 0`). It is told again every second (the two clocks' drift).
 
 use std::collections::VecDeque;
 

@@ -70,11 +70,13 @@ pub(super) struct Standing {
     last_at: Option<u64>,
     period_ns: u64,
     kept: u32,
-    /// The pattern told to the host (anchor, period), from its `WAKE` until it ends, its
-    /// priority, and when it was last told.
+    /// The pattern told to the host (anchor on the guest's `CLOCK_MONOTONIC`, the detector's
+    /// clock; period), from its `WAKE` until it ends, its priority, when it was last told, and
+    /// the anchor on the core's clock (the one `now` is on: the agent's own, from its start).
     pub(super) pattern: Option<(u64, u64)>,
     priority: u8,
     told_at: u64,
+    anchor_now: u64,
     /// The standing `WAKE` waiting for its reply: its seq and delay (µs).
     told: Option<(u32, u32)>,
     /// The window handed to the detector (the host took the pattern).
@@ -117,6 +119,8 @@ impl PredictState {
 
 impl Standing {
     /// Takes in the next predicted wake-up: the pattern grows if it came a period after the last.
+    /// (Ones in the standing pattern are not taken in while it stands: `kept` then counts a new
+    /// pattern's.)
     fn track(&mut self, at_ns: u64) {
         if let Some(last) = self.last_at {
             if at_ns.abs_diff(last) <= SAME_WAKE_NS {
@@ -190,15 +194,22 @@ impl AgentCore {
             return; // boosted (the host needs no prediction), or not coordinating the CPU
         }
         let wanted = p.filter(|p| p.in_ns <= self.cfg.predict_horizon_ns);
-        if let Some(p) = wanted {
+        if let Some(p) = wanted.filter(|p| !self.predict.standing.in_pattern(p.at_ns)) {
             self.predict.standing.track(p.at_ns);
         }
         let mut left_pattern = false;
         if self.predict.standing.pattern.is_some() {
-            if wanted.is_some_and(|p| self.predict.standing.in_pattern(p.at_ns)) {
+            let st = &self.predict.standing;
+            if wanted.is_some_and(|p| st.in_pattern(p.at_ns)) {
                 return; // the standing prediction has it
             }
-            // Out of the pattern: the new WAKE below replaces it on the host, or WAKE 0 withdraws it.
+            // Out of the pattern: another RT task's wake-up came first (the guest's stopper, say),
+            // or the task changed its period. The pattern stands until the predictions show a new
+            // one (then the standing WAKE below replaces it), no RT task sleeps on a timer any
+            // more (WAKE 0), or its windows stay empty ([`AgentCore::standing_check`]).
+            if wanted.is_some() && st.kept + 1 < STANDING_AFTER {
+                return;
+            }
             self.end_standing(out);
             left_pattern = true;
         }
@@ -217,6 +228,10 @@ impl AgentCore {
                 st.pattern = Some((p.at_ns, st.period_ns));
                 st.priority = p.priority;
                 st.told_at = now;
+                st.anchor_now = now + p.in_ns;
+                // From now on `kept` counts a new pattern's predictions (see `track`).
+                st.kept = 0;
+                st.last_at = None;
                 let seq = self.next_seq();
                 self.predict.standing.told = Some((seq, delay_us));
                 self.predict.outstanding = Some((now + p.in_ns, p.priority));
@@ -317,6 +332,7 @@ impl AgentCore {
             // Refused (told again, too: the window goes).
             self.end_standing(out);
             let st = &mut self.predict.standing;
+            st.kept = 0;
             st.retry_at = now + STANDING_RETRY_NS;
             if f.deny_reason() == Some(DenyReason::Malformed) && f.deny_resource().is_none() {
                 // A host older than the form: no standing predictions until the next registration.
@@ -385,7 +401,6 @@ impl AgentCore {
         }
         st.pattern = None;
         st.told = None;
-        st.kept = 0;
         if st.window.take().is_some() {
             out.push(Out::Standing(None));
         }
@@ -399,6 +414,7 @@ impl AgentCore {
         }
         self.end_standing(out);
         self.predict.outstanding = None;
+        self.predict.standing.kept = 0;
         self.predict.standing.retry_at = now + STANDING_RETRY_NS;
         out.push(Out::Log(format!("the host stopped the standing prediction ({f})")));
     }
@@ -427,6 +443,7 @@ impl AgentCore {
             return self.reanchor(w, now, out);
         }
         self.end_standing(out);
+        self.predict.standing.kept = 0;
         out.push(Out::Log(format!(
             "standing prediction withdrawn: no RT activation in its windows for {} ms",
             idle / 1_000_000
@@ -445,11 +462,13 @@ impl AgentCore {
     /// periods' boosts: the host's new plan replaces the old one, and must not cut a boost short.
     fn reanchor(&mut self, w: StandingWindow, now: u64, out: &mut Vec<Out>) {
         let st = &self.predict.standing;
-        if st.told.is_some() || now < st.told_at + STANDING_REANCHOR_NS || now < w.anchor_ns {
+        // On the core's clock: the window's anchor is on the detector's.
+        if st.told.is_some() || now < st.told_at + STANDING_REANCHOR_NS || now < st.anchor_now {
             return;
         }
-        let (p, since) = (w.period_ns, (now - w.anchor_ns) % w.period_ns);
+        let (p, since) = (w.period_ns, (now - st.anchor_now) % w.period_ns);
         let next = now - since + p;
+        let periods = (next - st.anchor_now) / p;
         // The last period's boost is over (its hold, and the margins), and the next one's lead
         // is still ahead, with room for the frame's travel.
         let gap = 2 * WINDOW_MARGIN_NS;
@@ -460,7 +479,8 @@ impl AgentCore {
         let (priority, period_us) = (st.priority, (p / 1000) as u32);
         let seq = self.next_seq();
         let st = &mut self.predict.standing;
-        st.pattern = Some((next, p));
+        st.pattern = Some((w.anchor_ns + periods * p, p));
+        st.anchor_now = next;
         st.told_at = now;
         st.told = Some((seq, delay_us));
         self.counters.standing_reanchored += 1;

@@ -823,6 +823,9 @@ fn membw_requests_are_relayed_and_asked_again_after_a_new_registration() {
 }
 
 const PERIOD: u64 = 10_000_000;
+/// The guest's CLOCK_MONOTONIC (the detector's clock) at the agent's start: the core's clock is
+/// the agent's own, from its start.
+const MONO: u64 = 7_777_777_000;
 
 /// Registered, then `n` activations of a periodic RT task (period 10 ms, at k * 10 ms): each a
 /// `CPU 1` at the activation and a `CPU 0` 1 ms later with the next wake-up read after it, each
@@ -837,7 +840,7 @@ fn periodic(a: &mut AgentCore, from: u64, n: u64) -> Vec<Out> {
         a.on_frame(Frame::ack(boost.seq, 1), t + 100_000, &mut out);
         a.on_need(Cpu, 0, None, t + 1_000_000, &mut out);
         a.predict(
-            Some(Prediction { in_ns: PERIOD - 1_000_000, at_ns: t + PERIOD, priority: 80 }),
+            Some(Prediction { in_ns: PERIOD - 1_000_000, at_ns: MONO + t + PERIOD, priority: 80 }),
             t + 1_000_000,
             &mut out,
         );
@@ -874,28 +877,57 @@ fn a_periodic_task_gets_a_standing_prediction_and_its_window() {
     assert_eq!(f[2], Frame::wake_standing(f[2].seq, 8_950, 80, 10_000));
     // Its ACK: the host boosts 8 ms after it (a 950 µs lead), and holds 2 ms after each wake-up;
     // the detector's window is inside that by 200 µs at each end.
-    let w = StandingWindow { anchor_ns: 6 * PERIOD, period_ns: PERIOD, before_ns: 750_000, after_ns: 1_800_000 };
+    let w = StandingWindow { anchor_ns: MONO + 6 * PERIOD, period_ns: PERIOD, before_ns: 750_000, after_ns: 1_800_000 };
     assert_eq!(windows(&out), [Some(w)]);
     assert_eq!(a.standing(), Some(w));
-    assert!(w.covers(6 * PERIOD) && w.covers(7 * PERIOD - 750_000) && w.covers(9 * PERIOD + 1_800_000));
-    assert!(!w.covers(7 * PERIOD - 751_000) && !w.covers(9 * PERIOD + 1_801_000) && !w.covers(6 * PERIOD - 800_000));
+    assert!(
+        w.covers(MONO + 6 * PERIOD) && w.covers(MONO + 7 * PERIOD - 750_000) && w.covers(MONO + 9 * PERIOD + 1_800_000)
+    );
+    assert!(
+        !w.covers(MONO + 7 * PERIOD - 751_000)
+            && !w.covers(MONO + 9 * PERIOD + 1_801_000)
+            && !w.covers(MONO + 6 * PERIOD - 800_000)
+    );
     assert_eq!((a.counters.standing_sent, a.counters.standing_acked), (1, 1));
     // The guest's own boosts go out as always (another task); the next wake-up read after its
     // deboost is in the pattern: nothing more is sent.
     let mut out = Vec::new();
     a.on_need(Cpu, 0, Some(need(0, false)), 63 * PERIOD / 10, &mut out);
     a.on_need(Cpu, 0, None, 64 * PERIOD / 10, &mut out);
-    a.predict(Some(Prediction { in_ns: 6 * PERIOD / 10, at_ns: 7 * PERIOD, priority: 80 }), 64 * PERIOD / 10, &mut out);
+    a.predict(
+        Some(Prediction { in_ns: 6 * PERIOD / 10, at_ns: MONO + 7 * PERIOD, priority: 80 }),
+        64 * PERIOD / 10,
+        &mut out,
+    );
     assert_eq!(sent(&out).iter().map(|f| f.kind).collect::<Vec<_>>(), [Kind::Cpu, Kind::Cpu]);
     assert_eq!(sent(&out)[1].value, 0, "plain CPU 0: {out:?}");
     assert!(windows(&out).is_empty(), "the window stays");
-    // A wake-up out of the pattern (the task changed its period): the window goes, and the new
-    // prediction replaces the standing one on the host.
+    // A wake-up out of the pattern (another RT task's came first): the pattern stands.
     out.clear();
-    a.predict(Some(Prediction { in_ns: 3_000_000, at_ns: 67 * PERIOD / 10, priority: 80 }), 64 * PERIOD / 10, &mut out);
-    assert_eq!(windows(&out), [None]);
-    assert_eq!(sent(&out), [Frame::wake(sent(&out)[0].seq, 2_950, 80)]);
-    assert_eq!((a.standing(), a.counters.standing_ended), (None, 1));
+    a.predict(
+        Some(Prediction { in_ns: 3_000_000, at_ns: MONO + 67 * PERIOD / 10, priority: 99 }),
+        64 * PERIOD / 10,
+        &mut out,
+    );
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(a.standing(), Some(w));
+    // The task changes its period to 7.5 ms: once its predictions show it (four intervals), the
+    // window goes and the new pattern is told standing, replacing the old one on the host.
+    let mut all = Vec::new();
+    let mut at = MONO + 70 * PERIOD + 3_000_000;
+    for i in 0..6 {
+        let mut out = Vec::new();
+        let now = 69 * PERIOD + i * 7_500_000;
+        a.on_need(Cpu, 0, Some(need(0, false)), now, &mut out);
+        a.on_need(Cpu, 0, None, now + 100_000, &mut out);
+        a.predict(Some(Prediction { in_ns: 5_000_000, at_ns: at, priority: 80 }), now + 100_000, &mut out);
+        at += 7_500_000;
+        all.extend(out);
+    }
+    assert_eq!(windows(&all), [None]);
+    let told: Vec<u32> = sent(&all).iter().filter(|f| f.kind == Kind::Wake).map(|f| wake::period_of(f.value)).collect();
+    assert_eq!(told, [7_500], "{all:?}");
+    assert_eq!(a.counters.standing_ended, 1);
 }
 
 #[test]
@@ -935,7 +967,7 @@ fn a_host_that_refuses_standing_predictions_gets_them_one_at_a_time() {
     a.on_frame(Frame::ack(sent(&out)[0].seq, 1), t + 100_000, &mut out);
     out.clear();
     a.on_need(Cpu, 0, None, t + 1_000_000, &mut out);
-    a.predict(Some(Prediction { in_ns: 9_000_000, at_ns: t + PERIOD, priority: 80 }), t + 1_000_000, &mut out);
+    a.predict(Some(Prediction { in_ns: 9_000_000, at_ns: MONO + t + PERIOD, priority: 80 }), t + 1_000_000, &mut out);
     let standing = sent(&out)[1];
     assert_eq!(wake::period_of(standing.value), 10_000);
     // An older host: malformed.
@@ -982,7 +1014,7 @@ fn a_standing_prediction_is_told_again_every_second_between_two_boosts() {
     assert_ne!(again[0].seq, first.seq);
     out.clear();
     a.on_frame(Frame::ack(again[0].seq, wake::standing_ack(4_000, 2_000)), t + 100_000, &mut out);
-    let w2 = StandingWindow { anchor_ns: 162 * PERIOD, ..w };
+    let w2 = StandingWindow { anchor_ns: MONO + 162 * PERIOD, ..w };
     assert_eq!(windows(&out), [Some(w2)]);
     assert_eq!((a.counters.standing_reanchored, a.counters.standing_ended), (1, 0));
     // Refused when told again: the window goes.

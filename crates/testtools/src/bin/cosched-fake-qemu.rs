@@ -202,12 +202,19 @@ fn main() {
         if n == 0 {
             break;
         }
-        // Wait (briefly) for the daemon to connect if it has not yet.
+        // Wait (briefly) for the daemon to connect if it has not yet, or to connect again: a
+        // write to the connection of a daemon that is gone fails (EPIPE), and the bytes go to the
+        // next one, not nowhere (a test that restarts the daemon writes as soon as the new one
+        // lists the VM, which can be before this accepts its connection).
         for _ in 0..500 {
-            if let Some(c) = CURRENT.lock().unwrap().as_mut() {
-                let _ = c.write_all(&buf[..n]);
-                break;
+            let mut current = CURRENT.lock().unwrap();
+            if let Some(c) = current.as_mut() {
+                if c.write_all(&buf[..n]).is_ok() {
+                    break;
+                }
+                *current = None;
             }
+            drop(current);
             std::thread::sleep(Duration::from_millis(10));
         }
     }

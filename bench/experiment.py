@@ -16,7 +16,7 @@ named as in docs/references.md):
   histogram        Coordinated Task Scheduling Fig. 8: latency distribution            2.5 min
   startup          Coordinated Task Scheduling Fig. 4/9: start-up vs load, heuristics  ~1.5 h
   startup-misses   startup's two missed points, 3 runs each of none, static RR, budget  ~45 min
-  rt-vs-static     Performance Tuning (KVM RT) Fig. 11/12: host jobs, guest RT latency 8 min
+  rt-vs-static     Performance Tuning (KVM RT) Fig. 11/12: host jobs, guest RT latency  ~27 min
   overhead         FEAS Table 2: the agent's cost to CPU- and switch-bound jobs         2.5 min
   scale            daemon CPU and hint-to-applied latency, 1-256 synthetic VMs          3.5 min
   boost-classes    SCHED_RR / FIFO / DEADLINE / nice -20 as the boost                   3.5 min

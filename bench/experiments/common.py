@@ -1,6 +1,7 @@
 """What the experiments share: where results go, CSV/PNG/markdown writing, the setup line."""
 
 import csv
+import inspect
 import json
 import os
 import platform
@@ -15,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import harness  # noqa: E402
+import manifest  # noqa: E402
 from harness import REPO, accel, stats, parse_histogram  # noqa: E402,F401
 
 RESULTS = REPO / "results"
@@ -70,19 +72,34 @@ def setup_line():
 
 
 class Output:
-    """One experiment's output directory: data.csv, plot.png, summary.md.
+    """One experiment's output directory: data.csv, plot.png, summary.md, and manifest.json
+    (bench/manifest.py: the commit at the start of the run, the host, the command; written with
+    the summary).
 
     A full run that takes hours keeps each finished point in points.jsonl (see point()): run the
     same command again after an interruption and it measures only the missing points. The file is
     removed once the summary is written; --fresh discards it first."""
 
-    def __init__(self, name, quick, out=None, fresh=False, args="", dir_name=None):
+    def __init__(self, name, quick, out=None, fresh=False, args="", dir_name=None, seeds=None, rendered=None):
         """args: the command's options after the name; dir_name: results/<dir_name> instead of
-        results/<name>."""
+        results/<name>. seeds: the run's random seeds for the manifest, {name: value} (or set
+        self.seeds before summary()); none declared: null. rendered: this run renders stored rows
+        again instead of measuring them (the manifest keeps the measurement's commit and adds
+        rendered_commit); by default, whether the caller (an experiment's main()) was given
+        rows=... ."""
+        self.run = manifest.Run()  # the commit and the tree as this run starts
+        caller = inspect.currentframe().f_back
+        self.rendered = caller.f_locals.get("rows") is not None if rendered is None else rendered
+        try:
+            self.producer = str(Path(caller.f_code.co_filename).resolve().relative_to(REPO))
+        except ValueError:
+            self.producer = caller.f_code.co_filename
+        self.seeds = seeds
         self.name = name
         self.quick = quick
         self.args = args
         self.dir = Path(out) if out else (QUICK_RESULTS if quick else RESULTS) / (dir_name or name)
+        self.dir_name = dir_name or name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.t0 = time.time()
         self.points_file = self.dir / "points.jsonl"
@@ -135,6 +152,12 @@ class Output:
                 f"{body.strip()}\n\n{setup_line()}\n")
         (self.dir / "summary.md").write_text(text)
         self.points_file.unlink(missing_ok=True)
+        self.manifest()
+
+    def manifest(self):
+        """manifest.json: what this run measured (or rendered again) and where."""
+        return manifest.write(self.dir, self.run, name=self.dir_name, producer=self.producer, quick=self.quick,
+                              accel=accel_text(), seeds=self.seeds, rendered=self.rendered)
 
 
 def md_table(rows, columns, headers=None):

@@ -1,0 +1,324 @@
+"""Where a result comes from: results/<name>/manifest.json, written by the run that wrote the
+result, and whether the code that the result measured has changed since (`bench/experiment.py
+status`). Stdlib only: the experiments, bench/reliability.py, bench/environments.py,
+bench/boot_vs_snapshot.py, bench/thread_discovery_bench.py and the slow-disk validation all write
+their manifest through write() here.
+
+    run = Run()                      # at the start: the commit, the dirty paths, the command, the time
+    ...                              # measure, write data.csv, summary.md
+    write(out_dir, run, name="histogram", producer="bench/experiments/histogram.py", quick=False,
+          accel=("TCG", "KVM cannot run ..."), seeds=None)
+
+manifest.json (one object):
+  source        "written by the run", or "recovered from git history" (bench/backfill_manifests.py)
+  name          the result's name; producer: the script or module that writes it
+  kind          "measured": the run recorded here measured the data; "rendered": the last write
+                rendered summary and plot again from stored rows (main(..., rows=rows)): the
+                measurement's fields are kept and rendered_commit / rendered_at / rendered_argv
+                say when and from what it was rendered (the measurement's are null if no manifest
+                of the measurement existed)
+  commit        HEAD at the start of the run (40 hex digits)
+  dirty         whether tracked files outside results/ had uncommitted changes at the start;
+                dirty_paths: those files
+  kernel        {"release": uname -r, "version": uname -v} of the host
+  accel         {"name": "TCG" or "KVM", "reason": why} (null where the run boots no guest)
+  cpus          os.cpu_count()
+  started, ended  UTC, ISO 8601
+  argv, executable, command   sys.argv as run, the interpreter, and the two as one shell line
+  quick         true for a --quick run
+  seeds         what the run declared as its seeds ({"name": value}), null if it declared none
+  parts         (reliability only) one entry as above per part (crash, isolation, soak, fuzz), each
+                written by the run of that part; the top level has name and producer only
+A recovered manifest has the same fields, null where git history and the summary do not say, and
+data_commit (the commit that last changed the directory's data), commit_stated / commit_source
+(where the measured commit is stated, if anywhere) and date (the day the summary states).
+"""
+
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = 1
+FILE = "manifest.json"
+
+# What the results depend on, by group: `status` reports a result stale when one of its groups
+# changed after the commit it measured.
+GROUPS = {
+    "crates": ["crates", "Cargo.lock", "Cargo.toml"],
+    "guest": ["guest", "bench/guest-tools", "bench/debian_guest.py"],
+    "harness": ["bench/harness.py", "bench/experiments/common.py"],
+}
+_EXP = "bench/experiments/"
+_ALL = ("crates", "guest", "harness")
+# results/<name> -> (its own code: the producer first, then what only it uses; the groups it runs).
+# Synthetic VMs (scale, reliability, thread-discovery) and the simulated membw boot no guest; the
+# slow-disk validation runs neither the daemon nor a guest; the scripts outside bench/experiments
+# do not use common.py.
+_SCRIPT = ("crates", "guest", "bench/harness.py")
+PRODUCERS = {
+    "latency-vs-load": ([_EXP + "latency_vs_load.py"], _ALL),
+    "histogram": ([_EXP + "histogram.py"], _ALL),
+    "startup": ([_EXP + "startup.py"], _ALL),
+    "startup-misses": ([_EXP + "startup_misses.py", _EXP + "startup.py"], _ALL),
+    "rt-vs-static": ([_EXP + "rt_vs_static.py"], _ALL),
+    "overhead": ([_EXP + "overhead.py"], _ALL),
+    "scale": ([_EXP + "scale.py"], ("crates", "harness")),
+    "boost-classes": ([_EXP + "boost_classes.py"], _ALL),
+    "io-startup": ([_EXP + "io_startup.py", _EXP + "slowdisk.py", "bench/slowdisk"], _ALL),
+    "membw": ([_EXP + "membw.py"], ("crates", "harness")),
+    "membw-real": ([_EXP + "membw.py"], _ALL),
+    "feas-fairness": ([_EXP + "feas.py"], _ALL),
+    "feas-latency": ([_EXP + "feas.py"], _ALL),
+    "feas-throughput": ([_EXP + "feas.py"], _ALL),
+    "feas-overhead": ([_EXP + "feas.py"], _ALL),
+    "slowdisk": ([_EXP + "slowdisk.py", "bench/slowdisk"], ()),
+    "reliability": (["bench/reliability.py", "bench/fuzz.sh", "fuzz"], ("crates", "bench/harness.py")),
+    "environments": (["bench/environments.py", "bench/tests/test_environments.py", "packaging"], _SCRIPT),
+    "boot-vs-snapshot": (["bench/boot_vs_snapshot.py"], _SCRIPT),
+    "thread-discovery": (["bench/thread_discovery_bench.py"], ("crates", "bench/harness.py")),
+}
+
+
+def git(repo, *args):
+    """(exit status, stdout) of git in `repo`."""
+    r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    return r.returncode, r.stdout
+
+
+def utc_now():
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def head(repo=REPO):
+    rc, out = git(repo, "rev-parse", "--verify", "HEAD")
+    return out.strip() if rc == 0 else None
+
+
+def dirty_paths(repo=REPO):
+    """Tracked files with uncommitted changes (staged or not), outside results/; None outside git."""
+    rc, out = git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=no")
+    if rc != 0:
+        return None
+    paths, entries = set(), out.split("\0")
+    i = 0
+    while i < len(entries):
+        e = entries[i]
+        i += 1
+        if len(e) < 4:
+            continue
+        paths.add(e[3:])
+        if "R" in e[:2] or "C" in e[:2]:  # a rename or copy: the next entry is where it came from
+            paths.add(entries[i])
+            i += 1
+    return sorted(p for p in paths if p and not p.startswith("results/"))
+
+
+class Run:
+    """What one run is, taken at its start: the commit, the dirty paths, the command, the time."""
+
+    def __init__(self, repo=REPO, argv=None):
+        self.repo = Path(repo)
+        self.commit = head(self.repo)
+        self.dirty_paths = dirty_paths(self.repo)
+        self.started = utc_now()
+        self.argv = list(sys.argv if argv is None else argv)
+        self.executable = sys.executable
+
+    def fields(self, quick, accel=None, seeds=None):
+        """The manifest's fields of a measurement by this run, ending now."""
+        u = os.uname()
+        return {
+            "commit": self.commit,
+            "dirty": None if self.dirty_paths is None else bool(self.dirty_paths),
+            "dirty_paths": self.dirty_paths,
+            "kernel": {"release": u.release, "version": u.version},
+            "accel": {"name": accel[0], "reason": accel[1]} if accel else None,
+            "cpus": os.cpu_count(),
+            "started": self.started,
+            "ended": utc_now(),
+            "argv": self.argv,
+            "executable": self.executable,
+            "command": shlex.join([self.executable, *self.argv]),
+            "quick": bool(quick),
+            "seeds": seeds or None,
+        }
+
+
+# The measurement's fields, null in a manifest of a rendering whose measurement had none.
+MEASURED = ("commit", "dirty", "dirty_paths", "kernel", "accel", "cpus", "started", "ended", "argv",
+            "executable", "command", "quick", "seeds")
+
+
+def read(directory):
+    """The manifest of `directory`, or None (none, or not JSON)."""
+    try:
+        return json.loads((Path(directory) / FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write(directory, run, *, name, producer, quick, accel=None, seeds=None, rendered=False, part=None):
+    """Writes directory/manifest.json for `run` (a Run taken at the start) and returns it.
+
+    rendered: the run rendered stored rows again instead of measuring: an existing manifest keeps
+    its measurement and gains rendered_commit. part: a part of a result made of several (the
+    reliability campaign's crash, isolation, soak, fuzz): the other parts' entries are kept."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    old = read(directory) or {}
+    if part is not None:
+        parts = old.get("parts") if isinstance(old.get("parts"), dict) else {}
+        parts[part] = _entry(parts.get(part) or {}, run, quick, accel, seeds, rendered)
+        m = {"schema": SCHEMA, "source": "written by the run", "name": name, "producer": producer, "parts": parts}
+    else:
+        m = {"schema": SCHEMA, "name": name, "producer": producer, **_entry(old, run, quick, accel, seeds, rendered)}
+    (directory / FILE).write_text(json.dumps(m, indent=1) + "\n")
+    return m
+
+
+def _entry(old, run, quick, accel, seeds, rendered):
+    if not rendered:
+        return {"source": "written by the run", "kind": "measured", **run.fields(quick, accel, seeds),
+                "rendered_commit": None}
+    if old.get("commit") or old.get("data_commit"):
+        e = {k: v for k, v in old.items() if k not in ("schema", "name", "producer", "parts")}
+    else:
+        e = {"source": "written by the run", **{k: None for k in MEASURED},
+             "note": "rendered from stored rows; no manifest of their measurement existed"}
+    e["kind"] = "rendered"
+    e["rendered_commit"] = run.commit
+    e["rendered_dirty"] = None if run.dirty_paths is None else bool(run.dirty_paths)
+    e["rendered_at"] = utc_now()
+    e["rendered_argv"] = run.argv
+    return e
+
+
+# ---------------------------------------------------------------------------------------------
+# status: is a result still the code's?
+
+
+def entries(m):
+    """The measurement entries of a manifest: its parts, or itself."""
+    if isinstance(m.get("parts"), dict) and m["parts"]:
+        return list(m["parts"].items())
+    return [(None, m)]
+
+
+def _paths(name):
+    """{group: paths} of what results/<name> runs ("own": its producer's code). An unknown name
+    depends on every group."""
+    own, groups = PRODUCERS.get(name, ([], _ALL))
+    out = {}
+    for g in groups:
+        if g in GROUPS:
+            out[g] = GROUPS[g]
+        else:  # one path of a group: "bench/harness.py" for the scripts outside bench/experiments
+            out[next(k for k, ps in GROUPS.items() if g in ps)] = [g]
+    out["own"] = own
+    return out
+
+
+def _group_of(path, groups):
+    for g, paths in groups.items():
+        if any(path == p or path.startswith(p.rstrip("/") + "/") for p in paths):
+            return g
+    return None
+
+
+def uncommitted(repo, paths):
+    """Files under `paths` that differ from HEAD in the working tree (staged or not) or are untracked."""
+    if not paths:
+        return set()
+    _, a = git(repo, "diff", "--name-only", "HEAD", "--", *paths)
+    _, b = git(repo, "ls-files", "--others", "--exclude-standard", "--", *paths)
+    return set(a.split()) | set(b.split())
+
+
+def judge(repo, name, m, pending=None):
+    """What changed since manifest `m` of results/<name> in the code it runs:
+    {"verdict": "current" | "stale" | "unknown", "groups": {group: [files]}, "commit", "entry",
+    "why"}. pending: uncommitted() of every path, if already known."""
+    groups = _paths(name)
+    paths = sorted({p for ps in groups.values() for p in ps})
+    if pending is None:
+        pending = uncommitted(repo, paths)
+    worst = None
+    for part, e in entries(m):
+        base = e.get("commit")
+        approx = False
+        if not base and e.get("data_commit"):
+            base, approx = e["data_commit"], True
+        files = set(pending)
+        why = None
+        if not base:
+            why = "no commit recorded"
+        elif git(repo, "rev-parse", "--verify", "--quiet", base + "^{commit}")[0] != 0:
+            why = f"commit {base[:7]} is not in this repository"
+        else:
+            _, out = git(repo, "diff", "--name-only", base, "HEAD", "--", *paths)
+            files |= set(out.split())
+        changed = {}
+        for f in sorted(files):
+            g = _group_of(f, groups)
+            if g:
+                changed.setdefault(g, []).append(f)
+        verdict = "stale" if changed else ("unknown" if why or approx else "current")
+        if approx and not why:
+            why = f"the measured commit is unknown: changes since the data's commit {base[:7]}"
+        r = {"verdict": verdict, "groups": changed, "commit": base, "entry": e, "part": part, "why": why}
+        rank = {"current": 0, "unknown": 1, "stale": 2}
+        if worst is None or (rank[verdict], sum(map(len, changed.values()))) > \
+                (rank[worst["verdict"]], sum(map(len, worst["groups"].values()))):
+            worst = r
+    return worst
+
+
+def status(repo=REPO, results=None):
+    """One dict per results/<name>/ (sorted): name, manifest (or None), and judge()'s verdict."""
+    repo = Path(repo)
+    results = Path(results) if results else repo / "results"
+    all_paths = sorted({p for n in PRODUCERS for ps in _paths(n).values() for p in ps} |
+                       {p for ps in GROUPS.values() for p in ps})
+    pending = uncommitted(repo, all_paths)
+    out = []
+    for d in sorted(p for p in results.iterdir() if p.is_dir()):
+        m = read(d)
+        r = {"name": d.name, "manifest": m}
+        if m is not None:
+            r.update(judge(repo, d.name, m, pending))
+        out.append(r)
+    return out
+
+
+def line(r):
+    """One line of `experiment.py status` for a status() entry."""
+    if r["manifest"] is None:
+        return f"{r['name']:<17} no manifest"
+    e = r["entry"]
+    commit = (r["commit"] or "?")[:7]
+    if not e.get("commit") and e.get("data_commit"):
+        commit = "~" + commit  # the data's commit: the measured one is unknown
+    date = (e.get("started") or e.get("date") or "?")[:10]
+    accel = (e.get("accel") or {}).get("name") or "?"
+    mode = {True: "quick", False: "full"}.get(e.get("quick"), "?")
+    if r["verdict"] == "current":
+        verdict = "current"
+    elif r["verdict"] == "stale":
+        n = len({f for fs in r["groups"].values() for f in fs})
+        verdict = f"STALE: {', '.join(r['groups'])} changed, {n} file{'s' if n != 1 else ''}"
+    else:
+        verdict = "UNKNOWN"
+    if r["why"]:
+        verdict += f" ({r['why']})"
+    if r["part"]:
+        verdict += f" [part {r['part']}" + (f" of {len(r['manifest']['parts'])}]")
+    if e.get("dirty"):
+        verdict += " [measured with uncommitted changes]"
+    return f"{r['name']:<17} {commit:<8} {date:<10} {accel:<4} {mode:<5} {verdict}"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
+import manifest  # noqa: E402
 
 
 def main():
@@ -28,6 +29,7 @@ def main():
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("boot_vs_snapshot.py: must run as root")
+    run = manifest.Run()
     print(harness.accel_line(), flush=True)
     avgs, took = {}, {}
     for rnd in range(a.rounds):
@@ -60,6 +62,9 @@ def main():
         "Each run: cyclictest -p 80 -i 1000 -l 2000 in the 1-vCPU guest beside one guest CPU hog and "
         "2 host CPU hogs (started before QEMU), uncoordinated (none) and with cosched; the four kinds "
         "alternate, round after round.\n\n" + table)
+    name, reason = harness.accel()
+    manifest.write(out, run, name="boot-vs-snapshot", producer="bench/boot_vs_snapshot.py", quick=False,
+                   accel=(name.upper(), reason))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
 import harness  # noqa: E402
+import manifest  # noqa: E402
 
 OUT = harness.REPO / "results/environments"
 TESTS = {
@@ -87,6 +88,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(OUT), help="output directory (default results/environments)")
     a = ap.parse_args()
+    run = manifest.Run()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -142,6 +144,8 @@ def main():
                "The tests are bench/tests/test_environments.py; CI runs all three. Figures: data.csv.\n\n"
                + "\n".join(parts))
     (out / "summary.md").write_text(summary)
+    manifest.write(out, run, name="environments", producer="bench/environments.py", quick=False,
+                   accel=(accel.upper(), reason))
     print(f"environments: {out}")
     return 0 if all(v == "passed" for v in results.values()) else 1
 

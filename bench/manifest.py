@@ -176,7 +176,10 @@ def write(directory, run, *, name, producer, quick, accel=None, seeds=None, rend
     if part is not None:
         parts = old.get("parts") if isinstance(old.get("parts"), dict) else {}
         parts[part] = _entry(parts.get(part) or {}, run, quick, accel, seeds, rendered)
-        m = {"schema": SCHEMA, "source": "written by the run", "name": name, "producer": producer, "parts": parts}
+        m = {"schema": SCHEMA, "name": name, "producer": producer, "parts": parts}
+    elif rendered and isinstance(old.get("parts"), dict):
+        # The summary of several parts rendered again: each part keeps its measurement.
+        m = {**old, **_rendering(run)}
     else:
         m = {"schema": SCHEMA, "name": name, "producer": producer, **_entry(old, run, quick, accel, seeds, rendered)}
     (directory / FILE).write_text(json.dumps(m, indent=1) + "\n")
@@ -193,11 +196,13 @@ def _entry(old, run, quick, accel, seeds, rendered):
         e = {"source": "written by the run", **{k: None for k in MEASURED},
              "note": "rendered from stored rows; no manifest of their measurement existed"}
     e["kind"] = "rendered"
-    e["rendered_commit"] = run.commit
-    e["rendered_dirty"] = None if run.dirty_paths is None else bool(run.dirty_paths)
-    e["rendered_at"] = utc_now()
-    e["rendered_argv"] = run.argv
+    e.update(_rendering(run))
     return e
+
+
+def _rendering(run):
+    return {"rendered_commit": run.commit, "rendered_dirty": None if run.dirty_paths is None else bool(run.dirty_paths),
+            "rendered_at": utc_now(), "rendered_argv": run.argv}
 
 
 # ---------------------------------------------------------------------------------------------

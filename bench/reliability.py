@@ -76,6 +76,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
+import manifest  # noqa: E402
 
 FAKE = harness.REPO / "target/release/cosched-fake-qemu"
 RESULTS = harness.REPO / "results/reliability"
@@ -1596,8 +1597,16 @@ def main():
     al.add_argument("--seed", type=int)
     al.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS}")
     a = ap.parse_args()
+    run = manifest.Run()
+
+    def record(part, seed, started=run):
+        """The part's entry in OUT/manifest.json (each part keeps the commit of its own run)."""
+        manifest.write(a.out, started, name="reliability", producer="bench/reliability.py", quick=False,
+                       seeds=None if seed is None else {"seed": seed}, part=part)
+
     if a.cmd == "summary":
         print(write_summary(None, a.out))
+        manifest.write(a.out, run, name="reliability", producer="bench/reliability.py", quick=False, rendered=True)
         return
     if os.geteuid() != 0:
         sys.exit("reliability.py: must run as root (the daemon)")
@@ -1608,6 +1617,7 @@ def main():
         text = isolation_text(r, a.seconds)
         (a.out / "isolation.md").write_text(text)
         (a.out / "isolation.json").write_text(json.dumps(r, indent=1) + "\n")
+        record("isolation", a.seed)
         print(text)
         if (a.out / "crash.csv").exists():
             write_summary(None, a.out)
@@ -1627,13 +1637,16 @@ def main():
             w = csv.writer(f)
             w.writerow(["t_s", "latency_us", "reply"])
             w.writerows([t, "" if lat is None else round(lat, 1), rep or ""] for t, lat, rep in r["probe"])
+        record("soak", r["seed"])
         print(text)
         if a.cmd == "soak" and (a.out / "crash.csv").exists():
             write_summary(None, a.out)
         soak_ok = all(ok for _, _, ok, _ in soak_verdicts(r))
         if a.cmd == "soak":
             sys.exit(0 if soak_ok else 1)
+    run_crash = manifest.Run()
     rows = crash(a.cycles, a.seed, restore_by=getattr(a, "restore_by", "alternate"))
+    run_fuzz = manifest.Run()
     table, fuzz_ok = fuzz(a.runs, a.out) if a.cmd == "all" else (None, True)
     command = None
     if a.cmd == "all":
@@ -1642,6 +1655,9 @@ def main():
     elif a.restore_by != "alternate":
         command = f"crash --cycles {a.cycles} --restore-by {a.restore_by}"
     print(write_summary(rows, a.out, table, getattr(a, "runs", None), command))
+    record("crash", a.seed, run_crash)
+    if a.cmd == "all":
+        record("fuzz", None, run_fuzz)
     sys.exit(1 if any(r["differences"] for r in rows) or not fuzz_ok or not soak_ok else 0)
 
 

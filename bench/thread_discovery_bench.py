@@ -5,6 +5,8 @@ thread born in a boosted VM waits before it is boosted too (the fake QEMU starts
 of the signal: that is part of the figure).
 
 Run as root from the repository: /usr/bin/python3 bench/thread_discovery_bench.py [N ...]
+Writes what it prints to results/thread-discovery/output.txt, with manifest.json (bench/manifest.py);
+summary.md there is written by hand from that output.
 """
 import os
 import shutil
@@ -15,6 +17,7 @@ import time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
+import manifest
 FAKE = harness.REPO / "target/release/cosched-fake-qemu"
 
 def frame(kind, seq, value):
@@ -67,14 +70,25 @@ def run(n, events, seconds=10):
                 p.kill(); p.wait()
             d.stop()
 
+OUT = harness.REPO / "results/thread-discovery"
+started = manifest.Run()
+lines = []
+
+def say(text):
+    print(text, flush=True)
+    lines.append(text)
+
 counts = [int(a) for a in sys.argv[1:]] or [16, 64]
 for n in counts:
     rows = {}
     for ev in (True, False):
         cpu, mech, lat = run(n, ev)
         rows[ev] = (cpu, lat)
-        print(f"{n} boosted idle VMs, thread_events={ev} ({mech or 'rescans'}): daemon {cpu:.2f}% of a core; "
-              f"new thread boosted after {', '.join(f'{x:.1f}' for x in lat)} ms", flush=True)
+        say(f"{n} boosted idle VMs, thread_events={ev} ({mech or 'rescans'}): daemon {cpu:.2f}% of a core; "
+            f"new thread boosted after {', '.join(f'{x:.1f}' for x in lat)} ms")
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    print(f"{n} VMs: daemon CPU rescans / events = {rows[False][0]:.2f} / {rows[True][0]:.2f} %; "
-          f"median new-thread delay rescans / events = {med(rows[False][1]):.1f} / {med(rows[True][1]):.1f} ms")
+    say(f"{n} VMs: daemon CPU rescans / events = {rows[False][0]:.2f} / {rows[True][0]:.2f} %; "
+        f"median new-thread delay rescans / events = {med(rows[False][1]):.1f} / {med(rows[True][1]):.1f} ms")
+OUT.mkdir(parents=True, exist_ok=True)
+(OUT / "output.txt").write_text("\n".join(lines) + "\n")
+manifest.write(OUT, started, name="thread-discovery", producer="bench/thread_discovery_bench.py", quick=False)

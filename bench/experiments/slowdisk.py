@@ -561,7 +561,16 @@ def measure_point(app, readers, launches, label, gap_s=0.0):
     return row
 
 
+def _manifest():
+    """bench/manifest.py (this module runs as bench.experiments.slowdisk too, without bench/ on the path)."""
+    if str(REPO / "bench") not in sys.path:
+        sys.path.insert(0, str(REPO / "bench"))
+    import manifest
+    return manifest
+
+
 def validate(quick=False, out=None, n_readers=5, warmup_s=None):
+    run = _manifest().Run()
     out = Path(out) if out else (REPO / "build/results-quick/slowdisk" if quick else REPO / "results/slowdisk")
     out.mkdir(parents=True, exist_ok=True)
     launches = 2 if quick else 5
@@ -693,6 +702,7 @@ mount, populating with the delays off) {checks['setup_s']:.1f} s; teardown {chec
 Server: {checks['server']}
 """
     (out / "summary.md").write_text(text)
+    _manifest().write(out, run, name="slowdisk", producer="bench/experiments/slowdisk.py", quick=quick)
     print(table, flush=True)
     for v in verdict:
         print(v, flush=True)

@@ -3,12 +3,24 @@
 
   sudo /usr/bin/python3 bench/experiment.py NAME [--quick] [--out DIR]
   sudo /usr/bin/python3 bench/experiment.py all [--quick]
+  /usr/bin/python3 bench/experiment.py status [--check]     (no root needed)
 
 Each experiment boots the test guest under controlled host load and writes data.csv, plot.png
 and summary.md (our numbers beside the papers') to results/NAME/ (full run) or
 build/results-quick/NAME/ (--quick: a few points, to check that everything works, not to judge
 the effect). Needs root and a built tree (scripts/setup.sh). An interrupted full run resumes: the
-points it finished are kept in results/NAME/points.jsonl and are not measured again.
+points it finished are kept in results/NAME/points.jsonl and are not measured again. With the
+summary, each run writes manifest.json: the commit at its start, whether the tree was dirty, the
+host kernel, the accelerator, the CPUs, the start and end, the command, quick or full, the seeds
+(bench/manifest.py).
+
+status: one line per results/<name>/: its manifest's commit, date, accelerator, quick or full, and
+"current", or "STALE: <groups> changed, N files" if code that it runs changed after that commit
+(committed since, or uncommitted now): the crates (crates/, Cargo.lock, Cargo.toml), the guest
+(guest/, bench/guest-tools/, bench/debian_guest.py), the harness (bench/harness.py,
+bench/experiments/common.py) or its own script; "UNKNOWN" where the manifest gives no measured
+commit (a manifest recovered from git history: "~" marks the data's commit, the changes since it
+are a lower bound); "no manifest". --check: exit status 1 unless every result is current.
 
 Experiments (full-run time on the 2-core development machine, TCG guest; the papers are
 named as in docs/references.md):
@@ -70,19 +82,36 @@ def interrupted(signum, frame):
     raise KeyboardInterrupt
 
 
+def status(check=False):
+    """`status`: each result's manifest and whether the code it runs changed since (no root)."""
+    import manifest
+    rows = manifest.status()
+    for r in rows:
+        print(manifest.line(r))
+    bad = [r["name"] for r in rows if r["manifest"] is None or r["verdict"] != "current"]
+    print(f"{len(rows) - len(bad)} of {len(rows)} results current")
+    return 1 if check and bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("name", choices=[*EXPERIMENTS, "all"])
+    ap.add_argument("name", choices=[*EXPERIMENTS, "all", "status"])
     ap.add_argument("--quick", action="store_true", help="a few short points (CI)")
     ap.add_argument("--out", help="output directory (default results/NAME or build/results-quick/NAME)")
     ap.add_argument("--fresh", action="store_true",
                     help="discard the points an interrupted full run left in points.jsonl (by default a "
                          "full run measures only the points still missing)")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo the guest console")
+    ap.add_argument("--check", action="store_true",
+                    help="status only: exit status 1 if a result is stale, unknown or has no manifest")
     ap.add_argument("--real", type=int, metavar="MBPS",
                     help="membw only: measure real guests streaming memory under the daemon's pmu backend, MBPS "
                          "declared guaranteed (a host with PMU counters; results/membw-real)")
     a = ap.parse_args()
+    if a.name == "status":
+        return status(a.check)
+    if a.check:
+        ap.error("--check is for status only")
     if a.real is not None and a.name != "membw":
         ap.error("--real is for membw only")
     if a.real is not None and a.real <= 0:
@@ -103,4 +132,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -274,6 +274,7 @@ def judge(repo, name, m, pending=None):
             g = _group_of(f, groups)
             if g:
                 changed.setdefault(g, []).append(f)
+        changed = {g: changed[g] for g in groups if g in changed}  # crates, guest, harness, own
         verdict = "stale" if changed else ("unknown" if why or approx else "current")
         if approx and not why:
             why = f"the measured commit is unknown: changes since the data's commit {base[:7]}"

@@ -1,0 +1,262 @@
+"""results/<name>/manifest.json and `bench/experiment.py status` (unprivileged: no guest, no daemon;
+the staleness is judged in a throw-away git repository, not in this one's history)."""
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+from datetime import datetime
+from pathlib import Path
+from unittest import mock
+
+BENCH = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(BENCH))
+import manifest  # noqa: E402
+
+REPO = BENCH.parent
+
+
+def sh(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=test", "-c", "user.email=test@example.com",
+                           *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def put(repo, path, text):
+    p = Path(repo) / path
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+def commit(repo, message="change"):
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-q", "-m", message)
+    return sh(repo, "rev-parse", "HEAD")
+
+
+class OutputManifest(unittest.TestCase):
+    """An experiment's Output writes manifest.json with its summary."""
+
+    def setUp(self):
+        from experiments import common
+        self.common = common
+        patch = mock.patch.object(common, "accel_text", lambda: ("TCG", "a test: no guest is asked"))
+        patch.start()
+        self.addCleanup(patch.stop)
+        self.tmp = tempfile.TemporaryDirectory(prefix="cosched-manifest-")
+        self.addCleanup(self.tmp.cleanup)
+        self.out = Path(self.tmp.name)
+
+    def experiment(self, quick=False, rows=None, **kw):
+        """A stand-in for an experiment's main(quick, out, ..., rows=None)."""
+        o = self.common.Output("histogram", quick, out=self.out, **kw)
+        o.csv(rows or [{"x": 1}], ["x"])
+        o.summary("title", "body")
+        return json.loads((self.out / "manifest.json").read_text())
+
+    def test_fields(self):
+        before = datetime.now().astimezone()
+        m = self.experiment()
+        self.assertEqual(m["source"], "written by the run")
+        self.assertEqual(m["kind"], "measured")
+        self.assertEqual(m["name"], "histogram")
+        self.assertEqual(m["producer"], "bench/tests/test_manifest.py", "the module that made the Output")
+        self.assertEqual(m["commit"], sh(REPO, "rev-parse", "HEAD"))
+        self.assertIsInstance(m["dirty"], bool)
+        self.assertEqual(m["dirty"], bool(m["dirty_paths"]))
+        self.assertFalse([p for p in m["dirty_paths"] if p.startswith("results/")])
+        self.assertEqual(m["kernel"], {"release": os.uname().release, "version": os.uname().version})
+        self.assertEqual(m["accel"], {"name": "TCG", "reason": "a test: no guest is asked"})
+        self.assertEqual(m["cpus"], os.cpu_count())
+        started = datetime.fromisoformat(m["started"].replace("Z", "+00:00"))
+        ended = datetime.fromisoformat(m["ended"].replace("Z", "+00:00"))
+        self.assertTrue(m["started"].endswith("Z"))
+        self.assertLessEqual(before.replace(microsecond=0), started)
+        self.assertLessEqual(started, ended)
+        self.assertEqual(m["argv"], sys.argv)
+        self.assertEqual(m["executable"], sys.executable)
+        self.assertIs(m["quick"], False)
+        self.assertIsNone(m["seeds"], "no seeds declared")
+        self.assertIsNone(m["rendered_commit"])
+        self.assertTrue((self.out / "summary.md").exists())
+
+    def test_quick_and_seeds(self):
+        m = self.experiment(quick=True, seeds={"input": 42, "order": "4 + repeat"})
+        self.assertIs(m["quick"], True)
+        self.assertEqual(m["seeds"], {"input": 42, "order": "4 + repeat"})
+
+    def test_rendered_keeps_the_measurement(self):
+        measured = self.experiment()
+        # As if measured at another commit, on another host.
+        measured.update(commit="0" * 40, kernel={"release": "measured-kernel", "version": "#1"})
+        (self.out / "manifest.json").write_text(json.dumps(measured))
+        m = self.experiment(rows=[{"x": 2}])  # main(..., rows=rows): rendered again
+        self.assertEqual(m["kind"], "rendered")
+        self.assertEqual(m["commit"], "0" * 40)
+        self.assertEqual(m["kernel"]["release"], "measured-kernel")
+        self.assertEqual(m["started"], measured["started"])
+        self.assertEqual(m["rendered_commit"], sh(REPO, "rev-parse", "HEAD"))
+        self.assertEqual(m["rendered_argv"], sys.argv)
+
+    def test_rendered_without_a_manifest(self):
+        m = self.experiment(rows=[{"x": 2}])
+        self.assertEqual(m["kind"], "rendered")
+        for k in ("commit", "kernel", "accel", "started", "quick"):
+            self.assertIsNone(m[k], f"{k}: the measurement's, unknown")
+        self.assertEqual(m["rendered_commit"], sh(REPO, "rev-parse", "HEAD"))
+
+    def test_explicit_rendered(self):
+        self.assertEqual(self.experiment(rendered=True)["kind"], "rendered")
+        self.assertEqual(self.experiment(rows=[{"x": 1}], rendered=False)["kind"], "measured")
+
+
+class Parts(unittest.TestCase):
+    def test_parts_keep_their_own_run(self):
+        with tempfile.TemporaryDirectory(prefix="cosched-manifest-") as d:
+            a = manifest.Run(argv=["reliability.py", "crash"])
+            manifest.write(d, a, name="reliability", producer="bench/reliability.py", quick=False,
+                           seeds={"seed": 7}, part="crash")
+            b = manifest.Run(argv=["reliability.py", "soak"])
+            m = manifest.write(d, b, name="reliability", producer="bench/reliability.py", quick=False, part="soak")
+            self.assertEqual(set(m["parts"]), {"crash", "soak"})
+            self.assertEqual(m["parts"]["crash"]["argv"], ["reliability.py", "crash"])
+            self.assertEqual(m["parts"]["crash"]["seeds"], {"seed": 7})
+            m = manifest.write(d, manifest.Run(argv=["reliability.py", "summary"]), name="reliability",
+                               producer="bench/reliability.py", quick=False, rendered=True)
+            self.assertEqual(set(m["parts"]), {"crash", "soak"}, "rendering keeps the parts")
+            self.assertEqual(m["rendered_argv"], ["reliability.py", "summary"])
+
+
+class Status(unittest.TestCase):
+    """status() in a throw-away repository shaped like this one."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="cosched-status-")
+        self.addCleanup(self.tmp.cleanup)
+        self.repo = Path(self.tmp.name)
+        sh(self.repo, "init", "-q")
+        for path in ("crates/host/src/lib.rs", "Cargo.lock", "guest/run.sh", "bench/harness.py",
+                     "bench/experiments/common.py", "bench/experiments/histogram.py", "bench/experiments/scale.py",
+                     "docs/evaluation.md", "README.md", "results/histogram/data.csv", "results/scale/data.csv",
+                     "results/startup/summary.md"):
+            put(self.repo, path, "1\n")
+        commit(self.repo, "the tree")
+        for name, producer in (("histogram", "bench/experiments/histogram.py"), ("scale", "bench/experiments/scale.py")):
+            manifest.write(self.repo / "results" / name, manifest.Run(self.repo, argv=["x"]), name=name,
+                           producer=producer, quick=False, accel=("TCG", "test"))
+        commit(self.repo, "the results")
+
+    def status(self):
+        return {r["name"]: r for r in manifest.status(self.repo)}
+
+    def test_current_when_only_results_or_docs_change(self):
+        put(self.repo, "docs/evaluation.md", "2\n")
+        put(self.repo, "README.md", "2\n")
+        put(self.repo, "results/histogram/data.csv", "2\n")
+        commit(self.repo)
+        put(self.repo, "docs/evaluation.md", "3\n")  # uncommitted, too
+        st = self.status()
+        self.assertEqual(st["histogram"]["verdict"], "current", st["histogram"])
+        self.assertEqual(st["scale"]["verdict"], "current")
+        self.assertIsNone(st["startup"]["manifest"])
+        self.assertIn("no manifest", manifest.line(st["startup"]))
+        self.assertRegex(manifest.line(st["histogram"]), r"^histogram +[0-9a-f]{7} +\d{4}-\d\d-\d\d TCG +full +current$")
+
+    def test_stale_when_a_crate_changed(self):
+        put(self.repo, "crates/host/src/lib.rs", "2\n")
+        commit(self.repo)
+        st = self.status()
+        for name in ("histogram", "scale"):
+            self.assertEqual(st[name]["verdict"], "stale")
+            self.assertEqual(st[name]["groups"], {"crates": ["crates/host/src/lib.rs"]})
+        self.assertIn("STALE: crates changed, 1 file", manifest.line(st["histogram"]))
+
+    def test_groups_and_own_code(self):
+        put(self.repo, "guest/run.sh", "2\n")  # scale boots no guest
+        put(self.repo, "bench/experiments/histogram.py", "2\n")
+        commit(self.repo)
+        put(self.repo, "bench/experiments/common.py", "2\n")  # uncommitted
+        put(self.repo, "crates/host/src/new.rs", "new\n")  # untracked
+        st = self.status()
+        self.assertEqual(st["histogram"]["groups"], {
+            "crates": ["crates/host/src/new.rs"], "guest": ["guest/run.sh"],
+            "harness": ["bench/experiments/common.py"], "own": ["bench/experiments/histogram.py"]})
+        self.assertEqual(st["scale"]["groups"], {"crates": ["crates/host/src/new.rs"],
+                                                  "harness": ["bench/experiments/common.py"]})
+        self.assertIn("STALE: crates, guest, harness, own changed, 4 files", manifest.line(st["histogram"]))
+
+    def test_dirty_run(self):
+        put(self.repo, "bench/harness.py", "dirty\n")
+        put(self.repo, "results/histogram/data.csv", "new rows\n")
+        run = manifest.Run(self.repo)
+        self.assertEqual(run.dirty_paths, ["bench/harness.py"], "results/ does not count")
+        m = manifest.write(self.repo / "results/scale", run, name="scale", producer="p", quick=False)
+        self.assertIs(m["dirty"], True)
+        sh(self.repo, "checkout", "--", "bench/harness.py", "results/histogram/data.csv")
+        self.assertEqual(manifest.Run(self.repo).dirty_paths, [])
+
+    def test_recovered_manifest_without_a_commit(self):
+        data = sh(self.repo, "rev-parse", "HEAD")
+        put(self.repo, "results/startup/manifest.json", json.dumps({
+            "source": "recovered from git history", "name": "startup", "commit": None, "data_commit": data,
+            "date": "2026-11-21", "accel": None, "quick": False}))
+        st = self.status()
+        self.assertEqual(st["startup"]["verdict"], "unknown", "no measured commit: never current")
+        self.assertIn("~" + data[:7], manifest.line(st["startup"]))
+        put(self.repo, "crates/host/src/lib.rs", "2\n")
+        commit(self.repo)
+        self.assertEqual(self.status()["startup"]["verdict"], "stale")
+
+    def test_unknown_commit(self):
+        m = manifest.read(self.repo / "results/histogram")
+        m["commit"] = "f" * 40
+        put(self.repo, "results/histogram/manifest.json", json.dumps(m))
+        r = self.status()["histogram"]
+        self.assertEqual(r["verdict"], "unknown")
+        self.assertIn("not in this repository", manifest.line(r))
+
+
+class Cli(unittest.TestCase):
+    def test_every_result_has_a_producer(self):
+        from experiment import EXPERIMENTS
+        names = set(EXPERIMENTS) | {p.name for p in (REPO / "results").iterdir() if p.is_dir()}
+        self.assertEqual(sorted(names - set(manifest.PRODUCERS)), [])
+        for name, (own, groups) in manifest.PRODUCERS.items():
+            for path in own:
+                self.assertTrue((REPO / path).exists(), f"{name}: {path}")
+
+    def test_status_needs_no_root(self):
+        import experiment
+        with mock.patch.object(os, "geteuid", return_value=1000), \
+                mock.patch.object(sys, "argv", ["experiment.py", "status"]), \
+                contextlib.redirect_stdout(io.StringIO()) as out:
+            self.assertEqual(experiment.main(), 0)
+        self.assertIn("results current", out.getvalue())
+        with mock.patch.object(os, "geteuid", return_value=1000), \
+                mock.patch.object(sys, "argv", ["experiment.py", "histogram", "--quick"]), \
+                self.assertRaisesRegex(SystemExit, "must run as root"):
+            experiment.main()
+
+    def test_status_command(self):
+        """`experiment.py status` prints one line per result; --check says whether all are current (its
+        exit status matches the count; which it is depends on this repository's results)."""
+        r = subprocess.run([sys.executable, str(BENCH / "experiment.py"), "status"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        names = sorted(p.name for p in (REPO / "results").iterdir() if p.is_dir())
+        lines = r.stdout.splitlines()
+        self.assertEqual([ln.split()[0] for ln in lines[:-1]], names)
+        self.assertRegex(lines[-1], r"^\d+ of \d+ results current$")
+        r = subprocess.run([sys.executable, str(BENCH / "experiment.py"), "status", "--check"],
+                           capture_output=True, text=True)
+        self.assertIn(r.returncode, (0, 1))
+        self.assertEqual(r.returncode == 0, lines[-1].split()[0] == lines[-1].split()[2])
+        r = subprocess.run([sys.executable, str(BENCH / "experiment.py"), "histogram", "--check"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, "--check is for status only")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -258,8 +258,8 @@ def judge(repo, name, m, pending=None):
     for part, e in entries(m):
         base = e.get("commit")
         approx = False
-        if not base and e.get("data_commit"):
-            base, approx = e["data_commit"], True
+        if not base and e.get("data_commit"):  # recovered: the data's commit (or where it was moved from)
+            base, approx = e.get("data_moved_from_commit") or e["data_commit"], True
         files = set(pending)
         why = None
         if not base:

@@ -219,6 +219,33 @@ class Status(unittest.TestCase):
         self.assertIn("not in this repository", manifest.line(r))
 
 
+class Backfill(unittest.TestCase):
+    """What bench/backfill_manifests.py reads from a summary: what it states, and nothing else."""
+
+    def test_experiment_summary(self):
+        import backfill_manifests as bf
+        s = bf.stated("# T\n\nCommand: `sudo /usr/bin/python3 bench/experiment.py scale` (full run, took 2.5 min on "
+                      "2026-11-28).\n\nbody, committed at 5a48982 2026-11-21\n\n"
+                      "Our setup: this host has no counters.\n\n"
+                      "Our setup: 2 x86 cores (x86_64, Linux 6.18.44-fc-v657, a shared VM), a 1-vCPU TCG guest running "
+                      "Debian's Linux 6.1, QEMU 7.2 (accelerator: KVM cannot run the test guest: exited 134; a guest "
+                      "without a disk starts from a snapshot); the papers used Linux 3.17.\n")
+        self.assertEqual(s, {"command": "sudo /usr/bin/python3 bench/experiment.py scale", "date": "2026-11-28",
+                             "commit": None, "dirty": None, "kernel": "6.18.44-fc-v657",
+                             "accel": {"name": "TCG", "reason": "KVM cannot run the test guest: exited 134"},
+                             "cpus": 2, "quick": False, "seeds": None})
+
+    def test_script_summaries(self):
+        import backfill_manifests as bf
+        s = bf.stated("Command: `sudo /usr/bin/python3 bench/boot_vs_snapshot.py --rounds 8` (commit e0f38b8-dirty, "
+                      "2026-11-28; accelerator: TCG (KVM cannot run it (cached)); 2 CPUs, Linux 6.18.44-fc-v657).\n")
+        self.assertEqual((s["commit"], s["dirty"], s["accel"], s["cpus"]),
+                         ("e0f38b8", True, {"name": "TCG", "reason": "KVM cannot run it"}, 2))
+        s = bf.stated("Command: `sudo /usr/bin/python3 bench/reliability.py soak --minutes 60 --seed 28` (2026-11-25)\n")
+        self.assertEqual((s["seeds"], s["kernel"], s["accel"], s["commit"]), ({"seed": 28}, None, None, None))
+        self.assertEqual(set(bf.stated("no command here").values()), {None})
+
+
 class Cli(unittest.TestCase):
     def test_every_result_has_a_producer(self):
         from experiment import EXPERIMENTS

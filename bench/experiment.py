@@ -18,7 +18,8 @@ status: one line per results/<name>/: its manifest's commit, date, accelerator, 
 "current", or "STALE: <groups> changed, N files" if code that it runs changed after that commit
 (committed since, or uncommitted now): the crates (crates/, Cargo.lock, Cargo.toml), the guest
 (guest/, bench/guest-tools/, bench/debian_guest.py), the harness (bench/harness.py,
-bench/experiments/common.py) or its own script; "UNKNOWN" where the manifest gives no measured
+bench/experiments/common.py) or its own script (each result counts the groups it runs: PRODUCERS in
+bench/manifest.py); "UNKNOWN" where the manifest gives no measured
 commit (a manifest recovered from git history: "~" marks the data's commit, the changes since it
 are a lower bound); "no manifest". --check: exit status 1 unless every result is current.
 

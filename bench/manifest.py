@@ -28,7 +28,8 @@ manifest.json (one object):
   quick         true for a --quick run
   seeds         what the run declared as its seeds ({"name": value}), null if it declared none
   parts         (reliability only) one entry as above per part (crash, isolation, soak, fuzz), each
-                written by the run of that part; the top level has name and producer only
+                written by the run of that part; the top level has name and producer, and
+                rendered_* once `reliability.py summary` renders the summary again
 A recovered manifest has the same fields, null where git history and the summary do not say, and
 data_commit (the commit that last changed the directory's data), commit_stated / commit_source
 (where the measured commit is stated, if anywhere) and date (the day the summary states).

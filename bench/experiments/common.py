@@ -8,6 +8,7 @@ import platform
 import re
 import statistics
 import time
+from datetime import datetime
 from pathlib import Path
 
 import matplotlib
@@ -143,13 +144,37 @@ class Output:
         fig.savefig(self.dir / "plot.png", dpi=110, bbox_inches="tight")
         plt.close(fig)
 
-    def summary(self, title, body):
-        took = self.minutes()
+    def when(self):
+        """How long the run took and when, for the summary's first line. A rendering of stored rows
+        says when they were measured (its manifest, or the summary it replaces) and that the
+        summary was rendered again today."""
+        today = time.strftime('%Y-%m-%d')
+        if not self.rendered:
+            return (f"took {self.minutes():.1f} min{' over several sessions' if self.resumed_s else ''} "
+                    f"on {today}")
+        m = manifest.read(self.dir) or {}
+        measured = None
+        if m.get("started") and m.get("ended"):
+            t0, t1 = (datetime.fromisoformat(m[k].replace("Z", "+00:00")) for k in ("started", "ended"))
+            measured = f"took {(t1 - t0).total_seconds() / 60:.1f} min on {m['started'][:10]}"
+            if m.get("commit"):
+                measured += f" at {m['commit'][:7]}"
+        else:
+            old = self.dir / "summary.md"
+            found = re.search(r"took [^)]* on \d{4}-\d{2}-\d{2}", old.read_text()) if old.exists() else None
+            measured = found.group(0) if found else "measured earlier"
+        return f"{measured}; this summary rendered again from its data.csv on {today}"
+
+    def summary(self, title, body, targets=None):
+        """summary.md: the title, the command, the targets table (targets: target() rows, judged
+        from the data by the caller; bench/evaluation.py collects them into docs/evaluation.md),
+        the body and the set-up."""
         text = (f"# {title}\n\n"
                 f"Command: `sudo /usr/bin/python3 bench/experiment.py {self.name}{self.args}{' --quick' if self.quick else ''}`"
                 f" ({'quick mode: too short to judge the effect' if self.quick else 'full run'}, "
-                f"took {took:.1f} min{' over several sessions' if self.resumed_s else ''} on {time.strftime('%Y-%m-%d')}).\n\n"
-                f"{body.strip()}\n\n{setup_line()}\n")
+                f"{self.when()}).\n\n"
+                + (targets_md(targets) + "\n\n" if targets else "")
+                + f"{body.strip()}\n\n{setup_line()}\n")
         (self.dir / "summary.md").write_text(text)
         self.points_file.unlink(missing_ok=True)
         self.manifest()
@@ -158,6 +183,44 @@ class Output:
         """manifest.json: what this run measured (or rendered again) and where."""
         return manifest.write(self.dir, self.run, name=self.dir_name, producer=self.producer, quick=self.quick,
                               accel=accel_text(), seeds=self.seeds, rendered=self.rendered)
+
+
+TARGETS_HEADING = "## Targets"
+VERDICT = {True: "**met**", False: "**missed**", None: "no target"}
+
+
+def target(statement, measured, met, spread=""):
+    """One row of a summary's targets table: the target as stated (or, met None, a figure that has
+    no target of its own: a bound, a reference), what this run measured (text, from its data),
+    met True or False as the data judge it, and the spread between repeats where there are
+    repeats."""
+    return {"target": statement, "measured": measured, "met": met, "spread": spread}
+
+
+def targets_md(targets):
+    """The targets table as a summary carries it (parse_targets() reads it back)."""
+    out = [TARGETS_HEADING, "", "| target | measured | spread between repeats | verdict |", "|---|---|---|---|"]
+    for t in targets:
+        cells = [str(t["target"]), str(t["measured"]), str(t["spread"] or "-"), VERDICT[t["met"]]]
+        out.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+    return "\n".join(out)
+
+
+def parse_targets(text):
+    """The targets table of a summary.md's text, as target() rows; [] if it has none."""
+    lines = text.splitlines()
+    try:
+        i = lines.index(TARGETS_HEADING)
+    except ValueError:
+        return []
+    rows = []
+    for line in lines[i + 4:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+        met = {v: k for k, v in VERDICT.items()}.get(cells[3])
+        rows.append(target(cells[0], cells[1], met, "" if cells[2] == "-" else cells[2]))
+    return rows
 
 
 def md_table(rows, columns, headers=None):

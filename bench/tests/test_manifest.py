@@ -287,3 +287,17 @@ class Cli(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TargetsTable(unittest.TestCase):
+    """A summary's targets table (common.targets_md) reads back as the rows it was written from:
+    bench/evaluation.py collects them into docs/evaluation.md."""
+
+    def test_round_trip(self):
+        from experiments.common import parse_targets, target, targets_md
+        rows = [target("a ≤ 1.2× b", "1.26× (152 | 121 µs)", False, "1.89/1.10/0.93"),
+                target("a bound", "1.09×", None), target("c", "3", True)]
+        text = "# Title\n\nCommand: ...\n\n" + targets_md(rows) + "\n\nThe body.\n"
+        self.assertEqual(parse_targets(text), rows)
+        self.assertIn("**missed**", text)
+        self.assertEqual(parse_targets("# no table\n"), [])

@@ -16,6 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+import evaluation  # noqa: E402
 import harness  # noqa: E402
 import manifest  # noqa: E402
 from harness import REPO, accel, stats, parse_histogram  # noqa: E402,F401
@@ -185,42 +186,22 @@ class Output:
                               accel=accel_text(), seeds=self.seeds, rendered=self.rendered)
 
 
-TARGETS_HEADING = "## Targets"
-VERDICT = {True: "**met**", False: "**missed**", None: "no target"}
-
-
 def target(statement, measured, met, spread=""):
     """One row of a summary's targets table: the target as stated (or, met None, a figure that has
     no target of its own: a bound, a reference), what this run measured (text, from its data),
     met True or False as the data judge it, and the spread between repeats where there are
-    repeats."""
+    repeats. bench/evaluation.py reads the table back (parse_targets) into docs/evaluation.md."""
     return {"target": statement, "measured": measured, "met": met, "spread": spread}
 
 
 def targets_md(targets):
-    """The targets table as a summary carries it (parse_targets() reads it back)."""
-    out = [TARGETS_HEADING, "", "| target | measured | spread between repeats | verdict |", "|---|---|---|---|"]
+    """The targets table as a summary carries it."""
+    out = [evaluation.TARGETS_HEADING, "", "| target | measured | spread between repeats | verdict |",
+           "|---|---|---|---|"]
     for t in targets:
-        cells = [str(t["target"]), str(t["measured"]), str(t["spread"] or "-"), VERDICT[t["met"]]]
+        cells = [str(t["target"]), str(t["measured"]), str(t["spread"] or "-"), evaluation.VERDICT[t["met"]]]
         out.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
     return "\n".join(out)
-
-
-def parse_targets(text):
-    """The targets table of a summary.md's text, as target() rows; [] if it has none."""
-    lines = text.splitlines()
-    try:
-        i = lines.index(TARGETS_HEADING)
-    except ValueError:
-        return []
-    rows = []
-    for line in lines[i + 4:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
-        met = {v: k for k, v in VERDICT.items()}.get(cells[3])
-        rows.append(target(cells[0], cells[1], met, "" if cells[2] == "-" else cells[2]))
-    return rows
 
 
 def md_table(rows, columns, headers=None):

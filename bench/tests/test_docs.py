@@ -99,3 +99,33 @@ class NothingOutside(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class EvaluationTable(unittest.TestCase):
+    """docs/evaluation.md's table is the one bench/evaluation.py generates from results/ now: a
+    result run again, or a summary rendered again, without the table regenerated fails here."""
+
+    def test_the_table_is_current(self):
+        import sys
+        sys.path.insert(0, str(REPO / "bench"))
+        import evaluation
+        doc = (REPO / "docs/evaluation.md").read_text()
+        self.assertEqual(evaluation.render(doc), doc,
+                         "docs/evaluation.md's table is not current: run /usr/bin/python3 bench/evaluation.py")
+
+    def test_a_changed_summary_changes_the_table(self):
+        import sys
+        import tempfile
+        sys.path.insert(0, str(REPO / "bench"))
+        import evaluation
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp) / "x"
+            d.mkdir()
+            row = "| a ≤ 2× b | 1.5× | 1.4/1.6 | {} |"
+            for verdict in ("**met**", "**missed**"):
+                (d / "summary.md").write_text("# X\n\nCommand: ...\n\n## Targets\n\n| target | measured | spread "
+                                              "between repeats | verdict |\n|---|---|---|---|\n"
+                                              + row.format(verdict) + "\n\nbody\n")
+                t = evaluation.table(Path(tmp))
+                self.assertIn(f"| a ≤ 2× b | 1.5× | 1.4/1.6 | {verdict} |", t)
+                self.assertIn("1 targets met" if verdict == "**met**" else "1 missed", t)

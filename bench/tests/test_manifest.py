@@ -294,7 +294,8 @@ class TargetsTable(unittest.TestCase):
     bench/evaluation.py collects them into docs/evaluation.md."""
 
     def test_round_trip(self):
-        from experiments.common import parse_targets, target, targets_md
+        from evaluation import parse_targets
+        from experiments.common import target, targets_md
         rows = [target("a ≤ 1.2× b", "1.26× (152 | 121 µs)", False, "1.89/1.10/0.93"),
                 target("a bound", "1.09×", None), target("c", "3", True)]
         text = "# Title\n\nCommand: ...\n\n" + targets_md(rows) + "\n\nThe body.\n"

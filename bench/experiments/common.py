@@ -166,6 +166,21 @@ class Output:
             measured = found.group(0) if found else "measured earlier"
         return f"{measured}; this summary rendered again from its data.csv on {today}"
 
+    def setup(self):
+        """The summary's set-up line: this host's, or, for a rendering of stored rows, the one the
+        measuring run wrote (the summary it replaces; failing that, its manifest's host), never
+        the rendering host's, and without probing the accelerator again."""
+        if not self.rendered:
+            return setup_line()
+        old = self.dir / "summary.md"
+        lines = [l for l in old.read_text().splitlines() if l.startswith("Our setup:")] if old.exists() else []
+        if lines:
+            return lines[-1]
+        m = manifest.read(self.dir) or {}
+        accel, kernel = m.get("accel") or {}, (m.get("kernel") or {}).get("release") or "unknown"
+        return (f"Our setup (from the run's manifest): {m.get('cpus') or '?'} CPUs, Linux {kernel}, accelerator "
+                f"{accel.get('name') or 'unknown'} ({accel.get('reason') or 'reason not recorded'}).")
+
     def summary(self, title, body, targets=None):
         """summary.md: the title, the command, the targets table (targets: target() rows, judged
         from the data by the caller; bench/evaluation.py collects them into docs/evaluation.md),
@@ -175,7 +190,7 @@ class Output:
                 f" ({'quick mode: too short to judge the effect' if self.quick else 'full run'}, "
                 f"{self.when()}).\n\n"
                 + (targets_md(targets) + "\n\n" if targets else "")
-                + f"{body.strip()}\n\n{setup_line()}\n")
+                + f"{body.strip()}\n\n{self.setup()}\n")
         (self.dir / "summary.md").write_text(text)
         self.points_file.unlink(missing_ok=True)
         self.manifest()
@@ -183,7 +198,8 @@ class Output:
     def manifest(self):
         """manifest.json: what this run measured (or rendered again) and where."""
         return manifest.write(self.dir, self.run, name=self.dir_name, producer=self.producer, quick=self.quick,
-                              accel=accel_text(), seeds=self.seeds, rendered=self.rendered)
+                              accel=None if self.rendered else accel_text(), seeds=self.seeds,
+                              rendered=self.rendered)
 
 
 def target(statement, measured, met, spread=""):

@@ -101,6 +101,19 @@ class OutputManifest(unittest.TestCase):
         self.assertEqual(m["rendered_commit"], sh(REPO, "rev-parse", "HEAD"))
         self.assertEqual(m["rendered_argv"], sys.argv)
 
+    def test_rendered_summary_says_when_and_where_it_was_measured(self):
+        measured = self.experiment()
+        first = (self.out / "summary.md").read_text()
+        setup = [l for l in first.splitlines() if l.startswith("Our setup:")][-1]
+        measured.update(started="2026-11-01T10:00:00Z", ended="2026-11-01T10:30:00Z", commit="ab" * 20)
+        (self.out / "manifest.json").write_text(json.dumps(measured))
+        (self.out / "summary.md").write_text(first.replace(setup, "Our setup: the measuring host."))
+        self.experiment(rows=[{"x": 2}])
+        text = (self.out / "summary.md").read_text()
+        self.assertIn("took 30.0 min on 2026-11-01 at ababab", text)
+        self.assertIn("rendered again from its data.csv on", text)
+        self.assertIn("Our setup: the measuring host.", text, "the measuring run's set-up, not this host's")
+
     def test_rendered_without_a_manifest(self):
         m = self.experiment(rows=[{"x": 2}])
         self.assertEqual(m["kind"], "rendered")

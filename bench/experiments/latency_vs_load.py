@@ -298,7 +298,8 @@ def main(quick, out=None, verbose=False, fresh=False, rows=None):
     o = Output(NAME, quick, out, fresh)
     if rows is None:
         rows = measure(o, quick, verbose)
-    o.csv(rows, COLUMNS)
+    if not (o.rendered and (o.dir / "data.csv").exists()):  # a rendering keeps the data as measured
+        o.csv(rows, COLUMNS)
     o.png(plot(rows))
     o.summary("Latency vs load (Coordinated Task Scheduling, Fig. 1 and 7)", summarize(rows, quick),
               targets=targets(rows))

@@ -216,7 +216,8 @@ def main(quick, out=None, verbose=False, fresh=False, rows=None):
     o = Output(NAME, quick, out, fresh)
     if rows is None:
         rows = measure(o, quick, verbose)
-    o.csv(rows, COLUMNS)
+    if not (o.rendered and (o.dir / "data.csv").exists()):  # a rendering keeps the data as measured
+        o.csv(rows, COLUMNS)
     o.png(plot(rows))
     def labelled(rs):
         return [dict(r, policy=POLICY_LABEL.get(r["policy"], "-")) for r in rs]

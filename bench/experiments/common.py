@@ -162,7 +162,7 @@ class Output:
                 measured += f" at {m['commit'][:7]}"
         else:
             old = self.dir / "summary.md"
-            found = re.search(r"took [^)]* on \d{4}-\d{2}-\d{2}", old.read_text()) if old.exists() else None
+            found = re.search(r"took [^);]* on \d{4}-\d{2}-\d{2}(?: at [0-9a-f]+)?", old.read_text()) if old.exists() else None
             measured = found.group(0) if found else "measured earlier"
         return f"{measured}; this summary rendered again from its data.csv on {today}"
 

@@ -113,6 +113,13 @@ class OutputManifest(unittest.TestCase):
         self.assertIn("took 30.0 min on 2026-11-01 at ababab", text)
         self.assertIn("rendered again from its data.csv on", text)
         self.assertIn("Our setup: the measuring host.", text, "the measuring run's set-up, not this host's")
+        # Rendered twice, with no manifest of the measurement: the first line's measurement, once.
+        (self.out / "manifest.json").unlink()
+        self.experiment(rows=[{"x": 3}])
+        self.experiment(rows=[{"x": 4}])
+        first_line = (self.out / "summary.md").read_text().split("Command:")[1].splitlines()[0]
+        self.assertIn("took 30.0 min on 2026-11-01 at ababab", first_line)
+        self.assertEqual(first_line.count("rendered again"), 1, first_line)
 
     def test_rendered_without_a_manifest(self):
         m = self.experiment(rows=[{"x": 2}])

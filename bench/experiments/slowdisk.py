@@ -2,6 +2,7 @@
 
     sudo /usr/bin/python3 -m bench.experiments.slowdisk validate [--quick] [--out DIR]
     sudo /usr/bin/python3 -m bench.experiments.slowdisk cleanup     # what a killed run left
+    /usr/bin/python3 -m bench.experiments.slowdisk render [--out DIR]   # summary and plot again
 
 The disk: bench/slowdisk/slowdisk.c, a single-threaded FUSE
 server, exposes one file, disk.img, that costs a seek (8 ms beyond 512 KiB) plus transfer
@@ -24,8 +25,12 @@ what a run killed with SIGKILL left (cleanup_stale). Teardown also runs on SIGIN
 validate: the cold start of `python3 -S -B -c "import <120 modules>"` (about 290 files, 8.7 MB,
 from a copy of the standard library on the slow disk, page cache dropped before each launch)
 alone and next to 5 sequential readers under bfq, none and mq-deadline. BFQ should keep it near
-the time alone; none should not. Writes data.csv and summary.md to build/results-quick/slowdisk
-(--quick) or results/slowdisk. Stdlib only; needs root, fuse3 and libfuse3-dev (scripts/setup.sh).
+the time alone; none should not. Writes data.csv, checks.json (the uncached reads, the first
+launch's I/O, set-up and teardown, the server's counters), summary.md (its targets judged from
+data.csv) and plot.png to build/results-quick/slowdisk (--quick) or results/slowdisk; `render`
+writes summary.md and plot.png again from those files. The disk and the validation are stdlib
+only; the summary and the plot use experiments.common and matplotlib (/usr/bin/python3). Needs
+root, fuse3 and libfuse3-dev (scripts/setup.sh).
 """
 
 import argparse
@@ -33,6 +38,7 @@ import csv
 import ctypes
 import json
 import mmap
+import re
 import os
 import shutil
 import signal
@@ -636,16 +642,160 @@ def validate(quick=False, out=None, n_readers=5, warmup_s=None):
                     rows.append(dict(row, readers=n_readers, kind=kind, scheduler=sched))
     checks["teardown_s"] = d.teardown_s
     checks["server"] = d.server_stats
+    checks["disk"] = {"seek_ms": d.seek_ms, "seek_kib": d.seek_kib, "mbps": d.mbps}
+    checks["took_s"] = time.monotonic() - t_all
+    checks["date"] = time.strftime("%Y-%m-%d")
     log(f"torn down in {d.teardown_s:.1f} s; {d.server_stats}")
-    write_results(out, rows, checks, quick, time.monotonic() - t_all, d)
+    write_results(out, rows, checks, quick, run)
     return out
 
 
-def write_results(out, rows, checks, quick, took_s, d):
+def write_results(out, rows, checks, quick, run):
+    """data.csv and checks.json (what the summary's checks paragraph is made of: the uncached
+    reads, the first launch's I/O, set-up and teardown, the server's counters), then the summary,
+    the plot and the manifest."""
     with open(out / "data.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
+    (out / "checks.json").write_text(json.dumps(checks, indent=1) + "\n")
+    text = render_results(out, rows, checks, quick, run, when=f"took {checks['took_s'] / 60:.1f} min on {checks['date']}")
+    print(text, flush=True)
+    print(f"{out}/summary.md", flush=True)
+
+
+def stored_rows(out=None):
+    """The rows of a validation's data.csv, typed as measure_point() makes them (None where no
+    launch finished)."""
+    rows = []
+    with open(Path(out or REPO / "results/slowdisk") / "data.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            for k in ("readers", "launches", "timeouts"):
+                r[k] = int(r[k])
+            for k in ("mean_s", "min_s", "max_s", "reader_mbps"):
+                r[k] = float(r[k]) if r.get(k, "") != "" else None
+            rows.append(r)
+    return rows
+
+
+def render(out=None, quick=False, rows=None):
+    """summary.md and plot.png again from a validation's data.csv (or `rows`, typed as
+    stored_rows() returns them) and checks.json where the run wrote one, without measuring;
+    data.csv stays as measured, the manifest keeps the measurement."""
+    out = Path(out) if out else REPO / "results/slowdisk"
+    run = _manifest().Run()
+    checks = json.loads((out / "checks.json").read_text()) if (out / "checks.json").exists() else None
+    old = (out / "summary.md").read_text() if (out / "summary.md").exists() else ""
+    m = _manifest().read(out) or {}
+    found = re.search(r"took [0-9.]+ min on \d{4}-\d{2}-\d{2}", old)
+    when = (f"took {checks['took_s'] / 60:.1f} min on {checks['date']}" if checks and "took_s" in checks else
+            found.group(0) if found else f"measured on {m.get('date') or (m.get('started') or '?')[:10]}")
+    return render_results(out, stored_rows(out) if rows is None else rows, checks, quick, run, rendered=True,
+                          when=f"{when}; this summary rendered again from its data.csv on {time.strftime('%Y-%m-%d')}")
+
+
+def targets(rows, checks=None):
+    """The validation's targets, judged from its rows: with the readers, BFQ keeps the start near
+    its time alone (within PROTECTS_X) and `none` does not (over NOT_PROTECTED_X BFQ's time, or a
+    timeout); where checks.json exists, that no page cache serves the disk."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from experiments.common import target
+    by = {(r["readers"], r["kind"], r["scheduler"]): r for r in rows}
+    alone = by.get((0, "-", "bfq"))
+    out = []
+    if alone and alone["mean_s"]:
+        out.append(target("the start alone (no readers, bfq): what BFQ's ratio divides by",
+                          f"{alone['mean_s']:.2f} s", None, spread_text(alone)))
+    for kind in ("seq", "rand"):
+        n = max((r["readers"] for r in rows if r["kind"] == kind), default=0)
+        bfq, none = by.get((n, kind, "bfq")), by.get((n, kind, "none"))
+        if not (alone and alone["mean_s"] and bfq):
+            continue
+        x = bfq["mean_s"] / alone["mean_s"] if bfq["mean_s"] is not None and not bfq["timeouts"] else None
+        out.append(target(f"{n} {kind} readers: BFQ protects the start, within {PROTECTS_X}× its time alone",
+                          f"{bfq['mean_s']:.2f} s = {x:.2f}× alone" if x is not None else mean_text(bfq),
+                          x is not None and x <= PROTECTS_X, spread_text(bfq)))
+        if none:
+            slow = none["timeouts"] > 0 or (none["mean_s"] or 0) > NOT_PROTECTED_X * (bfq["mean_s"] or alone["mean_s"])
+            ratio = (f" = {none['mean_s'] / bfq['mean_s']:.1f}× BFQ's" if none["mean_s"] and bfq["mean_s"]
+                     and not none["timeouts"] else "")
+            out.append(target(f"{n} {kind} readers: `none` does not protect it (over {NOT_PROTECTED_X}× BFQ's time, "
+                              "or a timeout)", mean_text(none) + ratio, slow, spread_text(none)))
+    if checks and "no_cache" in checks:
+        reads = checks["direct_read_s"] + checks["buffered_read_s"]
+        model = 20 * 1.048576 / checks.get("disk", {}).get("mbps", 40.0)
+        out.append(target("no page cache serves the disk: 20 MB reads take at least 0.8× the model's time",
+                          f"{min(reads):.2f}-{max(reads):.2f} s against the model's {model:.2f} s",
+                          bool(checks["no_cache"]), f"{len(reads)} reads"))
+    return out
+
+
+# The targets' thresholds (the validation's own criteria of "protects" and "does not").
+PROTECTS_X, NOT_PROTECTED_X = 3, 5
+
+
+def mean_text(r):
+    if r["timeouts"] and not r["launches"] - r["timeouts"]:
+        return f"timeout (> {TIMEOUT_S} s)"
+    text = f"{r['mean_s']:.2f} s"
+    return text + (f", {r['timeouts']} of {r['launches']} launches > {TIMEOUT_S} s" if r["timeouts"] else "")
+
+
+def spread_text(r):
+    ok = r["launches"] - r["timeouts"]
+    if ok >= 2:
+        text = f"{ok} launches {r['min_s']:.2f}-{r['max_s']:.2f} s"
+    elif ok == 1:
+        text = f"1 launch {r['mean_s']:.2f} s"
+    else:
+        return "one launch, stopped at its timeout" if r["launches"] == 1 else f"{r['launches']} launches, all timed out"
+    return text + (f"; {r['timeouts']} > {TIMEOUT_S} s" if r["timeouts"] else "")
+
+
+def plot(rows):
+    """Each scheduler's start-up, alone and next to each kind of readers, with the targets: BFQ
+    within PROTECTS_X its time alone; `none` above NOT_PROTECTED_X BFQ's."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    groups = sorted({(r["readers"], r["kind"]) for r in rows}, key=lambda g: (g[0], g[1] != "seq"))
+    colors = {"bfq": "#4c72b0", "none": "#c44e52", "mq-deadline": "#8c8c8c"}
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    width = 0.8 / len(SCHEDULERS)
+    by = {(r["readers"], r["kind"], r["scheduler"]): r for r in rows}
+    alone = by.get((0, "-", "bfq"))
+    for i, g in enumerate(groups):
+        for j, sched in enumerate(SCHEDULERS):
+            r = by.get((*g, sched))
+            if not r:
+                continue
+            x = i + (j - (len(SCHEDULERS) - 1) / 2) * width
+            t = TIMEOUT_S if r["timeouts"] else r["mean_s"]
+            ax.bar(x, t, width, color=colors[sched], label=sched if i == 0 else None)
+            if r["launches"] - r["timeouts"] >= 2:
+                ax.plot([x, x], [r["min_s"], r["max_s"]], color="black", linewidth=1, marker="_")
+            if r["timeouts"]:
+                ax.text(x, TIMEOUT_S, "X", ha="center", va="bottom", fontsize=12, fontweight="bold")
+        bfq = by.get((*g, "bfq"))
+        if g[0] and bfq and bfq["mean_s"]:
+            ax.plot([i - 0.45, i + 0.45], [NOT_PROTECTED_X * bfq["mean_s"]] * 2, color="#c44e52", linestyle="--",
+                    linewidth=1, label=f"target: `none` above {NOT_PROTECTED_X}× BFQ's time" if i == len(groups) - 1
+                    else None)
+    if alone and alone["mean_s"]:
+        ax.axhline(PROTECTS_X * alone["mean_s"], color="#4c72b0", linestyle="--", linewidth=1,
+                   label=f"target: BFQ within {PROTECTS_X}× its time alone")
+    ax.set_xticks(range(len(groups)), [f"{n} {k} readers" if n else "alone" for n, k in groups])
+    ax.set_ylabel(f"cold start (s); X: timeout (> {TIMEOUT_S} s)")
+    ax.set_ylim(0, TIMEOUT_S * 1.15)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title("python3 cold start on the emulated slow disk, on the host (mean, min-max)", fontsize=10)
+    return fig
+
+
+def render_results(out, rows, checks, quick, run, rendered=False, when=""):
+    """summary.md (the targets table, the rows, the checks where known), plot.png and the manifest."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from experiments.common import targets_md
 
     def cell(r, c):
         v = r.get(c)
@@ -657,70 +807,77 @@ def write_results(out, rows, checks, quick, took_s, d):
     table = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     table += ["| " + " | ".join(cell(r, c) for c in COLUMNS) + " |" for r in rows]
     table = "\n".join(table)
-    by = {(r["readers"], r["kind"], r["scheduler"]): r for r in rows}
-    alone = by.get((0, "-", "bfq"), {}).get("mean_s")
-    verdict = []
-    for kind in ("seq", "rand"):
-        bfq, none = (by.get((5, kind, s)) for s in ("bfq", "none"))
-        if not (alone and bfq and none):
-            continue
-        ok_bfq = bfq["mean_s"] is not None and bfq["mean_s"] < 3 * alone
-        ok_none = none["timeouts"] > 0 or (none["mean_s"] or 0) > 5 * (bfq["mean_s"] or alone)
-        verdict.append(f"{kind} readers: BFQ {'protects' if ok_bfq else 'does NOT protect'} the start "
-                       f"({cell(bfq, 'mean_s')} s against {alone:.2f} s alone); `none` "
-                       f"{'does not' if ok_none else 'DOES'} ({cell(none, 'mean_s')}).")
-    app = checks["app"].split()
+    disk = (checks or {}).get("disk") or {"seek_ms": 8.0, "seek_kib": 512, "mbps": 40.0}
+    if checks:
+        app = checks["app"].split()
+        app_text = f": {app[1]} files, {int(app[2]) / 1e6:.1f} MB"
+        first = (f" The first cold launch read {checks['app_io'][0]} requests, {checks['app_io'][1]:.1f} MB from the "
+                 "loop device.")
+        warm, gap = checks["warmup_s"], checks["gap_s"]
+        check_text = f"""Checks: 20 MB read twice with O_DIRECT {checks['direct_read_s'][0]:.2f} s / {checks['direct_read_s'][1]:.2f} s,
+buffered after drop_caches {checks['buffered_read_s'][0]:.2f} s / {checks['buffered_read_s'][1]:.2f} s
+(the model says {20 * 1.048576 / disk['mbps']:.2f} s: {"no page cache serves the disk" if checks["no_cache"]
+else "FASTER THAN THE MODEL: something caches the disk"}). Setup (server, loop, mkfs,
+mount, populating with the delays off) {checks['setup_s']:.1f} s; teardown {checks['teardown_s']:.1f} s.
+Server: {checks['server']}"""
+    else:
+        m = _manifest().read(out) or {}
+        where = f" (git history: results/slowdisk/summary.md at {m['data_commit'][:7]})" if m.get("data_commit") else ""
+        app_text, first, warm, gap = "", "", 12, 8
+        check_text = ("Checks (uncached reads against the model, the first launch's I/O, set-up and teardown, the "
+                      "server's counters): not in this run's data files; the run wrote them only into the summary "
+                      f"this one replaces{where}. A run now keeps them in checks.json.")
     text = f"""# Slow disk: application cold start on the host, alone and next to readers
 
 Command: `sudo /usr/bin/python3 -m bench.experiments.slowdisk validate{' --quick' if quick else ''}`
-(took {took_s / 60:.1f} min on {time.strftime('%Y-%m-%d')}).
+({when}).
+
+{targets_md(targets(rows, checks))}
 
 Disk: ext4 on `losetup --direct-io=on` over `disk.img` of bench/slowdisk/slowdisk.c (single-threaded FUSE,
-`direct_io`, {d.seek_ms:g} ms per seek beyond {d.seek_kib} KiB, {d.mbps:g} MB/s), `rotational` = 1.
+`direct_io`, {disk['seek_ms']:g} ms per seek beyond {disk['seek_kib']} KiB, {disk['mbps']:g} MB/s), `rotational` = 1.
 Application: `/usr/bin/python3 -s -S -B -c "import <{len(MODULES)} modules>"` with PYTHONHOME on a copy of
-{STDLIB} on the slow disk: {app[1]} files, {int(app[2]) / 1e6:.1f} MB; caches dropped before each launch;
-timeout {TIMEOUT_S} s. Readers: one long-lived process each, O_DIRECT, seq = 1 MiB requests through a
-120 MB file, rand = 4-64 KiB at random offsets; started under bfq, {checks["warmup_s"]:g} s warm-up, then the scheduler
-is switched under them (2 s settle); launches {checks["gap_s"]:g} s apart. The first cold launch read
-{checks['app_io'][0]} requests, {checks['app_io'][1]:.1f} MB from the loop device.
+{STDLIB} on the slow disk{app_text}; caches dropped before each launch; timeout {TIMEOUT_S} s.
+Readers: one long-lived process each, O_DIRECT, seq = 1 MiB requests through a 120 MB file, rand =
+4-64 KiB at random offsets; started under bfq, {warm:g} s warm-up, then the scheduler is switched
+under them (2 s settle); launches {gap:g} s apart.{first}
 
 {table}
 
-{chr(10).join(verdict)}
-
 Why the warm-up and the gap: BFQ weight-raises new queues (the readers too, until each has had about
 60 MB of service) and queues that waited more than 2 s, which every reader does during a launch. A
-launch right after the readers start, or a few seconds after the previous one, meets raised readers:
-seen here, 29-45 s for a launch just after the readers started, and 7-12 s for about one launch in
-four when launching every ~5 s (2.6-3 s otherwise).
+launch right after the readers start, or a few seconds after the previous one, meets raised readers.
 
-Checks: 20 MB read twice with O_DIRECT {checks['direct_read_s'][0]:.2f} s / {checks['direct_read_s'][1]:.2f} s,
-buffered after drop_caches {checks['buffered_read_s'][0]:.2f} s / {checks['buffered_read_s'][1]:.2f} s
-(the model says {20 * 1.048576 / d.mbps:.2f} s: {"no page cache serves the disk" if checks["no_cache"]
-else "FASTER THAN THE MODEL: something caches the disk"}). Setup (server, loop, mkfs,
-mount, populating with the delays off) {checks['setup_s']:.1f} s; teardown {checks['teardown_s']:.1f} s.
-Server: {checks['server']}
+{check_text}
 """
     (out / "summary.md").write_text(text)
-    _manifest().write(out, run, name="slowdisk", producer="bench/experiments/slowdisk.py", quick=quick)
-    print(table, flush=True)
-    for v in verdict:
-        print(v, flush=True)
-    print(f"{out}/summary.md", flush=True)
+    fig = plot(rows)
+    fig.savefig(out / "plot.png", dpi=110, bbox_inches="tight")
+    _manifest().write(out, run, name="slowdisk", producer="bench/experiments/slowdisk.py", quick=quick,
+                      rendered=rendered)
+    return text
 
 
-def main(quick=False, out=None, verbose=False, fresh=False):
-    """bench/experiment.py's entry point (NAME = slowdisk)."""
+def main(quick=False, out=None, verbose=False, fresh=False, rows=None):
+    """bench/experiment.py's entry point (NAME = slowdisk). rows: a validation's rows
+    (stored_rows()), to render its summary and plot again without measuring."""
+    if rows is not None:
+        render(out, quick, rows)
+        return Path(out) if out else REPO / "results/slowdisk"
     return validate(quick, out)
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["validate", "cleanup"])
+    ap.add_argument("command", choices=["validate", "cleanup", "render"],
+                    help="render: summary.md and plot.png again from data.csv (and checks.json), no root needed")
     ap.add_argument("--quick", action="store_true", help="bfq, none and mq-deadline with seq readers only (~3 min)")
     ap.add_argument("--out", help="output directory (default results/slowdisk or build/results-quick/slowdisk)")
     ap.add_argument("--warmup", type=float, help="seconds the readers run before the first measurement (12)")
     a = ap.parse_args()
+    if a.command == "render":
+        render(a.out, a.quick)
+        sys.exit(0)
     if os.geteuid() != 0:
         sys.exit("slowdisk: must run as root")
     signal.signal(signal.SIGTERM, _interrupted)

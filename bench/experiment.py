@@ -107,7 +107,8 @@ def main():
                     help="status only: exit status 1 if a result is stale, unknown or has no manifest")
     ap.add_argument("--real", type=int, metavar="MBPS",
                     help="membw only: measure real guests streaming memory under the daemon's pmu backend, MBPS "
-                         "declared guaranteed (a host with PMU counters; results/membw-real)")
+                         "declared guaranteed; writes results/membw-real only when run on a host with PMU counters "
+                         "(never run on the development host, which has none: no such result exists there)")
     a = ap.parse_args()
     if a.name == "status":
         return status(a.check)

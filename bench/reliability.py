@@ -5,9 +5,15 @@
   sudo /usr/bin/python3 bench/reliability.py crash [--cycles 100] [--restore-by alternate|command|restart]
   sudo /usr/bin/python3 bench/reliability.py isolation [--seconds 20]
   sudo /usr/bin/python3 bench/reliability.py soak [--minutes 60] [--vms 16] [--seed N]
-  /usr/bin/python3 bench/reliability.py summary   (summary.md again from the files of the last runs)
+  /usr/bin/python3 bench/reliability.py summary   (summary.md and plot.png again from the files of the last runs)
   (each takes --out DIR, default results/reliability; `all` is ~20 min without the soak; crash,
   isolation and soak write summary.md again too)
+
+summary.md opens with a targets table (experiments.common.targets_md), each target judged from the
+part's files: fuzz.md (bench/fuzz.sh --report: the date, commit, toolchain and command of its run,
+and each target's executions, RSS after 10 s and peak), crash.csv, isolation.json, and the soak's
+soak.csv, soak-probe.csv and soak.json (the daemon before the first VM and after the last, the
+frame totals, the windows); plot.png draws each part against its target.
 
 fuzz (in `all`): bench/fuzz.sh, `--runs` executions of each fuzz target (the guest channel's frame
 decoder, the control socket's request parser, the config loader), with AddressSanitizer; no
@@ -1334,7 +1340,7 @@ def soak_verdicts(r):
     else:
         slope = 0.0
     dropped = max((x["dropped_replies"] for x in s), default=0)
-    b, f = r["baseline"], r["final"]
+    b, f = r["baseline"] or {}, r["final"] or {}
     first = [lat for t, lat, rep in r["probe"] if t < r["window_s"] and lat is not None and (rep or "").startswith("ack")]
     last = [lat for t, lat, rep in r["probe"]
             if t >= r["duration_s"] - r["window_s"] and lat is not None and (rep or "").startswith("ack")]
@@ -1347,10 +1353,11 @@ def soak_verdicts(r):
         ("rss", "RSS growth after warm-up ≤ 1 MiB", growth <= 1.0,
          f"{warm['rss_kib'] / 1024:.2f} MiB at {warm['t_s']:.0f} s, {end['rss_kib'] / 1024:.2f} MiB at the end "
          f"({growth:+.2f} MiB; highest {peak:+.2f} MiB; trend {slope * 3600 / 1024:+.2f} MiB/h)"),
-        ("fds", "no fd leak", f["fds"] == b["fds"],
-         f"{b['fds']} fds before the first VM, {f['fds']} after the last had gone"),
-        ("threads", "no thread leak", f["threads"] == b["threads"],
-         f"{b['threads']} thread(s) before the first VM, {f['threads']} after the last had gone"),
+        # None where the run's files do not say (a soak that wrote no soak.json).
+        ("fds", "no fd leak", f["fds"] == b["fds"] if b and f else None,
+         f"{b.get('fds')} fds before the first VM, {f.get('fds')} after the last had gone"),
+        ("threads", "no thread leak", f["threads"] == b["threads"] if b and f else None,
+         f"{b.get('threads')} thread(s) before the first VM, {f.get('threads')} after the last had gone"),
         ("latency", "probe p99 last window ≤ 1.2 × first", ratio is not None and ratio <= 1.2,
          f"p99 {p1} µs in the first {r['window_s'] / 60:.2g} min ({len(first)} boosts), {p2} µs in the last "
          f"({len(last)} boosts): × {ratio:.2f}" if ratio else f"not enough boosts ({len(first)}, {len(last)})"),
@@ -1464,6 +1471,219 @@ and threads, the host's load average (`soak.csv`). Warm-up: the first {r['warmup
 """
 
 
+# soak.json: the figures of a soak run that soak_verdicts() needs besides its CSV files.
+SOAK_KEPT = ("minutes", "vms", "seed", "warmup_s", "window_s", "duration_s", "probe_rt", "baseline", "final",
+             "at_end_with_vms", "totals", "binary_sha256", "differences", "groups_left", "daemon_left")
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def num(v):
+    """A CSV value as a number ("" as None)."""
+    if v in ("", None):
+        return None
+    f = float(v)
+    return int(f) if f.is_integer() and "." not in str(v) else f
+
+
+def soak_from_files(out):
+    """A soak run as soak_verdicts() takes it, from its files: soak.csv (the samples),
+    soak-probe.csv (every probe boost) and soak.json (the rest; a soak before it was written has
+    none: then the windows are the code's for the run's length, the end is the last sample, the
+    totals the last sample's counts, and the daemon before the first VM and after the last is
+    unknown). None without soak.csv."""
+    if not (out / "soak.csv").exists():
+        return None
+    samples = [{k: num(v) for k, v in x.items()} for x in read_csv(out / "soak.csv")]
+    probe = [(float(x["t_s"]), num(x["latency_us"]), x["reply"] or None) for x in read_csv(out / "soak-probe.csv")] \
+        if (out / "soak-probe.csv").exists() else []
+    if (out / "soak.json").exists():
+        r = json.loads((out / "soak.json").read_text())
+    else:
+        duration = samples[-1]["t_s"]
+        last = samples[-1]
+        r = {"duration_s": duration, "warmup_s": min(300.0, duration / 6), "window_s": min(600.0, duration / 3),
+             "at_end_with_vms": last, "baseline": None, "final": None,
+             "totals": {"unanswered": last["unanswered"], "answered": last["answered"], "extra": last["extra_replies"]}}
+    r.update(samples=samples, probe=probe)
+    return r
+
+
+def fuzz_report(out):
+    """fuzz.md as (its header lines, its table's rows as {column: cell}); ([], []) without it."""
+    path = out / "fuzz.md"
+    if not path.exists():
+        return [], []
+    head, rows, columns = [], [], None
+    for line in path.read_text().splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if columns is None:
+                columns = cells
+            elif not set(line) <= set("|-: "):
+                rows.append(dict(zip(columns, cells)))
+        elif line.strip() and columns is None:
+            head.append(line)
+    return head, rows
+
+
+def targets(out, rows):
+    """The campaign's targets, judged from each part's files: fuzz.md, crash.csv, isolation.json,
+    the soak's files."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from experiments.common import target
+    t = []
+    _, fz = fuzz_report(out)
+    for f in fz:
+        execs = num(f.get("executions", "").replace("?", ""))
+        rss = f.get("peak RSS (MB)", "?")
+        t.append(target(f"fuzzing {f['target']}: ≥ 10 million executions, no crash, hang (10 s on one input) or memory "
+                        "past 1 GiB", f"{execs if execs is not None else '?'} executions, {f.get('result')}, peak RSS "
+                        f"{rss} MB", execs is not None and execs >= 10_000_000 and f.get("result") == "ok",
+                        "one run per target"))
+    if fz:
+        if all("RSS at 10 s (MB)" in f for f in fz):
+            t.append(target("fuzzing: memory growth, each target's RSS after 10 s against its peak",
+                            ", ".join(f"{f['target']} {f['RSS at 10 s (MB)']} -> {f['peak RSS (MB)']} MB" for f in fz),
+                            None))
+        else:
+            t.append(target("fuzzing: memory growth, each target's RSS after 10 s against its peak",
+                            "RSS after 10 s: not measured in this run (fuzz.md has only the peak; bench/fuzz.sh "
+                            "--report now records it)", None))
+    if rows:
+        diffs = sum(r["differences"] for r in rows)
+        by = "; ".join(f"{m}: {sum(1 for r in rows if r['restore_by'] == m)} cycles, "
+                       f"{sum(r['differences'] for r in rows if r['restore_by'] == m)} differences"
+                       for m in RESTORE_BY if any(r["restore_by"] == m for r in rows))
+        t.append(target("crash cycles: 0 differences from the host before the daemon, after each kill -9 and "
+                        "restore", f"{diffs} differences in {len(rows)} cycles ({sum(1 for r in rows if r['differences'])} "
+                        "with one)", diffs == 0, by))
+    if (out / "isolation.json").exists():
+        iso = json.loads((out / "isolation.json").read_text())
+        t.append(target("isolation: no thread of the host or of the victim changed by the hostile VM",
+                        f"{len(iso['differences'])} changed", not iso["differences"], "one run"))
+        t.append(target("isolation: the victim's boosts all applied, none denied",
+                        f"{iso['victim_missed']} missed of {iso['rounds']} under the flood, denials "
+                        f"{iso['victim_denied'] or 'none'}", not iso["victim_missed"] and not iso["victim_denied"],
+                        "one run"))
+        delay = None if iso["flood_p99_us"] is None else round(iso["flood_p99_us"] - iso["quiet_p50_us"])
+        t.append(target("isolation: the flood delays the victim's boost by no more than the daemon's per-turn read "
+                        "bound", f"p99 under the flood {iso['flood_p99_us']} µs less the quiet p50 "
+                        f"{iso['quiet_p50_us']} µs: {delay} µs, against {iso['turn_bound_us']} µs",
+                        delay is not None and delay <= iso["turn_bound_us"],
+                        f"{iso['rounds']} boosts quiet and {iso['rounds']} under the flood, one run"))
+    r = soak_from_files(out)
+    if r:
+        md = {}
+        if (out / "soak.md").exists():
+            for line in (out / "soak.md").read_text().splitlines():
+                c = [x.strip() for x in line.strip().strip("|").split("|")]
+                if line.startswith("|") and len(c) == 3 and c[1] in ("met", "**NOT met**"):
+                    md[c[0]] = (c[1] == "met", c[2])
+        for key, name, ok, figures in soak_verdicts(r):
+            if ok is None:
+                if name in md:
+                    ok, figures = md[name][0], (f"{md[name][1]} (as the run wrote it in soak.md: the daemon before "
+                                                "the first VM and after the last is in no data file of that run)")
+                else:
+                    figures = "not measured in this run"
+            t.append(target(f"soak: {name}", figures, ok, "one run"))
+    return t
+
+
+def plot(out, rows):
+    """plot.png: each part against its target (fuzz executions and memory, crash differences per
+    cycle, the victim's boost latency and the per-turn bound, the soak's RSS and probe p99)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5), layout="constrained")
+    (fx, fm, cx), (ix, sx, px) = axes
+    _, fz = fuzz_report(out)
+    if fz:
+        names = [f["target"] for f in fz]
+        fx.bar(names, [num(f.get("executions", "").replace("?", "")) or 0 for f in fz], color="tab:blue")
+        fx.axhline(10_000_000, color="black", linestyle="--", linewidth=1, label="target: ≥ 10 million")
+        fx.set_ylabel("executions")
+        fx.legend(fontsize=8)
+        w = 0.38
+        xs = range(len(fz))
+        fm.bar([x - w / 2 for x in xs], [num(f.get("RSS at 10 s (MB)", "")) or 0 for f in fz], w, color="tab:gray",
+               label="after 10 s" + ("" if all("RSS at 10 s (MB)" in f for f in fz) else " (not measured in this run)"))
+        fm.bar([x + w / 2 for x in xs], [num(f.get("peak RSS (MB)", "").replace("?", "")) or 0 for f in fz], w,
+               color="tab:blue", label="peak")
+        fm.axhline(1024, color="black", linestyle="--", linewidth=1, label="limit: 1 GiB (a failure past it)")
+        fm.set_xticks(list(xs), names)
+        fm.set_ylabel("fuzzing process RSS (MB)")
+        fm.legend(fontsize=8)
+    for ax, title in ((fx, "fuzzing: executions per target"), (fm, "fuzzing: memory")):
+        ax.set_title(title, fontsize=10)
+        if not fz:
+            ax.text(0.5, 0.5, "not run", ha="center", transform=ax.transAxes)
+    if rows:
+        for m, c in zip(RESTORE_BY, ("tab:blue", "tab:green")):
+            rs = [r for r in rows if r["restore_by"] == m]
+            cx.plot([r["cycle"] for r in rs], [r["differences"] for r in rs], "o", markersize=3, color=c,
+                    label=f"restored by {m}")
+        cx.axhline(0, color="black", linestyle="--", linewidth=1, label="target: 0")
+        cx.set_ylim(-0.5, max(3, max(r["differences"] for r in rows) + 1))
+        cx.legend(fontsize=8)
+    cx.set_xlabel("cycle")
+    cx.set_ylabel("differences from the host before")
+    cx.set_title("crash cycles: kill -9, then restore", fontsize=10)
+    if (out / "isolation.json").exists():
+        iso = json.loads((out / "isolation.json").read_text())
+        ks = ("p50", "p99", "max")
+        ix.bar([x - 0.2 for x in range(3)], [iso[f"quiet_{k}_us"] for k in ks], 0.4, color="tab:gray", label="quiet")
+        ix.bar([x + 0.2 for x in range(3)], [iso[f"flood_{k}_us"] for k in ks], 0.4, color="tab:red",
+               label="under the flood")
+        ix.axhline(iso["quiet_p50_us"] + iso["turn_bound_us"], color="black", linestyle="--", linewidth=1,
+                   label="target: flood p99 ≤ quiet p50 + per-turn bound")
+        ix.set_xticks(range(3), ks)
+        ix.legend(fontsize=8)
+    ix.set_ylabel("victim's boost latency (µs)")
+    ix.set_title("isolation: a hostile VM's flood", fontsize=10)
+    r = soak_from_files(out)
+    if r:
+        s = r["samples"]
+        sx.plot([x["t_s"] / 60 for x in s], [x["rss_kib"] / 1024 for x in s], color="tab:blue", label="daemon RSS")
+        warm = next((x for x in s if x["t_s"] >= r["warmup_s"]), s[-1])
+        sx.axvline(r["warmup_s"] / 60, color="grey", linestyle=":", linewidth=1, label="end of warm-up")
+        sx.axhline(warm["rss_kib"] / 1024 + 1, color="black", linestyle="--", linewidth=1,
+                   label="target: ≤ 1 MiB above the warm-up's")
+        sx.set_xlabel("minutes")
+        sx.set_ylabel("MiB")
+        sx.legend(fontsize=8)
+        win = 300.0 if r["duration_s"] >= 1800 else r["duration_s"] / 6
+        edges = [i * win for i in range(int(r["duration_s"] // win) + 1)]
+        p99 = [pct([lat for t, lat, rep in r["probe"] if a <= t < b and (rep or "").startswith("ack")], 99)
+               for a, b in zip(edges, edges[1:])]
+        px.plot([b / 60 for b in edges[1:]], p99, "o-", color="tab:purple", label=f"p99 per {win / 60:g} min")
+        first = [lat for t, lat, rep in r["probe"] if t < r["window_s"] and (rep or "").startswith("ack")]
+        last = [lat for t, lat, rep in r["probe"] if t >= r["duration_s"] - r["window_s"] and (rep or "").startswith("ack")]
+        if pct(first, 99):
+            wm = r["window_s"] / 60
+            px.plot([0, wm], [pct(first, 99)] * 2, color="tab:purple", linewidth=3, alpha=0.5,
+                    label=f"p99 of the first and the last {wm:g} min")
+            if pct(last, 99):
+                px.plot([r["duration_s"] / 60 - wm, r["duration_s"] / 60], [pct(last, 99)] * 2, color="tab:purple",
+                        linewidth=3, alpha=0.5)
+            px.axhline(1.2 * pct(first, 99), color="black", linestyle="--", linewidth=1,
+                       label=f"target: last {wm:g} min's p99 ≤ 1.2 × the first's")
+        px.set_yscale("log")
+        px.set_xlabel("minutes")
+        px.set_ylabel("probe: boost latency p99 (µs)")
+        px.legend(fontsize=8)
+    sx.set_title("soak: the daemon's memory", fontsize=10)
+    px.set_title("soak: the probe VM's boosts", fontsize=10)
+    fig.suptitle("Reliability campaign: each part against its target")
+    fig.savefig(out / "plot.png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
 def fuzz(runs, out):
     """bench/fuzz.sh with `runs` executions per target; returns (its table, whether all passed)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -1505,13 +1725,18 @@ def write_summary(rows, out, fuzz_table=None, fuzz_runs=None, command=None):
     if not command:
         modes = {r["restore_by"] for r in rows}
         command = f"crash --cycles {n}" + (f" --restore-by {modes.pop()}" if len(modes) == 1 else "")
-    fuzz_intro = """coverage-guided (cargo-fuzz, libFuzzer, AddressSanitizer, nightly toolchain), each target from
+    fuzz_intro = """Coverage-guided (cargo-fuzz, libFuzzer; AddressSanitizer on the nightly toolchain, none on
+stable: the table's toolchain column, or fuzz.md's first line, says which ran), each target from
 the committed corpus (`fuzz/corpus`). A crash, a hang (over 10 s on one input) or memory past
-1 GiB fails a target. The peak RSS is the fuzzing process's, sanitizer quarantine included."""
+1 GiB fails a target. The RSS is the fuzzing process's, sanitizer quarantine included: after
+10 s of fuzzing (the last libFuzzer reported by then) and at its peak."""
+    head, _ = fuzz_report(out)
+    undated = ("" if head else "\n\nThis fuzz.md does not say when it ran, at which commit or with which toolchain, nor "
+               "the RSS after 10 s: it predates bench/fuzz.sh --report recording them (the next run does).")
     if fuzz_table:
         fuzz_text = f"`bench/fuzz.sh --runs {fuzz_runs}`:\n{fuzz_intro}\n\n{fuzz_table}"
     elif (out / "fuzz.md").exists():
-        fuzz_text = f"Not run by this command: the last `bench/fuzz.sh` run's table (fuzz.md).\n{fuzz_intro}\n\n" \
+        fuzz_text = f"Not run by this command: the last `bench/fuzz.sh` run's table (fuzz.md).\n{fuzz_intro}{undated}\n\n" \
             + (out / "fuzz.md").read_text()
     else:
         fuzz_text = "Not run (`reliability.py all` runs it)."
@@ -1521,10 +1746,14 @@ the committed corpus (`fuzz/corpus`). A crash, a hang (over 10 s on one input) o
         if m:
             by_mode.append(f"| {mode} | {len(m)} | {sum(r['differences'] for r in m)} | "
                            f"{sum(1 for r in m if r['differences'])} |")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from experiments.common import targets_md
     sections = [f"""# Reliability campaign
 
 Written by `bench/reliability.py` ({time.strftime('%Y-%m-%d')}) from the last run of each part; each
-section says its command.
+section says its command. Measured: {measured_text(out)}.
+
+{targets_md(targets(out, rows))}
 
 ## Fuzzing
 
@@ -1563,7 +1792,26 @@ in {len(bad)} of {n} cycles.{"" if not bad else chr(10) + chr(10) + chr(10).join
             sections.append(f"## {what.capitalize()}\n\nNot run yet (`reliability.py {what}`).\n")
     text = "\n".join(sections)
     (out / "summary.md").write_text(text)
+    plot(out, rows)
     return text
+
+
+def measured_text(out):
+    """When and at which commit each part measured, from the manifest ("~": the commit that
+    committed the data, where the measured one was not recorded)."""
+    m = manifest.read(out) or {}
+    parts = []
+    for part in ("fuzz", "crash", "isolation", "soak"):
+        e = (m.get("parts") or {}).get(part)
+        if not e:
+            continue
+        commit = (e.get("commit") or "")[:7] or ("~" + e["data_commit"][:7] if e.get("data_commit") else "commit unknown")
+        date = (e.get("started") or e.get("date") or "")[:10] or (
+            "~" + e["data_commit_date"][:10] if e.get("data_commit_date") else "date unknown")
+        parts.append(f"{part} {date} at {commit}")
+    return "; ".join(parts) + (" (~: the commit that committed the data, and its date; the measured ones were not "
+                               "recorded)"
+                               if any("~" in x for x in parts) else "") if parts else "no manifest"
 
 
 def main():
@@ -1637,6 +1885,10 @@ def main():
             w = csv.writer(f)
             w.writerow(["t_s", "latency_us", "reply"])
             w.writerows([t, "" if lat is None else round(lat, 1), rep or ""] for t, lat, rep in r["probe"])
+        # What the soak's targets are judged on besides soak.csv and soak-probe.csv (the daemon
+        # before the first VM and after the last, the frame totals, the windows), so that the
+        # summary judges them again from the run's files.
+        (a.out / "soak.json").write_text(json.dumps({k: r[k] for k in SOAK_KEPT if k in r}, indent=1) + "\n")
         record("soak", r["seed"])
         print(text)
         if a.cmd == "soak" and (a.out / "crash.csv").exists():

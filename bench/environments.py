@@ -1,9 +1,13 @@
 """Runs the tests of the environments operators run (bench/tests/test_environments.py: a Debian
 guest with systemd and udev, the host unit under a real systemd, the container under podman)
-and writes results/environments/: data.csv (what each measured) and summary.md (what ran, its
-times, what had to change, what is still untested), with the commit and accelerator.
+and writes results/environments/: data.csv (what each measured, and each test's result),
+summary.md (the targets table: each environment's test passed, judged from data.csv; what ran,
+its times, what had to change, what is still untested), plot.png (the times), with the commit
+and accelerator.
 
   sudo /usr/bin/python3 bench/environments.py [--out DIR]     (about 3 minutes)
+  /usr/bin/python3 bench/environments.py --render [--out DIR]  (no root: summary and plot again
+                                                               from data.csv)
 """
 
 import argparse
@@ -84,12 +88,118 @@ def git(*args):
     return subprocess.run(["git", "-C", str(harness.REPO), *args], capture_output=True, text=True).stdout.strip()
 
 
+# The times each environment's test records (data.csv's measures), for the plot.
+TIMES = {"debian-guest": ("boot_s", "uptime_s", "install_s", "reboot_s"),
+         "host-unit": ("boot_s", "started_s", "sequence_s"),
+         "podman": ("base_s", "build_s", "start_s")}
+
+
+def stored_rows(out=OUT):
+    with open(Path(out) / "data.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def values_of(rows):
+    """{environment: {measure: value}}, numbers as floats (data.csv keeps them as text)."""
+    out = {}
+    for r in rows:
+        v = r["value"]
+        try:
+            v = float(v) if not isinstance(v, (int, float)) else v
+        except ValueError:
+            pass
+        out.setdefault(r["environment"], {})[r["measure"]] = v
+    return out
+
+
+def targets(rows):
+    from experiments.common import target
+    values = values_of(rows)
+    out = []
+    for env, about in ABOUT.items():
+        result = values.get(env, {}).get("result")
+        out.append(target(f"{about['title']}: its test (bench/tests/test_environments.py) passes",
+                          result if result is not None else "not recorded in this run's data.csv",
+                          result == "passed" if result is not None else False, "one run"))
+    return out
+
+
+def plot(rows, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    values = values_of(rows)
+    fig, ax = plt.subplots(figsize=(9, 4), layout="constrained")
+    x, ticks, labels = 0, [], []
+    for env, keys in TIMES.items():
+        for k in keys:
+            v = values.get(env, {}).get(k)
+            if isinstance(v, float):
+                ax.bar(x, v, color="tab:blue")
+                ax.text(x, v, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
+            ticks.append(x)
+            labels.append(f"{env}\n{k[:-2]}")
+            x += 1
+        x += 0.5
+    ax.set_xticks(ticks, labels, fontsize=7)
+    ax.set_ylabel("seconds")
+    accel = values.get("debian-guest", {}).get("accel")
+    ax.set_title(f"The environments operators run: how long each step took ({str(accel).upper() if accel else 'the'} "
+                 "guest); no time target: the targets are the tests passing", fontsize=9)
+    fig.savefig(Path(out) / "plot.png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def write_summary(rows, out, header):
+    """summary.md (the targets table, then each environment: what ran, its times, what had to
+    change, what is still untested) and plot.png, from data.csv's rows."""
+    from experiments.common import targets_md
+    values = values_of(rows)
+
+    def fig(env, key, fmt="{:.1f} s"):
+        v = values.get(env, {}).get(key)
+        return fmt.format(v) if isinstance(v, (int, float)) else (str(v) if v is not None else "not measured")
+    times = {
+        "debian-guest": f"kernel {fig('debian-guest', 'kernel', '{}')}; boot to the test driver "
+                        f"{fig('debian-guest', 'boot_s')} (guest uptime "
+                        f"{fig('debian-guest', 'uptime_s')}), install {fig('debian-guest', 'install_s')}, "
+                        f"{fig('debian-guest', 'boosts', '{:.0f}')} boost(s) under host load, reboot "
+                        f"{fig('debian-guest', 'reboot_s')}",
+        "host-unit": f"boot {fig('host-unit', 'boot_s')}, packages installed and the unit active "
+                     f"{fig('host-unit', 'started_s')}, the whole sequence {fig('host-unit', 'sequence_s')}",
+        "podman": f"{fig('podman', 'podman', '{}')}: base image {fig('podman', 'base_s')}, image built "
+                  f"{fig('podman', 'build_s')}, the daemon up with the VM found {fig('podman', 'start_s')}",
+    }
+    parts = []
+    for env, about in ABOUT.items():
+        result = values.get(env, {}).get("result", "result not recorded")
+        parts.append(f"## {about['title']}: {result}\n\n- **What ran:** {about['ran']}\n"
+                     f"- **Times:** {times[env]}.\n- **What had to change:** {about['changed']}\n"
+                     f"- **Still untested:** {about['untested']}\n")
+    summary = (f"# The environments operators run\n\n{header}\n\n{targets_md(targets(rows))}\n\n"
+               "The tests are bench/tests/test_environments.py; CI runs all three. Figures: data.csv; the times: "
+               "plot.png.\n\n" + "\n".join(parts))
+    (Path(out) / "summary.md").write_text(summary)
+    plot(rows, out)
+    return summary
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(OUT), help="output directory (default results/environments)")
+    ap.add_argument("--render", action="store_true", help="summary.md and plot.png again from data.csv, no tests")
     a = ap.parse_args()
     run = manifest.Run()
     out = Path(a.out)
+    if a.render:
+        m = manifest.read(out) or {}
+        header = (f"Command: `sudo /usr/bin/python3 bench/environments.py` (measured "
+                  f"{(m.get('started') or m.get('date') or '?')[:10]}"
+                  + (f" at {m['commit'][:7]}" if m.get("commit") else "")
+                  + f"; this summary rendered again from its data.csv on {time.strftime('%Y-%m-%d')}).")
+        print(write_summary(stored_rows(out), out, header))
+        manifest.write(out, run, name="environments", producer="bench/environments.py", quick=False, rendered=True)
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     results = {}
@@ -106,6 +216,7 @@ def main():
         for k, v in rcd.items():
             if k != "env":
                 rows.append({"environment": rcd["env"], "measure": k, "value": v})
+    rows += [{"environment": env, "measure": "result", "value": res} for env, res in results.items()]
     with open(out / "data.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["environment", "measure", "value"])
         w.writeheader()
@@ -116,34 +227,10 @@ def main():
     dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no", "--", "crates",
                                                  "bench", "guest", "packaging", "scripts", "Cargo.toml",
                                                  "Cargo.lock") else ""
-    values = {r["env"]: r for r in records}
-
-    def fig(env, key, fmt="{:.1f} s"):
-        v = values.get(env, {}).get(key)
-        return fmt.format(v) if isinstance(v, (int, float)) else (str(v) if v is not None else "not measured")
-    times = {
-        "debian-guest": f"kernel {fig('debian-guest', 'kernel', '{}')}; boot to the test driver "
-                        f"{fig('debian-guest', 'boot_s')} (guest uptime "
-                        f"{fig('debian-guest', 'uptime_s')}), install {fig('debian-guest', 'install_s')}, "
-                        f"{fig('debian-guest', 'boosts', '{}')} boost(s) under host load, reboot "
-                        f"{fig('debian-guest', 'reboot_s')}",
-        "host-unit": f"boot {fig('host-unit', 'boot_s')}, packages installed and the unit active "
-                     f"{fig('host-unit', 'started_s')}, the whole sequence {fig('host-unit', 'sequence_s')}",
-        "podman": f"{fig('podman', 'podman', '{}')}: base image {fig('podman', 'base_s')}, image built "
-                  f"{fig('podman', 'build_s')}, the daemon up with the VM found {fig('podman', 'start_s')}",
-    }
-    parts = []
-    for env, about in ABOUT.items():
-        parts.append(f"## {about['title']}: {results[env]}\n\n- **What ran:** {about['ran']}\n"
-                     f"- **Times:** {times[env]}.\n- **What had to change:** {about['changed']}\n"
-                     f"- **Still untested:** {about['untested']}\n")
-    summary = (f"# The environments operators run\n\n"
-               f"Command: `sudo /usr/bin/python3 bench/environments.py` (took {(time.time() - t0) / 60:.1f} min on "
-               f"{time.strftime('%Y-%m-%d')}, commit {commit}{dirty}, {os.cpu_count()} CPUs, Linux "
-               f"{os.uname().release}, accelerator {accel}: {reason}).\n\n"
-               "The tests are bench/tests/test_environments.py; CI runs all three. Figures: data.csv.\n\n"
-               + "\n".join(parts))
-    (out / "summary.md").write_text(summary)
+    header = (f"Command: `sudo /usr/bin/python3 bench/environments.py` (took {(time.time() - t0) / 60:.1f} min on "
+              f"{time.strftime('%Y-%m-%d')}, commit {commit}{dirty}, {os.cpu_count()} CPUs, Linux "
+              f"{os.uname().release}, accelerator {accel}: {reason}).")
+    write_summary(rows, out, header)
     manifest.write(out, run, name="environments", producer="bench/environments.py", quick=False,
                    accel=(accel.upper(), reason))
     print(f"environments: {out}")

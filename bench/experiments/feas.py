@@ -21,8 +21,8 @@ left where the kernel puts it, as an operator would run it.
 The network lives in a private network namespace (harness.TapNet): QEMU opens its tap there
 and the client runs there, so no test traffic goes to a private address of the host's network.
 
-Each experiment's main(..., rows=rows) renders its summary and plot again from a run's stored
-data (EXPERIMENTS[name].stored(directory)) without measuring; data.csv is left as measured.
+Each experiment's main(..., out=dir, rows=EXPERIMENTS[name].stored(dir)) renders its summary and
+plot again from a run's stored data without measuring; data.csv is left as measured.
 
 Modes: "none" (no daemon: the host's scheduler alone) and "feas" (`cosched host` with
 FEAS_CONFIG: it finds the QEMU processes itself, discover_processes, and boosts a VM's runnable
@@ -515,8 +515,8 @@ class Fairness:
 
     @classmethod
     def stored(cls, directory=None):
-        """main()'s keyword arguments that render a run again from its data.csv."""
-        return {"rows": stored_rows(directory, cls.NAME)}
+        """A run's data.csv rows: main(quick, out=directory, rows=stored(directory)) renders it again."""
+        return stored_rows(directory, cls.NAME)
 
     @classmethod
     def main(cls, quick, out=None, verbose=False, fresh=False, rows=None):
@@ -656,22 +656,27 @@ class Latency:
 
     @classmethod
     def stored(cls, directory=None):
-        """main()'s keyword arguments that render a run again: its data.csv rows and, where the run
-        kept them, each ping's round trip (rtts.csv)."""
-        d = Path(directory) if directory else harness.REPO / "results" / cls.NAME
-        rtts = None
-        if (d / "rtts.csv").exists():
-            rtts = {}
-            with open(d / "rtts.csv", newline="") as f:
-                for r in csv.DictReader(f):
-                    rtts.setdefault(r["cell"], []).append(float(r["rtt_us"]))
-        return {"rows": stored_rows(d, cls.NAME), "rtts": rtts}
+        """A run's data.csv rows: main(quick, out=directory, rows=stored(directory)) renders it again
+        (with each ping's round trip from rtts.csv in the same directory, where the run kept one)."""
+        return stored_rows(directory, cls.NAME)
+
+    @staticmethod
+    def stored_rtts(directory):
+        """{cell: [round trips, µs]} of rtts.csv, None where the run kept none."""
+        path = Path(directory) / "rtts.csv"
+        if not path.exists():
+            return None
+        rtts = {}
+        with open(path, newline="") as f:
+            for r in csv.DictReader(f):
+                rtts.setdefault(r["cell"], []).append(float(r["rtt_us"]))
+        return rtts
 
     @classmethod
     def main(cls, quick, out=None, verbose=False, fresh=False, rows=None, rtts=None):
-        """rows, rtts: a run's data.csv rows and round trips (stored()), to render its summary and
-        plot again. Without the round trips (a run that did not keep them) plot.png stays as the
-        measurement drew it: its distribution panel needs them."""
+        """rows: a run's data.csv rows (stored(dir)), to render its summary and plot again; rtts: its
+        round trips, by default rtts.csv of the output directory. Without them (a run that did not
+        keep them) plot.png stays as the measurement drew it: its distribution panel needs them."""
         o = Output(cls.NAME, quick, out, fresh)
         pings, rounds = cls.plan(quick)
         if rows is None:
@@ -682,6 +687,7 @@ class Latency:
                 w.writerow(["cell", "rtt_us"])
                 w.writerows([cell, x] for cell, xs in rtts.items() for x in xs)
         else:
+            rtts = rtts if rtts is not None else cls.stored_rtts(o.dir)
             pings = max(r["pings"] for r in rows)
             rounds = max((len(split(r.get("round_avg_us"))) for r in rows), default=0) or None
         kept_plot = rtts is None and (o.dir / "plot.png").exists()
@@ -1023,8 +1029,8 @@ class Throughput:
 
     @classmethod
     def stored(cls, directory=None):
-        """main()'s keyword arguments that render a run again from its data.csv."""
-        return {"rows": stored_rows(directory, cls.NAME)}
+        """A run's data.csv rows: main(quick, out=directory, rows=stored(directory)) renders it again."""
+        return stored_rows(directory, cls.NAME)
 
     @classmethod
     def main(cls, quick, out=None, verbose=False, fresh=False, rows=None):
@@ -1366,8 +1372,8 @@ class Overhead:
 
     @classmethod
     def stored(cls, directory=None):
-        """main()'s keyword arguments that render a run again from its data.csv."""
-        return {"rows": stored_rows(directory, cls.NAME)}
+        """A run's data.csv rows: main(quick, out=directory, rows=stored(directory)) renders it again."""
+        return stored_rows(directory, cls.NAME)
 
     @classmethod
     def main(cls, quick, out=None, verbose=False, fresh=False, rows=None):

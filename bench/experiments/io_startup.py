@@ -19,7 +19,7 @@ differ in I/O only. One guest boot per (mode, host workload) measures every gues
 Targets (summary.md's table, judged from data.csv): with the most host readers and a sequential
 guest workload, coordinated at most 1.3x the idle disk with each lever and uncoordinated at least
 3x (a cell's mean counts a timed-out launch as 60 s: a lower bound); the default lever wins over
-the cells with host readers. main(..., rows=stored_rows()) renders the summary and plot again from
+the cells with host readers. main(..., rows=stored(dir)) renders the summary and plot again from
 data.csv without measuring (and puts first-run.csv's figures, an earlier full run of the grid,
 beside them as the spread between runs).
 """
@@ -71,7 +71,7 @@ TARGET_WORKLOADS = ("1r-seq", "5r-seq")
 DEFAULT_LEVER = "ioprio"
 
 
-def stored_rows(directory=None, name="data.csv"):
+def stored(directory=None, name="data.csv"):
     """A run's rows from results/io-startup/data.csv (or another file of the same columns there,
     first-run.csv), typed as one_boot() returns them: None where a cell has no finished launch."""
     path = Path(directory or harness.REPO / "results" / NAME) / name
@@ -335,7 +335,7 @@ def plot(out, rows, hosts, workloads, modes, idle):
 
 
 def main(quick, out=None, verbose=False, fresh=False, rows=None):
-    """rows: a run's data.csv rows (stored_rows()), to render its plot and summary again without
+    """rows: a run's data.csv rows (stored(dir)), to render its plot and summary again without
     measuring (data.csv is left as measured)."""
     o = Output(NAME, quick, out, fresh)
     if rows is None:
@@ -348,7 +348,7 @@ def main(quick, out=None, verbose=False, fresh=False, rows=None):
         modes = [m for m in MODES if any(r["mode"] == m for r in rows)]
         # An earlier full run of the same grid kept beside it (first-run.csv): its figures go
         # beside this run's as the spread between runs.
-        other = stored_rows(o.dir, "first-run.csv") if (o.dir / "first-run.csv").exists() else None
+        other = stored(o.dir, "first-run.csv") if (o.dir / "first-run.csv").exists() else None
     idle = idle_of(rows)
     stored_x = [r.get("x_idle") for r in rows]
     for r in rows:

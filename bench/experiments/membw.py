@@ -14,8 +14,8 @@ backend, G MB/s declared guaranteed; each VM's bandwidth is the daemon's own mea
 this one has no PMU counters, so that result does not exist here. On a host without counters the
 run stops at once with the daemon's reason and writes nothing.
 
-main(..., rows=rows, stops=stops) renders the simulated run's summary and plot again from its
-data.csv and stops.csv (stored()) without simulating."""
+main(..., rows=stored(dir)) renders the simulated run's summary and plot again from its data.csv
+(and stops.csv) without simulating."""
 
 import csv
 import json
@@ -50,17 +50,22 @@ GUARANTEE_PCT = 95
 
 
 def stored(directory=None):
-    """The simulated run's rows (data.csv) and stops (stops.csv, None where the run kept none),
-    typed as main() makes them: main(quick, rows=..., stops=...) renders them again."""
+    """The simulated run's rows (data.csv), typed as main() makes them: main(quick, out=directory,
+    rows=stored(directory)) renders them again (with stops.csv from the same directory, where the
+    run kept one)."""
     d = Path(directory or harness.REPO / "results" / NAME)
     with open(d / "data.csv", newline="") as f:
-        rows = [dict(r, t_ms=float(r["t_ms"]), mbps=float(r["mbps"]), guarantee_mbps=float(r["guarantee_mbps"]),
+        return [dict(r, t_ms=float(r["t_ms"]), mbps=float(r["mbps"]), guarantee_mbps=float(r["guarantee_mbps"]),
                      throttled_ms=float(r["throttled_ms"])) for r in csv.DictReader(f)]
-    stops = None
-    if (d / "stops.csv").exists():
-        with open(d / "stops.csv", newline="") as f:
-            stops = [dict(r, t_ms=float(r["t_ms"]), latency_ms=float(r["latency_ms"])) for r in csv.DictReader(f)]
-    return {"rows": rows, "stops": stops}
+
+
+def stored_stops(directory):
+    """stops.csv of a simulated run, None where it kept none."""
+    path = Path(directory) / "stops.csv"
+    if not path.exists():
+        return None
+    with open(path, newline="") as f:
+        return [dict(r, t_ms=float(r["t_ms"]), latency_ms=float(r["latency_ms"])) for r in csv.DictReader(f)]
 
 
 def reports_of(rows, stops):
@@ -155,8 +160,9 @@ def plot(reports):
 
 
 def main(quick, out=None, verbose=False, fresh=False, real_mbps=None, rows=None, stops=None):
-    """rows, stops: a simulated run's data.csv and stops.csv (stored()), to render its summary and
-    plot again without simulating (its files are left as they are)."""
+    """rows: a simulated run's data.csv rows (stored(dir)), to render its summary and plot again
+    without simulating (its files are left as they are); stops: its stops, by default stops.csv of
+    the output directory where there is one."""
     if real_mbps is not None:
         return real(real_mbps, quick, out, verbose, fresh)
     o = Output(NAME, quick, out, fresh)
@@ -179,6 +185,7 @@ def main(quick, out=None, verbose=False, fresh=False, real_mbps=None, rows=None,
             w.writeheader()
             w.writerows(stops)
     else:
+        stops = stops if stops is not None else stored_stops(o.dir)
         reports = reports_of(rows, stops)
     table = []
     for (demand, mode), r in reports.items():

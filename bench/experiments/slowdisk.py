@@ -664,7 +664,7 @@ def write_results(out, rows, checks, quick, run):
     print(f"{out}/summary.md", flush=True)
 
 
-def stored_rows(out=None):
+def stored(out=None):
     """The rows of a validation's data.csv, typed as measure_point() makes them (None where no
     launch finished)."""
     rows = []
@@ -680,7 +680,7 @@ def stored_rows(out=None):
 
 def render(out=None, quick=False, rows=None):
     """summary.md and plot.png again from a validation's data.csv (or `rows`, typed as
-    stored_rows() returns them) and checks.json where the run wrote one, without measuring;
+    stored() returns them) and checks.json where the run wrote one, without measuring;
     data.csv stays as measured, the manifest keeps the measurement."""
     out = Path(out) if out else REPO / "results/slowdisk"
     run = _manifest().Run()
@@ -690,7 +690,7 @@ def render(out=None, quick=False, rows=None):
     found = re.search(r"took [0-9.]+ min on \d{4}-\d{2}-\d{2}", old)
     when = (f"took {checks['took_s'] / 60:.1f} min on {checks['date']}" if checks and "took_s" in checks else
             found.group(0) if found else f"measured on {m.get('date') or (m.get('started') or '?')[:10]}")
-    return render_results(out, stored_rows(out) if rows is None else rows, checks, quick, run, rendered=True,
+    return render_results(out, stored(out) if rows is None else rows, checks, quick, run, rendered=True,
                           when=f"{when}; this summary rendered again from its data.csv on {time.strftime('%Y-%m-%d')}")
 
 
@@ -860,7 +860,7 @@ launch right after the readers start, or a few seconds after the previous one, m
 
 def main(quick=False, out=None, verbose=False, fresh=False, rows=None):
     """bench/experiment.py's entry point (NAME = slowdisk). rows: a validation's rows
-    (stored_rows()), to render its summary and plot again without measuring."""
+    (stored()), to render its summary and plot again without measuring."""
     if rows is not None:
         render(out, quick, rows)
         return Path(out) if out else REPO / "results/slowdisk"

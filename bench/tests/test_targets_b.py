@@ -128,7 +128,10 @@ class MemBw(Case):
         from experiments import membw
         out = self.tmp()
         rows, stops = self.data(rt_busy, stop_ms)
-        membw.main(False, out=out, rows=rows, stops=stops if keep_stops else None)
+        if keep_stops:
+            membw.main(False, out=out, rows=rows, stops=stops)
+        else:
+            membw.main(False, out=out, rows=rows)
         return out
 
     def test_the_guarantee_target_flips_at_95_percent(self):

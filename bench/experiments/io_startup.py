@@ -457,9 +457,11 @@ def summary(rows, hosts, idle, quick, x_changed=False):
     loaded = [h for h in hosts if h > 0]
     lines = []
     if loaded and idle and lever_mean(rows, "none", loaded):
+        # A quick run measures only some of the modes: say what it has.
+        means = {m: lever_mean(rows, m, loaded) for m in ("ioprio", "weight")}
+        levers = "".join(f"{v:.2f}× idle with the {m} lever, " for m, v in means.items() if v is not None)
         lines.append(f"Over every cell with host readers ({', '.join(map(str, loaded))}), the start-up is on average "
-                     f"{lever_mean(rows, 'ioprio', loaded):.2f}× idle with the ioprio lever, "
-                     f"{lever_mean(rows, 'weight', loaded):.2f}× with the weight lever and "
+                     f"{levers or 'not measured with either lever, and '}"
                      f"{'≥ ' if any(r['timeouts'] for r in rows if r['mode'] == 'none' and r['host_readers'] in loaded) else ''}"
                      f"{lever_mean(rows, 'none', loaded):.2f}× uncoordinated.")
     shown = []

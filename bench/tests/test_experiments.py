@@ -52,7 +52,8 @@ class QuickExperiments(unittest.TestCase):
             for r in rows:
                 for c in numeric:
                     if r.get(c, "") != "":
-                        float(r[c])  # raises if not a number
+                        for x in r[c].split("/"):  # one figure, or one per round / download ("/"-joined)
+                            float(x)  # raises if not a number
             w, h = png_size(Path(out) / "plot.png")
             self.assertTrue(w > 400 and h > 250, (w, h))
             self.assertGreater((Path(out) / "plot.png").stat().st_size, 10_000)

@@ -144,11 +144,7 @@ def main():
     out = Path(a.out)
     run = manifest.Run()
     if a.render:
-        m = manifest.read(out) or {}
-        header = (f"Command: `{m.get('command') or 'sudo /usr/bin/python3 bench/boot_vs_snapshot.py'}` (measured "
-                  f"{(m.get('started') or m.get('date') or '?')[:10]}"
-                  + (f" at {m['commit'][:7]}" if m.get("commit") else "")
-                  + f"; this summary rendered again from its data.csv on {time.strftime('%Y-%m-%d')}).")
+        header = manifest.rendered_header(out, "sudo /usr/bin/python3 bench/boot_vs_snapshot.py")
         print(write_summary(stored_rows(out), out, header))
         manifest.write(out, run, name="boot-vs-snapshot", producer="bench/boot_vs_snapshot.py", quick=False,
                        rendered=True)

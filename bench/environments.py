@@ -192,11 +192,7 @@ def main():
     run = manifest.Run()
     out = Path(a.out)
     if a.render:
-        m = manifest.read(out) or {}
-        header = (f"Command: `sudo /usr/bin/python3 bench/environments.py` (measured "
-                  f"{(m.get('started') or m.get('date') or '?')[:10]}"
-                  + (f" at {m['commit'][:7]}" if m.get("commit") else "")
-                  + f"; this summary rendered again from its data.csv on {time.strftime('%Y-%m-%d')}).")
+        header = manifest.rendered_header(out, "sudo /usr/bin/python3 bench/environments.py")
         print(write_summary(stored_rows(out), out, header))
         manifest.write(out, run, name="environments", producer="bench/environments.py", quick=False, rendered=True)
         return 0

@@ -157,6 +157,16 @@ MEASURED = ("commit", "dirty", "dirty_paths", "kernel", "accel", "cpus", "starte
             "executable", "command", "quick", "seeds")
 
 
+def rendered_header(directory, command):
+    """The first line of a summary rendered again from stored data by a script that writes its own
+    summary (boot_vs_snapshot.py, environments.py): when the data was measured (its manifest), and
+    that the summary was rendered today."""
+    m = read(directory) or {}
+    return (f"Command: `{m.get('command') or command}` (measured {(m.get('started') or m.get('date') or '?')[:10]}"
+            + (f" at {m['commit'][:7]}" if m.get("commit") else "")
+            + f"; this summary rendered again from its data.csv on {datetime.now(timezone.utc):%Y-%m-%d}).")
+
+
 def read(directory):
     """The manifest of `directory`, or None (none, or not JSON)."""
     try:

@@ -7,14 +7,13 @@ nice -20 (no real-time class at all). Besides the guest's latency we measure hos
 CPU time the two host hogs got meanwhile, against what they got with no coordination.
 """
 
-import csv
 import statistics
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
 import harness
-from experiments.common import Output, log, md_table, target
+from experiments.common import Output, log, md_table, read_csv, target
 
 NAME = "boost-classes"
 CLASSES = ("rr", "fifo", "deadline", "nice")
@@ -107,20 +106,9 @@ def plot(agg):
     return fig
 
 
-def number(v):
-    """A CSV cell as the row had it: int, float, or the text ("" for none)."""
-    for t in (int, float):
-        try:
-            return t(v)
-        except ValueError:
-            pass
-    return v
-
-
 def stored(directory):
     """The rows of a run's data.csv (results/boost-classes), as measure() returned them."""
-    with open(Path(directory) / "data.csv") as f:
-        return [{k: (v if k in ("class", "warnings") else number(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+    return read_csv(Path(directory) / "data.csv", text=("class", "warnings"))
 
 
 def targets(rows, agg):

@@ -220,6 +220,25 @@ def targets_md(targets):
     return "\n".join(out)
 
 
+def number(v):
+    """A CSV cell as the row had it: int, float, True / False, or the text ("" for none)."""
+    if v in ("True", "False"):
+        return v == "True"
+    for t in (int, float):
+        try:
+            return t(v)
+        except ValueError:
+            pass
+    return v
+
+
+def read_csv(path, text=()):
+    """The rows of a CSV file a run wrote, as its measure() returned them: each cell a number where
+    it reads as one (number()), the columns in `text` kept as text."""
+    with open(path) as f:
+        return [{k: (v if k in text else number(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
 def md_table(rows, columns, headers=None):
     headers = headers or columns
     assert len(headers) == len(columns), f"{len(headers)} headers for {len(columns)} columns"

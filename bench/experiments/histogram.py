@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import harness
-from experiments.common import POLICY_LABEL, STYLE, Output, log, md_table, target
+from experiments.common import POLICY_LABEL, STYLE, Output, log, md_table, read_csv, target
 
 NAME = "histogram"
 CYCLICTEST = {"other": "-i 1000", "rt": "-p 80 -i 1000"}
@@ -73,24 +73,9 @@ def plot(hists, summaries):
     return fig
 
 
-def number(v):
-    """A CSV cell as the row had it: int, float, or the text ("" for none)."""
-    for t in (int, float):
-        try:
-            return t(v)
-        except ValueError:
-            pass
-    return v
-
-
-def read_csv(path, text=("cyclictest", "policy")):
-    with open(path) as f:
-        return [{k: (v if k in text else number(v)) for k, v in r.items()} for r in csv.DictReader(f)]
-
-
 def stored(directory):
     """The rows of a run's data.csv (results/histogram): its histogram buckets."""
-    return read_csv(Path(directory) / "data.csv")
+    return read_csv(Path(directory) / "data.csv", text=("cyclictest", "policy"))
 
 
 def summaries_of(hists, stats_rows=None):
@@ -154,7 +139,7 @@ def main(quick, out=None, verbose=False, fresh=False, rows=None):
             w.writeheader()
             w.writerows(stats_rows)
     else:
-        stats_rows = read_csv(o.dir / "stats.csv") if (o.dir / "stats.csv").exists() else None
+        stats_rows = read_csv(o.dir / "stats.csv", text=("cyclictest", "policy")) if (o.dir / "stats.csv").exists() else None
     hists = {}
     for r in rows:
         hists.setdefault((r["cyclictest"], r["policy"]), {})[r["latency_us"]] = r["samples"]

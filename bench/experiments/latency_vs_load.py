@@ -8,13 +8,12 @@ SCHED_RR 1. One boot measures a guest point's two cyclictest runs, one after the
 (SCHED_OTHER first), under the same hogs and policy.
 """
 
-import csv
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
 import harness
-from experiments.common import POLICY_LABEL, Output, grid_curve_style, log, md_table, target
+from experiments.common import POLICY_LABEL, Output, grid_curve_style, log, md_table, read_csv, target
 
 NAME = "latency-vs-load"
 CYCLICTEST = {"other": "-i 1000", "rt": "-p 80 -i 1000"}
@@ -276,21 +275,9 @@ curves "are now almost completely horizontal". Their curves come from `cyclictes
 """
 
 
-def number(v):
-    """A CSV cell as the row had it: int, float, or the text ("" for none)."""
-    for t in (int, float):
-        try:
-            return t(v)
-        except ValueError:
-            pass
-    return v
-
-
 def stored(directory):
     """The rows of a run's data.csv (results/latency-vs-load), as measure() returned them."""
-    with open(Path(directory) / "data.csv") as f:
-        return [{k: (v if k in ("cyclictest", "curve", "policy") else number(v)) for k, v in r.items()}
-                for r in csv.DictReader(f)]
+    return read_csv(Path(directory) / "data.csv", text=("cyclictest", "curve", "policy"))
 
 
 def main(quick, out=None, verbose=False, fresh=False, rows=None):

@@ -10,14 +10,13 @@ switched within a boot: the same jobs run without the agent in two more boots, o
 one on, and we report each job's slowdown with it on.
 """
 
-import csv
 import statistics
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
 import harness
-from experiments.common import Output, log, md_table, target
+from experiments.common import Output, log, md_table, read_csv, target
 
 NAME = "overhead"
 # part: "agent" (without and with the agent, one boot) or "run-delay" (the daemon's run_delay off
@@ -121,21 +120,10 @@ def measure(quick, verbose=False):
     return rows + delay_rows
 
 
-def number(v):
-    """A CSV cell as the row had it: int, float, or the text ("" for none)."""
-    for t in (int, float):
-        try:
-            return t(v)
-        except ValueError:
-            pass
-    return v
-
-
 def stored(directory):
     """The rows of a run's data.csv (results/overhead), as measure() returned them. A run from
     before the run-delay part has only the agent part's columns (round, agent, job, us)."""
-    with open(Path(directory) / "data.csv") as f:
-        return [{k: (v if k in ("part", "job") else number(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+    return read_csv(Path(directory) / "data.csv", text=("part", "job"))
 
 
 def paired(rows, job, key="agent"):

@@ -30,7 +30,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 import harness
-from experiments.common import Output, log, md_table, target
+from experiments.common import Output, log, md_table, read_csv, target
 
 NAME = "scale"
 RATE = 200  # transitions per second per VM
@@ -473,23 +473,6 @@ def measure_run(quick, verbose=False):
             pf = paced.get(r["vms"] * RATE, f)
             r["paced_floor_us"], r["ratio_to_paced_floor"] = pf, r["cpu_us_per_transition"] / pf
     return rows, floor_rows(before, after)
-
-
-def number(v):
-    """A CSV cell as the row had it: int, float, True / False, or the text ("" for none)."""
-    if v in ("True", "False"):
-        return v == "True"
-    for t in (int, float):
-        try:
-            return t(v)
-        except ValueError:
-            pass
-    return v
-
-
-def read_csv(path, text=()):
-    with open(path) as f:
-        return [{k: (v if k in text else number(v)) for k, v in r.items()} for r in csv.DictReader(f)]
 
 
 def stored(directory):

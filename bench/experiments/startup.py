@@ -8,7 +8,6 @@ host/guest hogs and the same QEMU policies as latency-vs-load; "no guest" is the
 the host.
 """
 
-import csv
 import statistics
 import subprocess
 from pathlib import Path
@@ -17,7 +16,7 @@ import matplotlib.pyplot as plt
 
 import harness
 import manifest
-from experiments.common import POLICY_LABEL, RESULTS, Output, grid_curve_style, log, md_table, target
+from experiments.common import POLICY_LABEL, RESULTS, Output, grid_curve_style, log, md_table, read_csv, target
 
 NAME = "startup"
 APP = ["python3", "-c", f"{harness.STARTUP_IMPORTS}; print('ready')"]
@@ -195,20 +194,9 @@ def plot(rows):
     return fig
 
 
-def number(v):
-    """A CSV cell as the row had it: int, float, or the text ("" for none)."""
-    for t in (int, float):
-        try:
-            return t(v)
-        except ValueError:
-            pass
-    return v
-
-
 def stored(directory):
     """The rows of a run's data.csv (results/startup), as measure() returned them."""
-    with open(Path(directory) / "data.csv") as f:
-        return [{k: (v if k in ("curve", "policy") else number(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+    return read_csv(Path(directory) / "data.csv", text=("curve", "policy"))
 
 
 def main(quick, out=None, verbose=False, fresh=False, rows=None):
@@ -368,8 +356,7 @@ def repeats():
     path = RESULTS / "startup-misses" / "data.csv"
     if not path.exists():
         return None
-    with open(path) as f:
-        rs = [{k: (v if k == "variant" else number(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+    rs = read_csv(path, text=("variant",))
     m = manifest.read(path.parent) or {}
     when = (m.get("started") or m.get("date") or "")[:10]
     out = {}

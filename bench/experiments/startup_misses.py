@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 import harness
 import manifest
 from experiments import startup
-from experiments.common import RESULTS, STYLE, Output, log, md_table, target
+from experiments.common import RESULTS, STYLE, Output, log, md_table, read_csv, target
 
 NAME = "startup-misses"
 # binary: the file name of COSCHED_BIN_BEFORE for the "before" variant's runs.
@@ -242,20 +242,9 @@ def plot(rows, points):
     return fig
 
 
-def number(v):
-    """A CSV cell as the row had it: int, float, or the text ("" for none)."""
-    for t in (int, float):
-        try:
-            return t(v)
-        except ValueError:
-            pass
-    return v
-
-
 def stored(directory):
     """The rows of a run's data.csv (results/startup-misses), as measure() returned them."""
-    with open(Path(directory) / "data.csv") as f:
-        return [{k: (v if k == "variant" else number(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+    return read_csv(Path(directory) / "data.csv", text=("variant",))
 
 
 def main(quick, out=None, verbose=False, fresh=False, rows=None):

@@ -81,7 +81,8 @@ PRODUCERS = {
     "feas-overhead": ([_EXP + "feas.py"], _ALL),
     "slowdisk": ([_EXP + "slowdisk.py", "bench/slowdisk"], ()),
     "reliability": (["bench/reliability.py", "bench/fuzz.sh", "fuzz"], ("crates", "bench/harness.py")),
-    "environments": (["bench/environments.py", "bench/tests/test_environments.py", "packaging"], _SCRIPT),
+    "environments": (["bench/environments.py", "bench/tests/test_environments.py", "packaging", "scripts/package.sh"],
+                     _SCRIPT),
     "boot-vs-snapshot": (["bench/boot_vs_snapshot.py"], _SCRIPT),
     "thread-discovery": (["bench/thread_discovery_bench.py"], ("crates", "bench/harness.py")),
 }

@@ -5,6 +5,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -274,6 +275,16 @@ class Cli(unittest.TestCase):
         for name, (own, groups) in manifest.PRODUCERS.items():
             for path in own:
                 self.assertTrue((REPO / path).exists(), f"{name}: {path}")
+
+    def test_environments_own_the_packaging_script(self):
+        """The environments' test builds the packages with harness.build_packages(): the script that
+        it runs (scripts/package.sh) is the result's own code."""
+        import inspect
+        import harness
+        self.assertIn("harness.build_packages()", (REPO / "bench/tests/test_environments.py").read_text())
+        scripts = set(re.findall(r"scripts/[\w.-]+\.sh", inspect.getsource(harness.build_packages)))
+        self.assertEqual(scripts, {"scripts/package.sh"})
+        self.assertLessEqual(scripts, set(manifest.PRODUCERS["environments"][0]))
 
     def test_status_needs_no_root(self):
         import experiment

@@ -1482,8 +1482,9 @@ def read_csv(path):
 
 
 def num(v):
-    """A CSV value as a number ("" as None)."""
-    if v in ("", None):
+    """A CSV or table value as a number: None for "" and for fuzz.md's "-" (a run shorter than 10 s
+    has no RSS after 10 s) and "?" (libFuzzer did not report it)."""
+    if v in ("", None, "-", "?"):
         return None
     f = float(v)
     return int(f) if f.is_integer() and "." not in str(v) else f
@@ -1547,7 +1548,8 @@ def targets(out, rows):
     if fz:
         if all("RSS at 10 s (MB)" in f for f in fz):
             t.append(target("fuzzing: memory growth, each target's RSS after 10 s against its peak",
-                            ", ".join(f"{f['target']} {f['RSS at 10 s (MB)']} -> {f['peak RSS (MB)']} MB" for f in fz),
+                            ", ".join(f"{f['target']} {rss_text(f['RSS at 10 s (MB)'])} -> {f['peak RSS (MB)']} MB"
+                                      for f in fz),
                             None))
         else:
             t.append(target("fuzzing: memory growth, each target's RSS after 10 s against its peak",
@@ -1592,6 +1594,11 @@ def targets(out, rows):
                     figures = "not measured in this run"
             t.append(target(f"soak: {name}", figures, ok, "one run"))
     return t
+
+
+def rss_text(cell):
+    """fuzz.md's "RSS at 10 s" cell for the targets table."""
+    return {"-": "none (ran under 10 s)", "?": "not reported"}.get(cell, cell)
 
 
 def plot(out, rows):

@@ -151,6 +151,35 @@ class Parts(unittest.TestCase):
             self.assertEqual(m["rendered_argv"], ["reliability.py", "summary"])
 
 
+CRASH_ROWS = [dict(cycle=i, restore_by=("command", "restart")[i % 2], differences=0, restore="restored", boosted=1,
+                   raised=1, throttles=1, shielded=True, fifo=True, foreign_qemus=0, detail="") for i in range(2)]
+
+
+class ReliabilitySummary(unittest.TestCase):
+    """bench/reliability.py's summary and manifest (no root: the parts' runs are stand-ins)."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="cosched-reliability-")
+        self.addCleanup(self.tmp.cleanup)
+        self.out = Path(self.tmp.name)
+
+    def test_a_short_fuzz_run_has_no_rss_after_10_s(self):
+        """fuzz.sh writes "-" (a run shorter than 10 s) or "?" in the "RSS at 10 s" column: no value,
+        not an error in `reliability.py summary` or `all`."""
+        import reliability
+        (self.out / "fuzz.md").write_text(
+            "Fuzzed 2026-12-01T00:00:00Z at commit 0000000 with rustc x and cargo-fuzz y, sanitizer none: `z`.\n\n"
+            "| target | toolchain, sanitizer | executions | exec/s | corpus | RSS at 10 s (MB) | peak RSS (MB) | seconds "
+            "| result |\n|---|---|---|---|---|---|---|---|---|\n"
+            "| frame_decoder | stable, none | 1000 | 1 | 1 | - | 45 | 3 | ok |\n"
+            "| config_loader | stable, none | ? | ? | 1 | ? | ? | 1 | FAILED |\n")
+        text = reliability.write_summary(CRASH_ROWS, self.out)
+        self.assertTrue((self.out / "plot.png").exists())
+        self.assertIn("frame_decoder none (ran under 10 s) -> 45 MB", text)
+        self.assertIn("config_loader not reported -> ? MB", text)
+        self.assertEqual([reliability.num(v) for v in ("-", "?", "", "12", "1.5")], [None, None, None, 12, 1.5])
+
+
 class Status(unittest.TestCase):
     """status() in a throw-away repository shaped like this one."""
 

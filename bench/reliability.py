@@ -2,8 +2,8 @@
 """cosched's reliability campaign: figures in results/reliability/summary.md.
 
   sudo /usr/bin/python3 bench/reliability.py all [--cycles 100] [--runs 10000000] [--soak-minutes 0]
-  sudo /usr/bin/python3 bench/reliability.py crash [--cycles 100] [--restore-by alternate|command|restart]
-  sudo /usr/bin/python3 bench/reliability.py isolation [--seconds 20]
+  sudo /usr/bin/python3 bench/reliability.py crash [--cycles 100] [--restore-by alternate|command|restart] [--seed N]
+  sudo /usr/bin/python3 bench/reliability.py isolation [--seconds 20] [--seed N]
   sudo /usr/bin/python3 bench/reliability.py soak [--minutes 60] [--vms 16] [--seed N]
   /usr/bin/python3 bench/reliability.py summary   (summary.md and plot.png again from the files of the last runs)
   (each takes --out DIR, default results/reliability; `all` is ~20 min without the soak; crash,
@@ -1732,6 +1732,9 @@ def write_summary(rows, out, fuzz_table=None, fuzz_runs=None, command=None):
     if not command:
         modes = {r["restore_by"] for r in rows}
         command = f"crash --cycles {n}" + (f" --restore-by {modes.pop()}" if len(modes) == 1 else "")
+        seed = ((((manifest.read(out) or {}).get("parts") or {}).get("crash") or {}).get("seeds") or {}).get("seed")
+        if seed is not None:  # the crash run's, recorded in its manifest entry
+            command += f" --seed {seed}"
     fuzz_intro = """Coverage-guided (cargo-fuzz, libFuzzer; AddressSanitizer on the nightly toolchain, none on
 stable: the table's toolchain column, or fuzz.md's first line, says which ran), each target from
 the committed corpus (`fuzz/corpus`). A crash, a hang (over 10 s on one input) or memory past
@@ -1828,11 +1831,12 @@ def main():
     c.add_argument("--cycles", type=int, default=100)
     c.add_argument("--restore-by", choices=("alternate",) + RESTORE_BY, default="alternate",
                    help="what puts the host back after a kill (default: alternate, command first)")
-    c.add_argument("--seed", type=int, help="for the random kill moments (default: random)")
+    c.add_argument("--seed", type=int, help="for the random kill moments (default: drawn at random; either way "
+                                            "recorded in the manifest and the summary's command)")
     c.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS}")
     iso = sub.add_parser("isolation", help="a hostile VM floods its channel beside a victim")
     iso.add_argument("--seconds", type=float, default=20)
-    iso.add_argument("--seed", type=int)
+    iso.add_argument("--seed", type=int, help="default: drawn at random; either way recorded in the manifest")
     iso.add_argument("--out", type=Path, default=RESULTS, help=f"default {RESULTS} (isolation.md)")
     so = sub.add_parser("soak", help="many VMs flooding within their rate limit, coming and going, for an hour")
     so.add_argument("--minutes", type=float, default=60)
@@ -1867,12 +1871,13 @@ def main():
         sys.exit("reliability.py: must run as root (the daemon)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     if a.cmd == "isolation":
-        r = isolation(a.seconds, seed=a.seed)
+        seed = a.seed if a.seed is not None else random.randrange(1 << 32)  # recorded, so that a run can be repeated
+        r = isolation(a.seconds, seed=seed)
         a.out.mkdir(parents=True, exist_ok=True)
         text = isolation_text(r, a.seconds)
         (a.out / "isolation.md").write_text(text)
         (a.out / "isolation.json").write_text(json.dumps(r, indent=1) + "\n")
-        record("isolation", a.seed)
+        record("isolation", seed)
         print(text)
         if (a.out / "crash.csv").exists():
             write_summary(None, a.out)
@@ -1903,20 +1908,22 @@ def main():
         soak_ok = all(ok for _, _, ok, _ in soak_verdicts(r))
         if a.cmd == "soak":
             sys.exit(0 if soak_ok else 1)
+    seed = a.seed if a.seed is not None else random.randrange(1 << 32)  # recorded, so that a run can be repeated
     run_crash = manifest.Run()
-    rows = crash(a.cycles, a.seed, restore_by=getattr(a, "restore_by", "alternate"))
+    rows = crash(a.cycles, seed, restore_by=getattr(a, "restore_by", "alternate"))
     run_fuzz = manifest.Run()
     table, fuzz_ok = fuzz(a.runs, a.out) if a.cmd == "all" else (None, True)
-    command = None
     if a.cmd == "all":
         command = f"all --cycles {a.cycles} --runs {a.runs}" + (f" --soak-minutes {a.soak_minutes:g}"
                                                                  if a.soak_minutes else "")
-    elif a.restore_by != "alternate":
-        command = f"crash --cycles {a.cycles} --restore-by {a.restore_by}"
-    print(write_summary(rows, a.out, table, getattr(a, "runs", None), command))
-    record("crash", a.seed, run_crash)
+    else:
+        command = f"crash --cycles {a.cycles}" + (f" --restore-by {a.restore_by}" if a.restore_by != "alternate" else "")
+    command += f" --seed {seed}"
+    # The parts' manifest entries first: the summary's "Measured:" line reads them.
+    record("crash", seed, run_crash)
     if a.cmd == "all":
         record("fuzz", None, run_fuzz)
+    print(write_summary(rows, a.out, table, getattr(a, "runs", None), command))
     sys.exit(1 if any(r["differences"] for r in rows) or not fuzz_ok or not soak_ok else 0)
 
 

@@ -180,6 +180,69 @@ class ReliabilitySummary(unittest.TestCase):
         self.assertEqual([reliability.num(v) for v in ("-", "?", "", "12", "1.5")], [None, None, None, 12, 1.5])
 
 
+    def main(self, *args, **fakes):
+        """reliability.main() with the parts' runs replaced by `fakes` (no root, no daemon)."""
+        import reliability
+        import signal
+        self.addCleanup(signal.signal, signal.SIGTERM, signal.getsignal(signal.SIGTERM))
+        with contextlib.ExitStack() as stack:
+            for k, v in fakes.items():
+                stack.enter_context(mock.patch.object(reliability, k, v))
+            stack.enter_context(mock.patch.object(os, "geteuid", return_value=0))
+            stack.enter_context(mock.patch.object(sys, "argv", ["reliability.py", *args, "--out", str(self.out)]))
+            stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+            with self.assertRaises(SystemExit) as e:
+                reliability.main()
+        return e.exception.code
+
+    def test_the_summary_names_this_run_and_its_seed(self):
+        """The summary's "Measured:" line names the crash and fuzz runs that wrote it, not the ones
+        before (the parts' manifest entries are recorded first); the crash and isolation runs draw
+        a seed when none is given and record it."""
+        old = {"commit": "0" * 40, "started": "2026-11-01T10:00:00Z", "kind": "measured"}
+        put(self.out, "manifest.json", json.dumps({"schema": 1, "name": "reliability", "parts": {
+            "crash": old, "fuzz": old, "isolation": old}}))
+        seeds = []
+
+        def crash(cycles, seed=None, log=print, restore_by="alternate"):
+            seeds.append(seed)
+            return [dict(r) for r in CRASH_ROWS]
+
+        def fuzz(runs, out):
+            table = "| target | toolchain, sanitizer | executions | exec/s | corpus | RSS at 10 s (MB) | peak RSS (MB) " \
+                    "| seconds | result |\n|---|---|---|---|---|---|---|---|---|\n| t | s, none | 5 | 1 | 1 | - | 4 | 1 | ok |\n"
+            (out / "fuzz.md").write_text("Fuzzed now.\n\n" + table)
+            return table, True
+
+        head = sh(REPO, "rev-parse", "HEAD")
+        self.assertEqual(self.main("all", "--cycles", "2", "--runs", "5", crash=crash, fuzz=fuzz), 0)
+        measured = re.search(r"Measured: (.*)\.", (self.out / "summary.md").read_text()).group(1)
+        for part in ("fuzz", "crash"):
+            self.assertRegex(measured, rf"{part} \d{{4}}-\d\d-\d\d at {head[:7]}")
+        self.assertIn("isolation 2026-11-01 at 0000000", measured, "not run: the earlier run's")
+        m = manifest.read(self.out)
+        self.assertIsInstance(seeds[0], int, "a seed drawn")
+        self.assertEqual(m["parts"]["crash"]["seeds"], {"seed": seeds[0]})
+        self.assertIn(f"reliability.py all --cycles 2 --runs 5 --seed {seeds[0]}`", (self.out / "summary.md").read_text())
+        self.assertEqual(self.main("crash", "--cycles", "2", "--seed", "7", crash=crash), 0)
+        self.assertEqual((seeds[1], manifest.read(self.out)["parts"]["crash"]["seeds"]), (7, {"seed": 7}))
+        self.assertIn("reliability.py crash --cycles 2 --seed 7`", (self.out / "summary.md").read_text())
+
+        got = {}
+
+        def isolation(seconds, rounds=200, seed=None, log=print):
+            got["seed"] = seed
+            return dict(quiet_p50_us=100.0, quiet_p99_us=200.0, quiet_max_us=300.0, flood_p50_us=110.0,
+                        flood_p99_us=300.0, flood_max_us=400.0, victim_missed=0, victim_denied={}, rounds=50,
+                        turn_bound_us=1000, differences=[])
+
+        self.assertEqual(self.main("isolation", isolation=isolation, isolation_text=lambda r, s: "## Isolation\n"), 0)
+        self.assertIsInstance(got["seed"], int, "a seed drawn")
+        self.assertEqual(manifest.read(self.out)["parts"]["isolation"]["seeds"], {"seed": got["seed"]})
+        # The summary rendered again (`reliability.py summary`) keeps the crash run's seed in its command.
+        self.assertIn("reliability.py crash --cycles 2 --seed 7`", (self.out / "summary.md").read_text())
+
+
 class Status(unittest.TestCase):
     """status() in a throw-away repository shaped like this one."""
 

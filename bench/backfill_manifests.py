@@ -7,15 +7,22 @@ null for whatever neither says (nothing is guessed).
 
 By default: every results/*/ without a manifest, and the run directories nested in them that a
 producer wrote with --out (results/scale/redesign/*, results/reliability/soak-sched-other). A
-manifest that a run wrote is never replaced; --force replaces recovered ones.
+manifest that a run wrote is never replaced; --force replaces recovered ones, but not one whose
+kind is "rendered" (a rendering kept the measurement's fields and added its own: recovering again
+would lose them) nor one with a part written by a run.
 
 What a recovered manifest holds (besides bench/manifest.py's fields, most of them null):
-  data_commit       the commit that last changed the directory's data (its files other than .md
-                    and .png; all its files where it has nothing else), with its date and subject;
-                    last_commit: the last commit that changed the directory at all
+  data_commit       the last commit that changed the directory's data, with its date and subject:
+                    its CSV and JSON files but manifest.json (where it has none: its files but
+                    manifest.json and what a rendering rewrites, summary.md and plot.png; where it
+                    has nothing else, its files but manifest.json), passing over the commits whose
+                    message says that they rendered the result again (they measured nothing);
+                    last_commit: the last commit that changed the directory at all (manifest.json
+                    aside)
   commit            the measured commit, only where it is stated: in the summary ("commit X"), in
-                    the data commit's message ("... at X"), or in the summary that compares nested
-                    runs; commit_stated (as written) and commit_source say where
+                    the data commit's message ("... at X"; never a rendering commit's: its "at X"
+                    is the code that rendered), or in the summary that compares nested runs;
+                    commit_stated (as written) and commit_source say where
   date, command, quick, seeds, kernel.release, accel, cpus: as the summary's command paragraph
                     and setup line state them
 Status (bench/experiment.py status) judges a manifest without a commit from its data commit, and
@@ -69,12 +76,33 @@ def git(*args):
     return out.strip() if rc == 0 else None
 
 
-def last_commit(paths):
-    """(hash, ISO date, subject) of the last commit that changed any of `paths`, or None."""
+# A commit message that says the commit rendered a result again from stored data: it measured
+# nothing, and an "at X" in it is the rendering's code.
+RENDERING = re.compile(r"\bre-?render|\brender(?:ed|s|ing)?\s+again\b", re.I)
+# What a rendering writes again beside the data (Output.summary, Output.png), and the manifest.
+RENDERED_FILES = ("summary.md", "plot.png")
+
+
+def last_commit(paths, measured=False):
+    """(hash, ISO date, subject) of the last commit that changed any of `paths`, or None.
+    measured: the last one whose message does not say that it rendered again (RENDERING)."""
     if not paths:
         return None
-    out = git("log", "-1", "--format=%H%x00%aI%x00%s", "--", *paths)
-    return tuple(out.split("\0")) if out else None
+    out = git("log", *([] if measured else ["-1"]), "--format=%x01%H%x00%aI%x00%s%x00%B", "--", *paths) or ""
+    for rec in out.split("\x01")[1:]:
+        h, date, subject, body = rec.split("\0", 3)
+        if not (measured and RENDERING.search(body)):
+            return h, date, subject
+    return None
+
+
+def data_files(files):
+    """The files of `files` that hold a result's data: its CSV and JSON files but manifest.json;
+    failing those, all but manifest.json and what a rendering rewrites (summary.md, plot.png);
+    failing those, all but manifest.json."""
+    files = [f for f in files if f.name != manifest.FILE]
+    return ([f for f in files if f.suffix in (".csv", ".json")]
+            or [f for f in files if f.name not in RENDERED_FILES] or files)
 
 
 def content_commit(path):
@@ -156,19 +184,22 @@ def stated(text):
     return s
 
 
-def entry(directory, data_files, text, name, commit_elsewhere=None, nested=False):
-    """A recovered manifest entry for the files `data_files` of `directory`, whose command and setup
+def entry(directory, files, text, name, commit_elsewhere=None, nested=False):
+    """A recovered manifest entry for the files `files` of `directory`, whose command and setup
     `text` states. nested: a run directory inside another result's, whose data commit's message
     speaks of the outer result."""
     rel = lambda p: str(p.relative_to(REPO))  # noqa: E731
-    data = [f for f in data_files if f.suffix not in (".md", ".png")] or data_files
-    dc, lc = last_commit([rel(f) for f in data]), last_commit([rel(f) for f in data_files])
-    # Data moved here unchanged: the commit that brought its content, the newest of its files'.
+    data = data_files(files)
+    dc = last_commit([rel(f) for f in data], measured=True)
+    lc = last_commit([rel(f) for f in files if f.name != manifest.FILE])
+    # Data moved here unchanged: the commit that brought its content, the newest of its files'
+    # (if older than the data commit: not a rendering's rewrite that the data commit passed over).
     origins = [content_commit(rel(f)) for f in data]
     origin = None
     if dc and all(origins):
         newest = max(origins, key=lambda o: o[1])
-        origin = newest if newest[0] != dc[0] else None
+        if newest[0] != dc[0] and manifest.git(REPO, "merge-base", "--is-ancestor", newest[0], dc[0])[0] == 0:
+            origin = newest
     s = stated(text)
     commit, commit_source, commit_text = None, None, None
     if s["commit"]:
@@ -179,7 +210,7 @@ def entry(directory, data_files, text, name, commit_elsewhere=None, nested=False
         m = re.search(pattern, (REPO / path).read_text())
         if m:
             commit, commit_text, commit_source = full_hash(m.group(1)), m.group(1), f"{path}: '{m.group(0)}'"
-    elif dc and not nested:
+    elif dc and not nested and not RENDERING.search(git("log", "-1", "--format=%B", dc[0]) or ""):
         m = re.search(r"\bat ([0-9a-f]{7,40})\b", dc[2])
         if m and full_hash(m.group(1)):
             commit, commit_text = full_hash(m.group(1)), m.group(1)
@@ -256,16 +287,35 @@ def targets():
     return dirs
 
 
+def kept(old, force):
+    """Why manifest `old` stays as it is (None: it may be recovered again): any manifest without
+    --force; with it, one that a run wrote (or a part of it), one of a rendering (kind "rendered":
+    it keeps the measurement's fields and adds the rendering's), one not recovered."""
+    if old is None:
+        return None
+    entries = [old] + [e for e in (old.get("parts") or {}).values() if isinstance(e, dict)]
+    if not force:
+        return f"{old.get('source')}; --force replaces a recovered one"
+    if any(e.get("source") == "written by the run" for e in entries):
+        return "written by the run: never replaced"
+    if any(e.get("kind") == "rendered" for e in entries) or old.get("rendered_commit"):
+        return f"{old.get('source')}, kind rendered: never replaced, the rendering's fields would be lost"
+    if old.get("source") != "recovered from git history":
+        return f"{old.get('source')}: never replaced"
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dirs", nargs="*", type=Path, help="results directories (default: all, see above)")
-    ap.add_argument("--force", action="store_true", help="replace recovered manifests (never a run's)")
+    ap.add_argument("--force", action="store_true", help="replace recovered manifests (never a run's, nor a rendered one)")
     ap.add_argument("--dry-run", action="store_true", help="print the manifests, write nothing")
     a = ap.parse_args()
     for d in [p.resolve() for p in a.dirs] or targets():
         old = manifest.read(d)
-        if old is not None and (old.get("source") != "recovered from git history" or not a.force):
-            print(f"{d.relative_to(REPO)}: has a manifest ({old.get('source')}), left as it is")
+        why = kept(old, a.force)
+        if why:
+            print(f"{d.relative_to(REPO)}: has a manifest ({why}), left as it is")
             continue
         m = recover(d)
         text = json.dumps(m, indent=1, ensure_ascii=False) + "\n"

@@ -359,6 +359,84 @@ class Backfill(unittest.TestCase):
         self.assertEqual(set(bf.stated("no command here").values()), {None})
 
 
+class BackfillHistory(unittest.TestCase):
+    """bench/backfill_manifests.py on a throw-away repository's history: the data commit is the last
+    one that changed the data, not the manifest nor a rendering; no measured commit is read from a
+    rendering commit's message; --force leaves a rendered manifest and a run's alone."""
+
+    def setUp(self):
+        import backfill_manifests as bf
+        self.bf = bf
+        self.tmp = tempfile.TemporaryDirectory(prefix="cosched-backfill-")
+        self.addCleanup(self.tmp.cleanup)
+        self.repo = Path(self.tmp.name).resolve()
+        sh(self.repo, "init", "-q")
+        for k, v in (("REPO", self.repo), ("RESULTS", self.repo / "results")):
+            patch = mock.patch.object(bf, k, v)
+            patch.start()
+            self.addCleanup(patch.stop)
+        self.dir = self.repo / "results/io-startup"
+        put(self.repo, "bench/experiments/io_startup.py", "1\n")
+        self.code = commit(self.repo, "the code")
+        put(self.dir, "data.csv", "a\n1\n")
+        put(self.dir, "summary.md", "# io\n\nCommand: `sudo /usr/bin/python3 bench/experiment.py io-startup` (full run, "
+                                    "took 39 min on 2026-11-23).\n")
+        put(self.dir, "plot.png", "png")
+        self.measured = commit(self.repo, "io-startup full run (39 min): the figures")
+        put(self.dir, "manifest.json", json.dumps(bf.recover(self.dir)))
+        commit(self.repo, "Recovered manifests for every result")
+        put(self.repo, "bench/experiments/io_startup.py", "2\n")
+        self.render_code = commit(self.repo, "io_startup.py: the summary's targets table")
+        # The rendering rewrites the summary, the plot and the manifest (not the data), and its
+        # message names the code that rendered.
+        put(self.dir, "summary.md", "# io again\n\nCommand: `sudo /usr/bin/python3 bench/experiment.py io-startup` (full "
+                                    "run, took 39 min on 2026-11-23; this summary rendered again on 2026-12-01).\n")
+        put(self.dir, "plot.png", "png 2")
+        m = json.loads((self.dir / "manifest.json").read_text())
+        m.update(kind="rendered", rendered_commit=self.render_code)
+        put(self.dir, "manifest.json", json.dumps(m))
+        commit(self.repo, f"results: io-startup rendered again from its committed data at {self.render_code[:7]} "
+                          "(no measurement)")
+
+    def test_the_data_commit_is_the_measurement(self):
+        m = self.bf.recover(self.dir)
+        self.assertEqual(m["data_commit"], self.measured)
+        self.assertIsNone(m["commit"], "no measured commit stated")
+        self.assertIsNone(m["data_moved_from_commit"])
+        # A rendering that rewrote data.csv too (a relabelling, its plot re-rendered) measured nothing either.
+        put(self.dir, "data.csv", "a\n1.0\n")
+        commit(self.repo, f"io-startup: the column relabelled at {self.render_code[:7]}, plot re-rendered from data.csv")
+        m = self.bf.recover(self.dir)
+        self.assertEqual((m["data_commit"], m["commit"], m["data_moved_from_commit"]), (self.measured, None, None))
+        # A measurement's message that states its commit still gives it.
+        put(self.dir, "data.csv", "a\n2\n")
+        new = commit(self.repo, f"results/io-startup: full run at {self.code[:7]}")
+        m = self.bf.recover(self.dir)
+        self.assertEqual((m["data_commit"], m["commit"]), (new, self.code))
+
+    def main(self, *args):
+        with mock.patch.object(sys, "argv", ["backfill_manifests.py", *args]), \
+                contextlib.redirect_stdout(io.StringIO()) as out:
+            self.bf.main()
+        return out.getvalue()
+
+    def test_force_keeps_a_rendering_and_a_run(self):
+        before = (self.dir / "manifest.json").read_text()
+        out = self.main("--force", str(self.dir))
+        self.assertIn("kind rendered", out)
+        self.assertEqual((self.dir / "manifest.json").read_text(), before)
+        for m in ({"source": "written by the run", "kind": "measured", "commit": self.code},
+                  {"name": "reliability", "parts": {"crash": {"source": "written by the run", "kind": "measured"}}}):
+            put(self.dir, "manifest.json", json.dumps(m))
+            self.assertIn("left as it is", self.main("--force", str(self.dir)))
+            self.assertEqual(json.loads((self.dir / "manifest.json").read_text()), m)
+        # A recovered, measured manifest: replaced with --force only.
+        put(self.dir, "manifest.json", json.dumps({"source": "recovered from git history", "kind": "measured"}))
+        self.assertIn("left as it is", self.main(str(self.dir)))
+        self.assertIn("data " + self.measured[:7], self.main("--force", str(self.dir)))
+        self.assertEqual(manifest.read(self.dir)["data_commit"], self.measured)
+
+
 class Cli(unittest.TestCase):
     def test_every_result_has_a_producer(self):
         from experiment import EXPERIMENTS

@@ -18,8 +18,8 @@ manifest.json (one object):
                 say when and from what it was rendered (the measurement's are null if no manifest
                 of the measurement existed)
   commit        HEAD at the start of the run (40 hex digits)
-  dirty         whether tracked files outside results/ had uncommitted changes at the start;
-                dirty_paths: those files
+  dirty         whether files outside results/ had uncommitted changes at the start, or were
+                untracked (and not ignored); dirty_paths: those files
   kernel        {"release": uname -r, "version": uname -v} of the host
   accel         {"name": "TCG" or "KVM", "reason": why} (null where the run boots no guest)
   cpus          os.cpu_count()
@@ -104,8 +104,9 @@ def head(repo=REPO):
 
 
 def dirty_paths(repo=REPO):
-    """Tracked files with uncommitted changes (staged or not), outside results/; None outside git."""
-    rc, out = git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=no")
+    """Files with uncommitted changes (staged or not) and untracked files that git does not ignore,
+    outside results/ (what `status` counts as uncommitted: uncommitted()); None outside git."""
+    rc, out = git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all")
     if rc != 0:
         return None
     paths, entries = set(), out.split("\0")
@@ -258,10 +259,27 @@ def uncommitted(repo, paths):
     return set(a.split()) | set(b.split())
 
 
+def _dirty(flag, paths, groups, what="measured"):
+    """Why a run with uncommitted changes (flag, paths: its dirty and dirty_paths) cannot vouch for
+    the code in `groups`, or None: it was clean, or its changes were outside them (docs, results,
+    tests)."""
+    if not flag:
+        return None
+    if not isinstance(paths, list):
+        return f"{what} with uncommitted changes (which files is not recorded)"
+    mine = [p for p in paths if _group_of(p, groups)]
+    if not mine:
+        return None
+    return (f"{what} with uncommitted changes to {', '.join(mine[:3])}"
+            + (f" and {len(mine) - 3} more" if len(mine) > 3 else ""))
+
+
 def judge(repo, name, m, pending=None):
     """What changed since manifest `m` of results/<name> in the code it runs:
     {"verdict": "current" | "stale" | "unknown", "groups": {group: [files]}, "commit", "entry",
-    "why"}. pending: uncommitted() of every path, if already known."""
+    "why"}. pending: uncommitted() of every path, if already known. A run with uncommitted changes
+    to the code the result runs (dirty_paths in its groups) is "unknown", never "current": what it
+    measured is in no commit."""
     groups = _paths(name)
     paths = sorted({p for ps in groups.values() for p in ps})
     if pending is None:
@@ -287,9 +305,11 @@ def judge(repo, name, m, pending=None):
             if g:
                 changed.setdefault(g, []).append(f)
         changed = {g: changed[g] for g in groups if g in changed}  # crates, guest, harness, own
-        verdict = "stale" if changed else ("unknown" if why or approx else "current")
+        dirty = _dirty(e.get("dirty"), e.get("dirty_paths"), groups)
+        verdict = "stale" if changed else ("unknown" if why or approx or dirty else "current")
         if approx and not why:
             why = f"the measured commit is unknown: changes since the data's commit {base[:7]}"
+        why = "; ".join(w for w in (why, dirty) if w) or None
         r = {"verdict": verdict, "groups": changed, "commit": base, "entry": e, "part": part, "why": why}
         rank = {"current": 0, "unknown": 1, "stale": 2}
         if worst is None or (rank[verdict], sum(map(len, changed.values()))) > \
@@ -334,9 +354,9 @@ def line(r):
     else:
         verdict = "UNKNOWN"
     if r["why"]:
-        verdict += f" ({r['why']})"
+        verdict += f": {r['why']}" if r["verdict"] == "unknown" else f" ({r['why']})"
     if r["part"]:
         verdict += f" [part {r['part']}" + (f" of {len(r['manifest']['parts'])}]")
-    if e.get("dirty"):
-        verdict += " [measured with uncommitted changes]"
+    if e.get("dirty") and "uncommitted" not in (r["why"] or ""):
+        verdict += " [measured with uncommitted changes outside its code]"
     return f"{r['name']:<17} {commit:<8} {date:<10} {accel:<4} {mode:<5} {verdict}"

@@ -311,6 +311,47 @@ class Status(unittest.TestCase):
         sh(self.repo, "checkout", "--", "bench/harness.py", "results/histogram/data.csv")
         self.assertEqual(manifest.Run(self.repo).dirty_paths, [])
 
+    def measure(self, name="histogram", producer="bench/experiments/histogram.py"):
+        """A run of results/<name> now (with the tree as it is), its manifest committed."""
+        m = manifest.write(self.repo / "results" / name, manifest.Run(self.repo, argv=["x"]), name=name,
+                           producer=producer, quick=False, accel=("TCG", "test"))
+        sh(self.repo, "add", "results")
+        sh(self.repo, "commit", "-q", "-m", "measured")
+        return m
+
+    def test_a_run_with_uncommitted_changes_to_its_code_is_unknown(self):
+        put(self.repo, "bench/harness.py", "dirty\n")
+        put(self.repo, "crates/host/src/new.rs", "untracked\n")
+        m = self.measure()
+        self.assertEqual(m["dirty_paths"], ["bench/harness.py", "crates/host/src/new.rs"],
+                         "untracked files too: status counts them")
+        sh(self.repo, "checkout", "--", "bench/harness.py")
+        (self.repo / "crates/host/src/new.rs").unlink()
+        r = self.status()["histogram"]
+        self.assertEqual(r["verdict"], "unknown", "what it measured is in no commit")
+        self.assertIn("UNKNOWN: measured with uncommitted changes to bench/harness.py, crates/host/src/new.rs",
+                      manifest.line(r))
+        # Changes that no result runs (docs, results, tests) do not matter.
+        put(self.repo, "docs/evaluation.md", "dirty\n")
+        put(self.repo, "bench/tests/test_new.py", "untracked\n")
+        m = self.measure()
+        self.assertEqual(m["dirty_paths"], ["bench/tests/test_new.py", "docs/evaluation.md"])
+        r = self.status()["histogram"]
+        self.assertEqual(r["verdict"], "current")
+        self.assertIn("[measured with uncommitted changes outside its code]", manifest.line(r))
+        # scale does not run the guest: a dirty guest does not matter to it, it does to histogram.
+        put(self.repo, "guest/run.sh", "dirty\n")
+        self.measure("scale", "bench/experiments/scale.py")
+        self.measure()
+        sh(self.repo, "checkout", "--", "guest/run.sh")
+        st = self.status()
+        self.assertEqual((st["scale"]["verdict"], st["histogram"]["verdict"]), ("current", "unknown"))
+        # A recovered manifest that says dirty but not which files.
+        m = manifest.read(self.repo / "results/scale")
+        m.update(dirty=True, dirty_paths=None)
+        put(self.repo, "results/scale/manifest.json", json.dumps(m))
+        self.assertIn("which files is not recorded", manifest.line(self.status()["scale"]))
+
     def test_recovered_manifest_without_a_commit(self):
         data = sh(self.repo, "rev-parse", "HEAD")
         put(self.repo, "results/startup/manifest.json", json.dumps({

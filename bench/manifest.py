@@ -33,6 +33,23 @@ manifest.json (one object):
 A recovered manifest has the same fields, null where git history and the summary do not say, and
 data_commit (the commit that last changed the directory's data), commit_stated / commit_source
 (where the measured commit is stated, if anywhere) and date (the day the summary states).
+
+status (`bench/experiment.py status`, judge()): a result is stale when code that it runs (GROUPS,
+and its own: PRODUCERS) changed after the commit that vouches for it, in a later commit or
+uncommitted now. Which commit vouches for which files, the rule its status line names:
+  measured      (kind "measured") every group since the measured commit M: "measured at M, all
+                since".
+  rendered      (kind "rendered", or a parts manifest with rendered_commit) the crates, the guest
+                and bench/harness.py since the measured commit M; the result's scripts (scripts():
+                its own Python scripts and bench/experiments/common.py) since the rendered commit
+                R: a rendering vouches that the changes to those files between M and R are
+                rendering only (the summary, its targets, the plot), so that a rendering-only
+                change does not make the result stale once it is rendered again. "measured at M,
+                rendered at R: <scripts> since R". The result's other own files (the fuzz targets,
+                fuzz.sh, the slow disk's C, packaging/) only measure: since M.
+A run with uncommitted changes to code the result runs (dirty_paths in its groups; for a
+rendering, rendered_dirty_paths in its scripts) is "unknown", never "current": what it measured or
+rendered is in no commit. Uncommitted changes elsewhere (docs, results, tests) do not matter.
 """
 
 import json
@@ -215,7 +232,7 @@ def _entry(old, run, quick, accel, seeds, rendered):
 
 def _rendering(run):
     return {"rendered_commit": run.commit, "rendered_dirty": None if run.dirty_paths is None else bool(run.dirty_paths),
-            "rendered_at": utc_now(), "rendered_argv": run.argv}
+            "rendered_dirty_paths": run.dirty_paths, "rendered_at": utc_now(), "rendered_argv": run.argv}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,14 +291,47 @@ def _dirty(flag, paths, groups, what="measured"):
             + (f" and {len(mine) - 3} more" if len(mine) > 3 else ""))
 
 
+COMMON = "bench/experiments/common.py"
+
+
+def scripts(name):
+    """The code of results/<name> that a rendering runs: its own Python scripts (its producer and
+    the modules of its own that it imports; not bench/tests/, and not its other own files: the slow
+    disk's C, fuzz.sh and the fuzz targets, packaging/, scripts/package.sh, which only measure) and
+    bench/experiments/common.py where the result runs it."""
+    groups = _paths(name)
+    own = [p for p in groups["own"] if p.endswith(".py") and not p.startswith("bench/tests/")]
+    return own + [p for p in groups.get("harness", []) if p == COMMON]
+
+
+def _commit_ok(repo, c):
+    return bool(c) and git(repo, "rev-parse", "--verify", "--quiet", c + "^{commit}")[0] == 0
+
+
+def _since(repo, c, paths):
+    """The files under `paths` that changed from commit `c` to HEAD."""
+    if not paths:
+        return set()
+    _, out = git(repo, "diff", "--name-only", c, "HEAD", "--", *paths)
+    return set(out.split())
+
+
 def judge(repo, name, m, pending=None):
     """What changed since manifest `m` of results/<name> in the code it runs:
     {"verdict": "current" | "stale" | "unknown", "groups": {group: [files]}, "commit", "entry",
-    "why"}. pending: uncommitted() of every path, if already known. A run with uncommitted changes
-    to the code the result runs (dirty_paths in its groups) is "unknown", never "current": what it
-    measured is in no commit."""
+    "why", "rule", "rendered_commit", "scripts"}. pending: uncommitted() of every path, if already
+    known.
+
+    rule "measured": every group is judged since the measured commit. rule "rendered" (kind
+    "rendered", or a parts manifest rendered again: rendered_commit R beside the measured commit M):
+    the crates, the guest and bench/harness.py are judged since M, the result's scripts (scripts():
+    its own Python scripts and bench/experiments/common.py) since R: the rendering vouches that
+    their changes from M to R were rendering only. A run with uncommitted changes to the code the
+    result runs (dirty_paths in its groups; for a rendering, rendered_dirty_paths in its scripts)
+    is "unknown", never "current": what it measured or rendered is in no commit."""
     groups = _paths(name)
     paths = sorted({p for ps in groups.values() for p in ps})
+    mine = scripts(name)
     if pending is None:
         pending = uncommitted(repo, paths)
     worst = None
@@ -290,27 +340,44 @@ def judge(repo, name, m, pending=None):
         approx = False
         if not base and e.get("data_commit"):  # recovered: the data's commit (or where it was moved from)
             base, approx = e.get("data_moved_from_commit") or e["data_commit"], True
+        rendering = e if e.get("kind") == "rendered" else (m if part and m.get("rendered_commit") else None)
+        rendered = rendering.get("rendered_commit") if rendering else None
         files = set(pending)
-        why = None
+        whys = []
+        base_ok = _commit_ok(repo, base)
         if not base:
-            why = "no commit recorded"
-        elif git(repo, "rev-parse", "--verify", "--quiet", base + "^{commit}")[0] != 0:
-            why = f"commit {base[:7]} is not in this repository"
+            whys.append("no commit recorded")
+        elif not base_ok:
+            whys.append(f"commit {base[:7]} is not in this repository")
+        rule = "measured"
+        if rendered and _commit_ok(repo, rendered):
+            rule = "rendered"
+            files |= _since(repo, rendered, mine)
+            if base_ok:
+                files |= _since(repo, base, [p for p in paths if p not in mine])
         else:
-            _, out = git(repo, "diff", "--name-only", base, "HEAD", "--", *paths)
-            files |= set(out.split())
+            if rendered:
+                whys.append(f"rendered commit {rendered[:7]} is not in this repository: all judged since the "
+                            "measured commit")
+            if base_ok:
+                files |= _since(repo, base, paths)
         changed = {}
         for f in sorted(files):
             g = _group_of(f, groups)
             if g:
                 changed.setdefault(g, []).append(f)
         changed = {g: changed[g] for g in groups if g in changed}  # crates, guest, harness, own
-        dirty = _dirty(e.get("dirty"), e.get("dirty_paths"), groups)
-        verdict = "stale" if changed else ("unknown" if why or approx or dirty else "current")
-        if approx and not why:
-            why = f"the measured commit is unknown: changes since the data's commit {base[:7]}"
-        why = "; ".join(w for w in (why, dirty) if w) or None
-        r = {"verdict": verdict, "groups": changed, "commit": base, "entry": e, "part": part, "why": why}
+        if approx and base_ok:
+            whys.append(f"the measured commit is unknown: changes since the data's commit {base[:7]}")
+        whys.append(_dirty(e.get("dirty"), e.get("dirty_paths"), groups))
+        if rule == "rendered":
+            whys.append(_dirty(rendering.get("rendered_dirty"), rendering.get("rendered_dirty_paths", None),
+                               {"scripts": mine}, "rendered"))
+        whys = [w for w in whys if w]
+        verdict = "stale" if changed else ("unknown" if whys or approx else "current")
+        r = {"verdict": verdict, "groups": changed, "commit": base, "entry": e, "part": part,
+             "why": "; ".join(whys) or None, "rule": rule, "rendered_commit": rendered if rule == "rendered" else None,
+             "scripts": mine}
         rank = {"current": 0, "unknown": 1, "stale": 2}
         if worst is None or (rank[verdict], sum(map(len, changed.values()))) > \
                 (rank[worst["verdict"]], sum(map(len, worst["groups"].values()))):
@@ -335,6 +402,19 @@ def status(repo=REPO, results=None):
     return out
 
 
+def rule_text(r):
+    """Which rule judged a status() entry, for its line: "measured at M, all since" (every group
+    since the measured commit) or "measured at M, rendered at R: <its scripts> since R"."""
+    e = r["entry"]
+    m = (r["commit"] or "?")[:7]
+    if not e.get("commit") and e.get("data_commit"):
+        m = "~" + m
+    if r.get("rule") != "rendered":
+        return f"measured at {m}, all since"
+    names = ", ".join(p.rsplit("/", 1)[-1] for p in r["scripts"]) or "no script"
+    return f"measured at {m}, rendered at {r['rendered_commit'][:7]}: {names} since {r['rendered_commit'][:7]}"
+
+
 def line(r):
     """One line of `experiment.py status` for a status() entry."""
     if r["manifest"] is None:
@@ -353,8 +433,10 @@ def line(r):
         verdict = f"STALE: {', '.join(r['groups'])} changed, {n} file{'s' if n != 1 else ''}"
     else:
         verdict = "UNKNOWN"
-    if r["why"]:
-        verdict += f": {r['why']}" if r["verdict"] == "unknown" else f" ({r['why']})"
+    if r["verdict"] == "unknown" and r["why"]:
+        verdict += f": {r['why']} ({rule_text(r)})"
+    else:
+        verdict += f" ({rule_text(r)}" + (f"; {r['why']}" if r["why"] else "") + ")"
     if r["part"]:
         verdict += f" [part {r['part']}" + (f" of {len(r['manifest']['parts'])}]")
     if e.get("dirty") and "uncommitted" not in (r["why"] or ""):

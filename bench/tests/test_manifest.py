@@ -276,7 +276,7 @@ class Status(unittest.TestCase):
         self.assertEqual(st["scale"]["verdict"], "current")
         self.assertIsNone(st["startup"]["manifest"])
         self.assertIn("no manifest", manifest.line(st["startup"]))
-        self.assertRegex(manifest.line(st["histogram"]), r"^histogram +[0-9a-f]{7} +\d{4}-\d\d-\d\d TCG +full +current$")
+        self.assertRegex(manifest.line(st["histogram"]), r"^histogram +[0-9a-f]{7} +\d{4}-\d\d-\d\d TCG +full +current \(measured at [0-9a-f]{7}, all since\)$")
 
     def test_stale_when_a_crate_changed(self):
         put(self.repo, "crates/host/src/lib.rs", "2\n")
@@ -351,6 +351,80 @@ class Status(unittest.TestCase):
         m.update(dirty=True, dirty_paths=None)
         put(self.repo, "results/scale/manifest.json", json.dumps(m))
         self.assertIn("which files is not recorded", manifest.line(self.status()["scale"]))
+
+    def render(self, name="histogram", producer="bench/experiments/histogram.py", **kw):
+        """results/<name> rendered again from its stored rows now (main(..., rows=...)), committed."""
+        m = manifest.write(self.repo / "results" / name, manifest.Run(self.repo, argv=["render"]), name=name,
+                           producer=producer, quick=False, rendered=True, **kw)
+        sh(self.repo, "add", "results")
+        sh(self.repo, "commit", "-q", "-m", "rendered again")
+        return m
+
+    def test_a_rendering_vouches_for_its_scripts_only(self):
+        measured = manifest.read(self.repo / "results/histogram")["commit"]
+        # The summary's code changes after the measurement (the experiment's module, common.py).
+        put(self.repo, "bench/experiments/histogram.py", "summary code\n")
+        put(self.repo, "bench/experiments/common.py", "summary code\n")
+        commit(self.repo)
+        r = self.status()["histogram"]
+        self.assertEqual(r["groups"], {"harness": ["bench/experiments/common.py"],
+                                       "own": ["bench/experiments/histogram.py"]}, "a measured manifest: all since M")
+        self.assertIn("(measured at %s, all since)" % measured[:7], manifest.line(r))
+        # Rendered again: those changes were rendering only; nothing measured changed.
+        rendered = self.render()["rendered_commit"]
+        r = self.status()["histogram"]
+        self.assertEqual((r["verdict"], r["rule"]), ("current", "rendered"), r)
+        self.assertTrue(manifest.line(r).endswith(
+            f"current (measured at {measured[:7]}, rendered at {rendered[:7]}: histogram.py, common.py since "
+            f"{rendered[:7]})"), manifest.line(r))
+        # After the rendering, its scripts count again; the crates, guest and harness.py count since M.
+        put(self.repo, "bench/experiments/common.py", "changed after the rendering\n")
+        commit(self.repo)
+        self.assertEqual(self.status()["histogram"]["groups"], {"harness": ["bench/experiments/common.py"]})
+        put(self.repo, "bench/experiments/common.py", "summary code\n")
+        put(self.repo, "bench/harness.py", "measuring code\n")
+        put(self.repo, "guest/run.sh", "measuring code\n")
+        commit(self.repo)
+        rendered = self.render()["rendered_commit"]
+        r = self.status()["histogram"]
+        self.assertEqual(r["groups"], {"guest": ["guest/run.sh"], "harness": ["bench/harness.py"]},
+                         "a rendering does not vouch for what it does not run")
+        self.assertIn(f"STALE: guest, harness changed, 2 files (measured at {measured[:7]}, rendered at "
+                      f"{rendered[:7]}", manifest.line(r))
+
+    def test_a_rendering_with_uncommitted_changes_to_its_scripts(self):
+        put(self.repo, "bench/experiments/histogram.py", "uncommitted summary code\n")
+        put(self.repo, "docs/evaluation.md", "uncommitted\n")
+        m = self.render()
+        self.assertEqual(m["rendered_dirty_paths"], ["bench/experiments/histogram.py", "docs/evaluation.md"])
+        sh(self.repo, "checkout", "--", "bench/experiments/histogram.py")
+        r = self.status()["histogram"]
+        self.assertEqual(r["verdict"], "unknown")
+        self.assertIn("UNKNOWN: rendered with uncommitted changes to bench/experiments/histogram.py", manifest.line(r))
+        self.render()  # docs only: no matter
+        self.assertEqual(self.status()["histogram"]["verdict"], "current")
+
+    def test_a_parts_manifest_rendered_again(self):
+        """reliability.py summary renders every part again: the parts' script (bench/reliability.py)
+        is judged since the rendering; fuzz.sh and the fuzz targets, which only measure, since each
+        part's commit."""
+        for path in ("bench/reliability.py", "bench/fuzz.sh", "fuzz/targets.rs"):
+            put(self.repo, path, "1\n")
+        commit(self.repo)
+        for part in ("crash", "fuzz"):
+            manifest.write(self.repo / "results/reliability", manifest.Run(self.repo), name="reliability",
+                           producer="bench/reliability.py", quick=False, part=part)
+        commit(self.repo)
+        put(self.repo, "bench/reliability.py", "summary code\n")
+        put(self.repo, "fuzz/targets.rs", "2\n")
+        commit(self.repo)
+        self.render("reliability", "bench/reliability.py")
+        r = self.status()["reliability"]
+        self.assertEqual(r["groups"], {"own": ["fuzz/targets.rs"]})
+        self.assertIn("reliability.py since", manifest.line(r))
+        self.assertEqual(manifest.scripts("reliability"), ["bench/reliability.py"])
+        self.assertEqual(manifest.scripts("environments"), ["bench/environments.py"])
+        self.assertEqual(manifest.scripts("histogram"), ["bench/experiments/histogram.py", "bench/experiments/common.py"])
 
     def test_recovered_manifest_without_a_commit(self):
         data = sh(self.repo, "rev-parse", "HEAD")

@@ -27,6 +27,10 @@ manifest.json (one object):
   argv, executable, command   sys.argv as run, the interpreter, and the two as one shell line
   quick         true for a --quick run
   seeds         what the run declared as its seeds ({"name": value}), null if it declared none
+  commits       (a run resumed from points that earlier sessions kept in points.jsonl at other
+                commits) every commit its points were measured at, oldest first, null for points
+                that recorded none (commits_note says so); "commit" is then the oldest known one,
+                and dirty / dirty_paths cover every session
   parts         (reliability only) one entry as above per part (crash, isolation, soak, fuzz), each
                 written by the run of that part; the top level has name and producer, and
                 rendered_* once `reliability.py summary` renders the summary again
@@ -194,32 +198,36 @@ def read(directory):
         return None
 
 
-def write(directory, run, *, name, producer, quick, accel=None, seeds=None, rendered=False, part=None):
+def write(directory, run, *, name, producer, quick, accel=None, seeds=None, rendered=False, part=None,
+          sessions=None):
     """Writes directory/manifest.json for `run` (a Run taken at the start) and returns it.
 
     rendered: the run rendered stored rows again instead of measuring: an existing manifest keeps
     its measurement and gains rendered_commit. part: a part of a result made of several (the
-    reliability campaign's crash, isolation, soak, fuzz): the other parts' entries are kept."""
+    reliability campaign's crash, isolation, soak, fuzz): the other parts' entries are kept.
+    sessions: [(commit, dirty_paths)] of the earlier sessions whose points (points.jsonl) this
+    run resumed, oldest first; None for what a point did not record (see resumed())."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     old = read(directory) or {}
     if part is not None:
         parts = old.get("parts") if isinstance(old.get("parts"), dict) else {}
-        parts[part] = _entry(parts.get(part) or {}, run, quick, accel, seeds, rendered)
+        parts[part] = _entry(parts.get(part) or {}, run, quick, accel, seeds, rendered, sessions)
         m = {"schema": SCHEMA, "name": name, "producer": producer, "parts": parts}
     elif rendered and isinstance(old.get("parts"), dict):
         # The summary of several parts rendered again: each part keeps its measurement.
         m = {**old, **_rendering(run)}
     else:
-        m = {"schema": SCHEMA, "name": name, "producer": producer, **_entry(old, run, quick, accel, seeds, rendered)}
+        m = {"schema": SCHEMA, "name": name, "producer": producer,
+             **_entry(old, run, quick, accel, seeds, rendered, sessions)}
     (directory / FILE).write_text(json.dumps(m, indent=1) + "\n")
     return m
 
 
-def _entry(old, run, quick, accel, seeds, rendered):
+def _entry(old, run, quick, accel, seeds, rendered, sessions=None):
     if not rendered:
-        return {"source": "written by the run", "kind": "measured", **run.fields(quick, accel, seeds),
-                "rendered_commit": None}
+        return {"source": "written by the run", "kind": "measured",
+                **resumed(run.fields(quick, accel, seeds), sessions), "rendered_commit": None}
     if old.get("commit") or old.get("data_commit"):
         e = {k: v for k, v in old.items() if k not in ("schema", "name", "producer", "parts")}
     else:
@@ -228,6 +236,35 @@ def _entry(old, run, quick, accel, seeds, rendered):
     e["kind"] = "rendered"
     e.update(_rendering(run))
     return e
+
+
+UNKNOWN_COMMIT_NOTE = ("null: points that an earlier session kept in points.jsonl without their commit (written "
+                       "before points recorded it): measured at an unknown commit")
+
+
+def resumed(fields, sessions):
+    """A measurement's fields with the earlier sessions of its resumed points: "commits" (every
+    commit, oldest first, null for a point that recorded none) and "commit" the oldest known one,
+    where there are several; "dirty" true if any session was dirty, "dirty_paths" all of theirs
+    ("dirty" null if none was dirty as far as recorded but some session's state is unknown)."""
+    if not sessions:
+        return fields
+    fields = dict(fields)
+    commits = []
+    for c in [c for c, _ in sessions] + [fields["commit"]]:
+        if c not in commits:
+            commits.append(c)
+    if len(commits) > 1:
+        fields["commits"] = commits
+        fields["commit"] = next((c for c in commits if c), None)
+        if None in commits:
+            fields["commits_note"] = UNKNOWN_COMMIT_NOTE
+    known = [p for _, p in sessions if p is not None] + ([fields["dirty_paths"]] if fields["dirty_paths"] is not None else [])
+    paths = sorted({x for p in known for x in p})
+    unknown = len(known) < len(sessions) + 1
+    fields["dirty"] = True if paths else (None if unknown else False)
+    fields["dirty_paths"] = paths if paths or not unknown else None
+    return fields
 
 
 def _rendering(run):
@@ -320,7 +357,8 @@ def judge(repo, name, m, pending=None):
     """What changed since manifest `m` of results/<name> in the code it runs:
     {"verdict": "current" | "stale" | "unknown", "groups": {group: [files]}, "commit", "entry",
     "why", "rule", "rendered_commit", "scripts"}. pending: uncommitted() of every path, if already
-    known.
+    known. A run resumed at several commits is judged from the oldest ("commit"), and is "unknown"
+    if some of its points recorded no commit.
 
     rule "measured": every group is judged since the measured commit. rule "rendered" (kind
     "rendered", or a parts manifest rendered again: rendered_commit R beside the measured commit M):
@@ -369,6 +407,9 @@ def judge(repo, name, m, pending=None):
         changed = {g: changed[g] for g in groups if g in changed}  # crates, guest, harness, own
         if approx and base_ok:
             whys.append(f"the measured commit is unknown: changes since the data's commit {base[:7]}")
+        if None in (e.get("commits") or []):
+            whys.append("points resumed from an earlier session at an unknown commit"
+                        + (f": judged from the oldest known, {base[:7]}" if base else ""))
         whys.append(_dirty(e.get("dirty"), e.get("dirty_paths"), groups))
         if rule == "rendered":
             whys.append(_dirty(rendering.get("rendered_dirty"), rendering.get("rendered_dirty_paths", None),
@@ -409,10 +450,15 @@ def rule_text(r):
     m = (r["commit"] or "?")[:7]
     if not e.get("commit") and e.get("data_commit"):
         m = "~" + m
+    at = m
+    if len(e.get("commits") or []) > 1:  # a run resumed at several commits: judged from the oldest
+        at = ", ".join((c or "?")[:7] for c in e["commits"])
+        if r.get("rule") != "rendered":
+            return f"measured at {at}, all since {m}"
     if r.get("rule") != "rendered":
-        return f"measured at {m}, all since"
+        return f"measured at {at}, all since"
     names = ", ".join(p.rsplit("/", 1)[-1] for p in r["scripts"]) or "no script"
-    return f"measured at {m}, rendered at {r['rendered_commit'][:7]}: {names} since {r['rendered_commit'][:7]}"
+    return f"measured at {at}, rendered at {r['rendered_commit'][:7]}: {names} since {r['rendered_commit'][:7]}"
 
 
 def line(r):

@@ -80,7 +80,9 @@ class Output:
 
     A full run that takes hours keeps each finished point in points.jsonl (see point()): run the
     same command again after an interruption and it measures only the missing points. The file is
-    removed once the summary is written; --fresh discards it first."""
+    removed once the summary is written; --fresh discards it first. Each point keeps the commit
+    and the dirty paths of the session that measured it: a manifest of points from sessions at
+    several commits lists them all ("commits") and gives the oldest as "commit"."""
 
     def __init__(self, name, quick, out=None, fresh=False, args="", dir_name=None, seeds=None, rendered=None):
         """args: the command's options after the name; dir_name: results/<dir_name> instead of
@@ -106,14 +108,15 @@ class Output:
         self.t0 = time.time()
         self.points_file = self.dir / "points.jsonl"
         self.done = {}
+        self.resumed = []  # the points of earlier sessions that this run uses, in their order
         self.resumed_s = 0.0
         if fresh or quick:
             self.points_file.unlink(missing_ok=True)
         elif self.points_file.exists():
-            for line in self.points_file.read_text().splitlines():
+            for i, line in enumerate(self.points_file.read_text().splitlines()):
                 try:
                     p = json.loads(line)
-                    self.done[p["key"]] = p
+                    self.done[p["key"]] = dict(p, order=i)
                 except (ValueError, KeyError):
                     continue  # a line cut by the interruption: that point is measured again
             self.resumed_s = sum(p.get("seconds", 0.0) for p in self.done.values())
@@ -124,11 +127,16 @@ class Output:
         """The row for point `key`: from an interrupted earlier run if it finished there,
         otherwise measure() now (its row is recorded before it is returned)."""
         if key in self.done:
+            if key not in {p["key"] for p in self.resumed}:
+                self.resumed.append(self.done[key])
             return self.done[key]["row"]
         t = time.time()
         row = measure()
+        # With the session's commit and dirty paths (its code, taken when it started): a run
+        # resumed at another commit records both in its manifest.
         with open(self.points_file, "a") as f:
-            f.write(json.dumps({"key": key, "row": row, "seconds": time.time() - t}) + "\n")
+            f.write(json.dumps({"key": key, "row": row, "seconds": time.time() - t, "commit": self.run.commit,
+                                "dirty_paths": self.run.dirty_paths}) + "\n")
         return row
 
     def minutes(self):
@@ -197,9 +205,12 @@ class Output:
 
     def manifest(self):
         """manifest.json: what this run measured (or rendered again) and where."""
+        # The earlier sessions of the points resumed from points.jsonl (a line written before points
+        # kept their commit: unknown, None).
+        sessions = [(p.get("commit"), p.get("dirty_paths")) for p in sorted(self.resumed, key=lambda p: p["order"])]
         return manifest.write(self.dir, self.run, name=self.dir_name, producer=self.producer, quick=self.quick,
                               accel=None if self.rendered else accel_text(), seeds=self.seeds,
-                              rendered=self.rendered)
+                              rendered=self.rendered, sessions=sessions or None)
 
 
 def target(statement, measured, met, spread=""):

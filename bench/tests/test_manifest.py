@@ -129,6 +129,42 @@ class OutputManifest(unittest.TestCase):
             self.assertIsNone(m[k], f"{k}: the measurement's, unknown")
         self.assertEqual(m["rendered_commit"], sh(REPO, "rev-parse", "HEAD"))
 
+    def test_resumed_points_keep_their_commit(self):
+        """A run resumed from points.jsonl: each point keeps its session's commit and dirty paths,
+        and the manifest lists every commit, "commit" the oldest (old lines without one: null)."""
+        head = sh(REPO, "rev-parse", "HEAD")
+        old = "1" * 40
+        (self.out / "points.jsonl").write_text(
+            json.dumps({"key": "a", "row": {"x": 1}, "seconds": 1.0}) + "\n"  # before points kept a commit
+            + json.dumps({"key": "b", "row": {"x": 2}, "seconds": 1.0, "commit": old,
+                          "dirty_paths": ["bench/harness.py"]}) + "\n"
+            + json.dumps({"key": "unused", "row": {"x": 9}, "seconds": 1.0, "commit": "2" * 40, "dirty_paths": []})
+            + "\n")
+        o = self.common.Output("histogram", False, out=self.out)
+        got = [o.point(k, lambda: {"x": 3}) for k in ("a", "b", "c")]  # (a local "rows" would make it a rendering)
+        self.assertEqual(got, [{"x": 1}, {"x": 2}, {"x": 3}])
+        last = json.loads((self.out / "points.jsonl").read_text().splitlines()[-1])
+        self.assertEqual((last["key"], last["commit"], last["dirty_paths"]), ("c", head, o.run.dirty_paths))
+        o.csv(got, ["x"])
+        o.summary("title", "body")
+        m = json.loads((self.out / "manifest.json").read_text())
+        self.assertEqual(m["kind"], "measured")
+        self.assertEqual(m["commits"], [None, old, head], "oldest first; the unused point's commit is not one")
+        self.assertEqual(m["commit"], old, "the oldest known: status judges from it")
+        self.assertIn("unknown commit", m["commits_note"])
+        self.assertIs(m["dirty"], True, "a session was dirty")
+        self.assertIn("bench/harness.py", m["dirty_paths"])
+        # Every point from this session's commit: one commit, as before.
+        for line in [{"key": "a", "row": {"x": 1}, "seconds": 1.0, "commit": head, "dirty_paths": []}]:
+            (self.out / "points.jsonl").write_text(json.dumps(line) + "\n")
+        o = self.common.Output("histogram", False, out=self.out)
+        o.point("a", lambda: {"x": 3})
+        o.csv([{"x": 1}], ["x"])
+        o.summary("title", "body")
+        m = json.loads((self.out / "manifest.json").read_text())
+        self.assertNotIn("commits", m)
+        self.assertEqual(m["commit"], head)
+
     def test_explicit_rendered(self):
         self.assertEqual(self.experiment(rendered=True)["kind"], "rendered")
         self.assertEqual(self.experiment(rows=[{"x": 1}], rendered=False)["kind"], "measured")
@@ -425,6 +461,27 @@ class Status(unittest.TestCase):
         self.assertEqual(manifest.scripts("reliability"), ["bench/reliability.py"])
         self.assertEqual(manifest.scripts("environments"), ["bench/environments.py"])
         self.assertEqual(manifest.scripts("histogram"), ["bench/experiments/histogram.py", "bench/experiments/common.py"])
+
+    def test_a_resumed_run_is_judged_from_its_oldest_commit(self):
+        old = sh(self.repo, "rev-parse", "HEAD")
+        put(self.repo, "crates/host/src/lib.rs", "2\n")
+        new = commit(self.repo)
+        d = self.repo / "results/histogram"
+        m = manifest.write(d, manifest.Run(self.repo), name="histogram", producer="bench/experiments/histogram.py",
+                           quick=False, sessions=[(old, []), (new, [])])
+        self.assertEqual((m["commits"], m["commit"], m["dirty"]), ([old, new], old, False))
+        commit(self.repo)
+        r = self.status()["histogram"]
+        self.assertEqual(r["groups"], {"crates": ["crates/host/src/lib.rs"]}, "the points measured at the old commit")
+        self.assertIn(f"(measured at {old[:7]}, {new[:7]}, all since {old[:7]})", manifest.line(r))
+        # Points that recorded no commit (points.jsonl lines of before): unknown, never current.
+        manifest.write(d, manifest.Run(self.repo), name="histogram", producer="bench/experiments/histogram.py",
+                       quick=False, sessions=[(None, None)])
+        commit(self.repo)
+        r = self.status()["histogram"]
+        self.assertEqual(r["verdict"], "unknown")
+        self.assertIn("points resumed from an earlier session at an unknown commit", manifest.line(r))
+        self.assertIsNone(r["entry"]["dirty"], "the earlier session's tree is unknown")
 
     def test_recovered_manifest_without_a_commit(self):
         data = sh(self.repo, "rev-parse", "HEAD")

@@ -308,7 +308,8 @@ def kept(old, force):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dirs", nargs="*", type=Path, help="results directories (default: all, see above)")
-    ap.add_argument("--force", action="store_true", help="replace recovered manifests (never a run's, nor a rendered one)")
+    ap.add_argument("--force", action="store_true",
+                    help="replace recovered manifests (never a run's, nor a rendered one)")
     ap.add_argument("--dry-run", action="store_true", help="print the manifests, write nothing")
     a = ap.parse_args()
     for d in [p.resolve() for p in a.dirs] or targets():

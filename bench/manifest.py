@@ -259,7 +259,7 @@ def resumed(fields, sessions):
         fields["commit"] = next((c for c in commits if c), None)
         if None in commits:
             fields["commits_note"] = UNKNOWN_COMMIT_NOTE
-    known = [p for _, p in sessions if p is not None] + ([fields["dirty_paths"]] if fields["dirty_paths"] is not None else [])
+    known = [p for _, p in sessions + [(None, fields["dirty_paths"])] if p is not None]
     paths = sorted({x for p in known for x in p})
     unknown = len(known) < len(sessions) + 1
     fields["dirty"] = True if paths else (None if unknown else False)

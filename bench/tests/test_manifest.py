@@ -312,7 +312,8 @@ class Status(unittest.TestCase):
         self.assertEqual(st["scale"]["verdict"], "current")
         self.assertIsNone(st["startup"]["manifest"])
         self.assertIn("no manifest", manifest.line(st["startup"]))
-        self.assertRegex(manifest.line(st["histogram"]), r"^histogram +[0-9a-f]{7} +\d{4}-\d\d-\d\d TCG +full +current \(measured at [0-9a-f]{7}, all since\)$")
+        self.assertRegex(manifest.line(st["histogram"]),
+                         r"^histogram +[0-9a-f]{7} +\d{4}-\d\d-\d\d TCG +full +current \(measured at [0-9a-f]{7}, all since\)$")
 
     def test_stale_when_a_crate_changed(self):
         put(self.repo, "crates/host/src/lib.rs", "2\n")
@@ -460,7 +461,8 @@ class Status(unittest.TestCase):
         self.assertIn("reliability.py since", manifest.line(r))
         self.assertEqual(manifest.scripts("reliability"), ["bench/reliability.py"])
         self.assertEqual(manifest.scripts("environments"), ["bench/environments.py"])
-        self.assertEqual(manifest.scripts("histogram"), ["bench/experiments/histogram.py", "bench/experiments/common.py"])
+        self.assertEqual(manifest.scripts("histogram"),
+                         ["bench/experiments/histogram.py", "bench/experiments/common.py"])
 
     def test_a_resumed_run_is_judged_from_its_oldest_commit(self):
         old = sh(self.repo, "rev-parse", "HEAD")

@@ -28,12 +28,17 @@ END = "<!-- end of the generated table -->"
 
 
 TARGETS_HEADING = "## Targets"
-VERDICT = {True: "**met**", False: "**missed**", None: "no target"}
+# A target's verdict (common.target()'s met): True or False as the run's data judge it; None for a
+# figure that has no target of its own (a bound, a reference, the paper's figure); NOT_JUDGED for a
+# target that this run could not judge (what it needs was not measured in this run), which is not
+# the same as having no target, so it is written and counted apart.
+NOT_JUDGED = "not judged"
+VERDICT = {True: "**met**", False: "**missed**", None: "no target", NOT_JUDGED: "not judged"}
 
 
 def parse_targets(text):
     """A summary's targets table (as experiments.common.targets_md writes it) as target() rows
-    ({target, measured, met: True, False or None, spread}); [] if it has none. Here, not in
+    ({target, measured, met: True, False, None or NOT_JUDGED, spread}); [] if it has none. Here, not in
     common.py, which imports matplotlib: the documentation test runs anywhere."""
     lines = text.splitlines()
     try:
@@ -91,7 +96,10 @@ def table(results=RESULTS):
             first = i == 0
             out.append(f"| {link if first else ''} | {run if first else ''} | {cell(t['target'])} | "
                        f"{cell(t['measured'])} | {cell(t['spread'])} | {verdict} |")
-    tally = f"{counts['**met**']} targets met, {counts['**missed**']} missed, {counts['no target']} figures without a target of their own."
+    tally = f"{counts[VERDICT[True]]} targets met, {counts[VERDICT[False]]} missed"
+    if counts[VERDICT[NOT_JUDGED]]:
+        tally += f", {counts[VERDICT[NOT_JUDGED]]} not judged (not measured in their run)"
+    tally += f", {counts[VERDICT[None]]} figures without a target of their own."
     return "\n".join(out) + "\n\n" + tally
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 import harness
+from evaluation import NOT_JUDGED
 from experiments.common import Output, log, md_table, read_csv, target
 
 NAME = "boost-classes"
@@ -118,7 +119,7 @@ def targets(rows, agg):
     rr = by.get(DEFAULT)
     name = LABEL[DEFAULT].replace(" (default)", "")
     if not rr:
-        return [target(f"{name} stays the default only while no class beats it", "not measured in this run", None)]
+        return [target(f"{name} stays the default only while no class beats it", "not measured in this run", NOT_JUDGED)]
     reps = len({r["rep"] for r in rows})
 
     def per(cls, key, fmt="{:.0f}"):

@@ -13,6 +13,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 import harness
+from evaluation import NOT_JUDGED
 from experiments.common import POLICY_LABEL, Output, grid_curve_style, log, md_table, read_csv, target
 
 NAME = "latency-vs-load"
@@ -111,7 +112,7 @@ def targets(rows):
 
     def ratio(statement, a, b, key, limit, ok):
         if not (a and b):
-            out.append(target(statement, "not measured in this run", None))
+            out.append(target(statement, "not measured in this run", NOT_JUDGED))
             return
         x = a[key] / b[key]
         out.append(target(statement, f"{x:.2f}× ({a[key]:.0f} against {b[key]:.0f} µs)", ok(x, limit), once))
@@ -127,7 +128,7 @@ def targets(rows):
                           f"{coord['max_us']:.0f} against {static['max_us']:.0f} µs",
                           coord["max_us"] < static["max_us"], once))
     else:
-        out.append(target(f"cosched's maximum below static SCHED_RR 1's ({where})", "not measured in this run", None))
+        out.append(target(f"cosched's maximum below static SCHED_RR 1's ({where})", "not measured in this run", NOT_JUDGED))
     other = scenarios(rows, "other")
     if other["none"] and other["cosched"]:
         u, c = other["none"]["avg_us"], other["cosched"]["avg_us"]

@@ -30,6 +30,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 import harness
+from evaluation import NOT_JUDGED
 from experiments.common import Output, log, md_table, read_csv, target
 
 NAME = "scale"
@@ -507,7 +508,7 @@ def targets(rows, ref):
                           + (f"; over at {', '.join(str(r['vms']) for r in bad)} VM{'s' if len(bad) > 1 or bad[0]['vms'] > 1 else ''}"
                              if bad else ""), not bad, once))
     else:
-        out.append(target(statement, "not measured in this run", None))
+        out.append(target(statement, "not measured in this run", NOT_JUDGED))
     b2b = [r for r in sweep if r.get("ratio_to_floor", "") != ""]
     if b2b and "unpinned" in ref:
         out.append(target(f"for reference, the same ratio to the back-to-back floor ({ref['unpinned']:.1f} µs: every "
@@ -518,18 +519,18 @@ def targets(rows, ref):
     out.append(target(statement, f"{at['acked']} of {at['sent']} frames answered by an ACK ({at['denied']} denied, "
                       f"{at['unanswered']} unanswered); {at['transitions_per_s']:.0f} of {at['asked_per_s']:.0f} asked "
                       "per second processed", bool(at["all_served"]), once) if at else
-               target(statement, "not measured in this run", None))
+               target(statement, "not measured in this run", NOT_JUDGED))
     same = pinned.get("same-cpu")
     statement = (f"hint-to-applied p99 (inside the daemon) ≤ {P99_TARGET_US} µs at {LATENCY_VMS} VMs, the VMs on the "
                  "daemon's CPU")
     if same and same["vms"] == LATENCY_VMS:
         out.append(target(statement, f"{same['p99_us']:.1f} µs", same["p99_us"] <= P99_TARGET_US, once))
     else:
-        out.append(target(statement, "not measured in this run", None))
+        out.append(target(statement, "not measured in this run", NOT_JUDGED))
     at = next((r for r in sweep if r["vms"] == LATENCY_VMS), None)
     statement = f"hint-to-applied p99 (inside the daemon) ≤ {P99_TARGET_US} µs at {LATENCY_VMS} VMs, unpinned"
     out.append(target(statement, f"{at['p99_us']:.1f} µs", at["p99_us"] <= P99_TARGET_US, once) if at else
-               target(statement, "not measured in this run", None))
+               target(statement, "not measured in this run", NOT_JUDGED))
     if same and same["vms"] == LATENCY_VMS:
         out.append(target(f"for reference, the same-CPU p99 from the VM's write to its ACK (adds the wake-ups of "
                           f"the daemon and of the VM; the target is on the daemon's measure)",

@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 
 import harness
 import manifest
+from evaluation import NOT_JUDGED
 from experiments.common import POLICY_LABEL, RESULTS, Output, grid_curve_style, log, md_table, read_csv, target
 
 NAME = "startup"
@@ -312,7 +313,7 @@ def targets(rows):
                                  ("vs_none", NONE_TARGET, "uncoordinated", "none")):
         statement = f"every point with ≥ 2 host hogs: budget mode ≤ {limit}× {what} mean start-up"
         if not loaded:
-            out.append(target(statement, "not measured in this run", None))
+            out.append(target(statement, "not measured in this run", NOT_JUDGED))
             continue
         xs = [p[key] for p in loaded]
         bad = [p for p in loaded if p[key] > limit]
@@ -323,7 +324,7 @@ def targets(rows):
     statement = f"no hogs: budget mode ≤ {IDLE_TARGET}× uncoordinated mean start-up"
     out.append(target(statement, f"{idle['vs_none']:.2f}× ({idle['budget']:.0f} against {idle['none']:.0f} ms)",
                       idle["vs_none"] <= IDLE_TARGET, "one run") if idle else
-               target(statement, "not measured in this run", None))
+               target(statement, "not measured in this run", NOT_JUDGED))
     fork = {r["name"]: r for r in fork_rows(rows)}
     budget = fork.get("cosched" + BUDGET[1])
     statement = (f"a guest starting a CPU-bound program every second: the host hogs lose at most the operator's "
@@ -334,7 +335,7 @@ def targets(rows):
                           + (f" ({'; '.join(others)})" if others else ""),
                           budget["lost"] <= FORK_SHARE_PERMILLE / 1000, "one run"))
     else:
-        out.append(target(statement, "not measured in this run", None))
+        out.append(target(statement, "not measured in this run", NOT_JUDGED))
     # The paper's flat curves: the difference to the no-guest curve, with 1 guest hog.
     noguest = {r["total_hogs"]: r["mean_ms"] for r in rows if r["curve"] == "no guest"}
     spans = []

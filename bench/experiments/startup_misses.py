@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt
 import harness
 import manifest
 from experiments import startup
+from evaluation import NOT_JUDGED
 from experiments.common import RESULTS, STYLE, Output, log, md_table, read_csv, target
 
 NAME = "startup-misses"
@@ -204,7 +205,7 @@ def targets(rows, points):
         for i, (limit, what) in enumerate(((STATIC_TARGET, "static SCHED_RR 1's"), (NONE_TARGET, "uncoordinated"))):
             statement = f"{host} host + {g} guest hogs: budget mode ≤ {limit}× {what} mean start-up"
             if not r:
-                out.append(target(statement, "not measured in this run", None))
+                out.append(target(statement, "not measured in this run", NOT_JUDGED))
                 continue
             per, mean_b, other = r[i], r[2], r[3 + i]
             x = mean_b / other

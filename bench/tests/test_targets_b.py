@@ -313,6 +313,28 @@ class Environments(Case):
             self.assertTrue((out / "plot.png").exists())
 
 
+class NotJudged(Case):
+    """A target that its run could not judge (not measured in this run) is "not judged", apart from
+    a figure that has no target of its own ("no target"), in a summary and in the evaluation table."""
+
+    def test_a_target_not_judged_is_not_a_figure_without_a_target(self):
+        rows = [common.target("a ≤ 2× b", "not measured in this run", evaluation.NOT_JUDGED),
+                common.target("the paper's figure", "3 µs", None), common.target("c", "1", True)]
+        text = "# X\n\nCommand: x\n\n" + common.targets_md(rows) + "\n\nbody\n"
+        self.assertIn("| a ≤ 2× b | not measured in this run | - | not judged |", text)
+        self.assertIn("| the paper's figure | 3 µs | - | no target |", text)
+        self.assertEqual(evaluation.parse_targets(text), rows)
+        results = self.tmp()
+        (results / "x").mkdir()
+        (results / "x" / "summary.md").write_text(text)
+        self.assertIn("1 targets met, 0 missed, 1 not judged (not measured in their run), 1 figures without a target "
+                      "of their own.", evaluation.table(results))
+
+    def test_a_module_that_lacks_a_measurement_says_not_judged(self):
+        from experiments import startup_misses
+        self.assertEqual({t["met"] for t in startup_misses.targets([], [(2, 1)])}, {evaluation.NOT_JUDGED})
+
+
 class StoredValues(unittest.TestCase):
     def test_a_stored_value_comes_back_as_the_measurement_wrote_it(self):
         from experiments import feas

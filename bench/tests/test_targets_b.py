@@ -312,6 +312,15 @@ class Environments(Case):
             self.assertEqual(set(verdicts(out).values()), {met})
             self.assertTrue((out / "plot.png").exists())
 
+    def test_an_environment_without_a_result_is_not_judged(self):
+        import environments as e
+        rows = [dict(environment=env, measure="boot_s", value=10.0) for env in e.TESTS]
+        rows += [dict(environment=env, measure="result", value="passed") for env in list(e.TESTS)[1:]]
+        out = self.tmp()
+        e.write_summary(rows, out, "Command: x")
+        self.assertEqual(sorted(verdicts(out).values(), key=str), [True] * (len(e.TESTS) - 1) + [evaluation.NOT_JUDGED])
+        self.assertIn("not measured in this run", (out / "summary.md").read_text())
+
 
 class NotJudged(Case):
     """A target that its run could not judge (not measured in this run) is "not judged", apart from

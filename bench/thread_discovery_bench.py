@@ -13,9 +13,13 @@ count, the mechanism, the daemon's CPU over 10 s, the delay), output.txt (what i
 summary.md (the targets table, judged from data.csv), plot.png, and manifest.json
 (bench/manifest.py).
 
-Targets: with thread events the daemon costs less CPU than with 100 ms rescans (what moving to
-host BPF was for), and a thread born in a boosted VM is boosted within 300 ms (the bound the root
-test asserts; the 1 s rescan is only the safety net).
+Targets, judged only where the daemon reported host BPF (tp_btf, raw_tracepoint or tracepoint) for
+its thread events: where BPF was refused it falls back to the rescans silently, and the rescans
+would meet both (a rescan boosts a new thread within ~100 ms; the CPU comparison would be rescans
+against rescans), so such a run misses them. With host BPF the daemon costs less CPU than with
+100 ms rescans (what moving to host BPF was for), and a thread born in a boosted VM is boosted
+within the rescan period (100 ms, thread_refresh_ms's default): sooner than a rescan could promise
+(the root test asserts 300 ms; the 1 s rescan is only the safety net).
 """
 import argparse
 import csv
@@ -38,7 +42,11 @@ COLUMNS = ["n_vms", "thread_events", "mechanism", "daemon_cpu_pct", "probe", "ne
 SECONDS = 10  # the daemon's CPU is measured over this
 PROBES = 5  # VMs in which a thread is started
 GIVE_UP_MS = 2000  # a new thread not boosted by then: "" in data.csv
-BOUND_MS = 300  # the root test's bound for a new thread with thread events
+RESCAN_MS = 100  # thread_events = false: a boosted VM's threads read again this often (thread_refresh_ms's default)
+BOUND_MS = RESCAN_MS  # the target: a new thread boosted by host BPF within the rescan period
+# What the daemon's status reports for thread events seen with host BPF (crates/hostbpf: Mechanism);
+# without them data.csv's mechanism is "rescans".
+BPF_MECHANISMS = ("tp_btf", "raw_tracepoint", "tracepoint")
 
 
 def frame(kind, seq, value):
@@ -146,17 +154,23 @@ def targets(rows):
     out = []
     for n in sorted({k[0] for k in c}):
         ev, re = c.get((n, True)), c.get((n, False))
+        # Only host BPF can meet the targets of thread events: the daemon falls back to the rescans
+        # where BPF is refused, and the rescans would meet them too.
+        bpf = bool(ev) and ev[2] in BPF_MECHANISMS
+        fell_back = "" if bpf else f"; the daemon reported {ev[2] if ev else '?'}, not host BPF: what the target is on did not run"
         if ev and re:
-            out.append(target(f"{n} boosted idle VMs: thread events cost the daemon less CPU than 100 ms rescans",
-                              f"{ev[0]:.2f}% of a core ({ev[2]}) against {re[0]:.2f}%", ev[0] < re[0],
-                              f"one {SECONDS} s measurement each"))
+            out.append(target(f"{n} boosted idle VMs: thread events seen with host BPF cost the daemon less CPU than "
+                              f"{RESCAN_MS} ms rescans",
+                              f"{ev[0]:.2f}% of a core ({ev[2]}) against {re[0]:.2f}%" + fell_back,
+                              bpf and ev[0] < re[0], f"one {SECONDS} s measurement each"))
         if ev:
-            ok = all(x is not None and x <= BOUND_MS for x in ev[1])
-            out.append(target(f"{n} boosted idle VMs, thread events: a thread born in a boosted VM is boosted within "
-                              f"{BOUND_MS} ms", delays_text(ev[1]), ok, " / ".join(
+            ok = bpf and all(x is not None and x <= BOUND_MS for x in ev[1])
+            out.append(target(f"{n} boosted idle VMs, thread events: a thread born in a boosted VM is boosted by host "
+                              f"BPF within {BOUND_MS} ms, the rescan period (sooner than a rescan can promise)",
+                              delays_text(ev[1]) + f" ({ev[2]})" + fell_back, ok, " / ".join(
                                   "-" if x is None else f"{x:.1f}" for x in ev[1]) + " ms"))
         if re:
-            out.append(target(f"{n} boosted idle VMs, 100 ms rescans, for reference: a new thread's wait",
+            out.append(target(f"{n} boosted idle VMs, {RESCAN_MS} ms rescans, for reference: a new thread's wait",
                               delays_text(re[1]), None, " / ".join("-" if x is None else f"{x:.1f}" for x in re[1])
                               + " ms"))
     return out
@@ -181,7 +195,8 @@ def plot(rows, out):
     a1.set_ylabel("daemon CPU (% of a core)")
     a1.set_title("the daemon's CPU, boosted idle VMs (target: events below rescans)", fontsize=10)
     a1.legend(fontsize=8)
-    a2.axhline(BOUND_MS, color="black", linestyle="--", linewidth=1, label=f"target (thread events): ≤ {BOUND_MS} ms")
+    a2.axhline(BOUND_MS, color="black", linestyle="--", linewidth=1,
+               label=f"target (thread events, host BPF): ≤ {BOUND_MS} ms, the rescan period")
     a2.set_xticks(range(len(ns)), [f"{n} VMs" for n in ns])
     a2.set_yscale("log")
     a2.set_ylabel(f"new thread boosted after (ms; {GIVE_UP_MS}: not by then)")

@@ -319,6 +319,19 @@ class BootVsSnapshot(Case):
             self.assertIs(verdict(out, "cosched:"), met)
             self.assertTrue((out / "plot.png").exists())
 
+    def test_noisier_runs_do_not_pass_more_easily(self):
+        import boot_vs_snapshot as b
+        # The snapshot 15 µs (15%) slower, in runs scattered by ±50 µs: within 2 standard errors of
+        # the difference, but not shown equivalent within the 10% margin.
+        rows = [dict(round=i, start=s, policy=p, avg_us=100.0 + (50.0 if i % 2 else -50.0)
+                     + (15.0 if s == "snapshot" else 0.0), p99_us=0.0, max_us=0.0, seconds=4.0)
+                for i in range(1, 7) for s in ("kernel", "snapshot") for p in ("none", "cosched")]
+        out = self.tmp()
+        b.write_summary(rows, out, "Command: x")
+        self.assertIs(verdict(out, "cosched:"), False)
+        self.assertIn("within 10% of the booted guest's mean", " ".join(verdicts(out)))
+        self.assertIn("15 + 2 SE 63 = 78 µs against a 10 µs margin", (out / "summary.md").read_text())
+
 
 class Environments(Case):
     def test_each_environment_must_pass(self):

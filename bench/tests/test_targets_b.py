@@ -108,7 +108,9 @@ class SlowDisk(Case):
 
 class MemBw(Case):
     @staticmethod
-    def data(rt_busy, stop_ms):
+    def data(rt_busy, stop_ms, stopped=("hog1", "hog2")):
+        """A run's rows and stops: the hogs over their guarantees in every regulated mode, a stop
+        `stop_ms` after its limit for each VM in `stopped`."""
         from experiments import membw
         rows, stops = [], []
         for demand in ("stream", "rate"):
@@ -121,13 +123,13 @@ class MemBw(Case):
                         rows.append(dict(demand=demand, mode=mode, t_ms=float(t), vm=vm, mbps=mbps,
                                          guarantee_mbps=float(g if flags is not None else 0), throttled_ms=0.0))
                 if flags is not None:
-                    stops.append(dict(demand=demand, mode=mode, vm="hog1", t_ms=10.0, latency_ms=stop_ms))
+                    stops += [dict(demand=demand, mode=mode, vm=vm, t_ms=10.0, latency_ms=stop_ms) for vm in stopped]
         return rows, stops
 
-    def render(self, rt_busy, stop_ms=1.0, keep_stops=True):
+    def render(self, rt_busy, stop_ms=1.0, keep_stops=True, stopped=("hog1", "hog2")):
         from experiments import membw
         out = self.tmp()
-        rows, stops = self.data(rt_busy, stop_ms)
+        rows, stops = self.data(rt_busy, stop_ms, stopped)
         if keep_stops:
             membw.main(False, out=out, rows=rows, stops=stops)
         else:
@@ -145,8 +147,20 @@ class MemBw(Case):
         self.assertIs(verdict(self.render(700.0, stop_ms=15.0), "stopped within one period"), False)
         # Without stops.csv that target is not judged (and not claimed).
         out = self.render(700.0, keep_stops=False)
-        self.assertNotIn("stopped within one period", " ".join(verdicts(out)))
+        self.assertEqual(verdict(out, "stopped within one period"), evaluation.NOT_JUDGED)
+        self.assertIn("not measured in this run", (out / "summary.md").read_text())
         self.assertIn("not in this run's data files", (out / "summary.md").read_text())
+
+    def test_a_vm_over_its_budget_without_a_stop_misses(self):
+        # stops.csv kept, but no stop in it while the hogs stream past their guarantees.
+        out = self.render(700.0, stopped=())
+        self.assertIs(verdict(out, "stopped within one period"), False)
+        self.assertIn("no stop recorded; over its budget with no stop recorded: hog1 (guarantees only, rt streams)",
+                      (out / "summary.md").read_text())
+        # hog2 (no share) streams at 50 MB/s with guarantees only, and only hog1 was ever stopped.
+        out = self.render(700.0, stopped=("hog1",))
+        self.assertIs(verdict(out, "stopped within one period"), False)
+        self.assertIn("hog2 (guarantees only, rt streams)", (out / "summary.md").read_text())
 
     def test_no_claim_that_the_real_result_exists(self):
         text = (self.render(700.0) / "summary.md").read_text()

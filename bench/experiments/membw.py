@@ -367,7 +367,6 @@ def real_figures(rows, regulated, guaranteed_mbps):
 def real(guaranteed_mbps, quick, out, verbose, fresh):
     import harness
     phase_s = (STREAM_S + IDLE_S) * (1 if quick else 5)
-    o = Output(NAME, quick, out, fresh, args=f" --real {guaranteed_mbps}", dir_name=NAME + "-real")
     with tempfile.TemporaryDirectory(prefix="cosched-membw-real-") as tmp:
         # The daemon's own probe first: on a host without counters, stop here with its reason.
         d = harness.Daemon(tmp, real_config(guaranteed_mbps, True))
@@ -381,6 +380,9 @@ def real(guaranteed_mbps, quick, out, verbose, fresh):
         if foreign:
             raise SystemExit(f"membw --real: QEMU processes this run did not start are running (pids {foreign}): the "
                              "daemon (discover_processes) would regulate them too; stop them first")
+        # Only now the output directory: a host that cannot run this leaves no results/membw-real.
+        o = Output(NAME, quick, out, fresh, args=f" --real {guaranteed_mbps}", dir_name=NAME + "-real",
+                   rendered=False)
         vms = [harness.GuestVM(REAL_WORKLOAD.format(rt=int(n == "rt"), stream_s=STREAM_S, idle_s=IDLE_S), n,
                                verbose=verbose) for n in REAL_SHARES]
         rows, table = [], []

@@ -162,6 +162,27 @@ class MemBw(Case):
         self.assertIs(verdict(out, "stopped within one period"), False)
         self.assertIn("hog2 (guarantees only, rt streams)", (out / "summary.md").read_text())
 
+    def test_real_on_a_host_without_counters_writes_nothing(self):
+        import harness
+        from experiments import membw
+
+        class NoCounters:
+            """The daemon's status on a host without PMU counters (no daemon is started)."""
+            def __init__(self, *args, **kw):
+                pass
+
+            def status(self):
+                return {"membw": {"unsupported": "no PMU counters"}}
+
+            def stop(self):
+                pass
+        out = self.tmp() / "membw-real"
+        with mock.patch.object(harness, "Daemon", NoCounters), \
+                mock.patch.object(harness, "foreign_qemus", lambda *a: self.fail("probed after the counters")):
+            with self.assertRaisesRegex(SystemExit, "no PMU counters"):
+                membw.main(False, out=out, real_mbps=1000)
+        self.assertFalse(out.exists(), "the output directory is made only once the probe passes")
+
     def test_no_claim_that_the_real_result_exists(self):
         text = (self.render(700.0) / "summary.md").read_text()
         self.assertIn("it has never run here, so there is no such result", text)

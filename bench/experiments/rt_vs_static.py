@@ -259,6 +259,7 @@ def main(quick, out=None, verbose=False, fresh=False, rows=None):
     gz, bz, loops, _, mb = plan(quick)
     reps = len({r["rep"] for r in rows})
     pred, seed, dflt, fifo = by["cosched_predict"], by["cosched_paper"], by["cosched"], by["static_fifo"]
+    unc = by["none"]
     guard = by["static_fifo_guard"]
     t_jobs = total["cosched_predict"] / total["cosched_paper"]
     t_avg = pred["avg_us"] / dflt["avg_us"]
@@ -357,10 +358,14 @@ def main(quick, out=None, verbose=False, fresh=False, rows=None):
                jobs_ratio),
         target("predictive: guest average ≤ 1.2× cosched's default",
                f"{t_avg:.2f}× ({pred['avg_us']:.0f} against {dflt['avg_us']:.0f} µs)", t_avg <= 1.2, rep_ratios),
-        target("predictive: guest max below static FIFO's",
-               f"{pred['max_us']:.0f} against {fifo['max_us']:.0f} µs", pred["max_us"] < fifo["max_us"],
-               f"predictive {runs('cosched_predict', lambda r: r['max_us'])}; static FIFO "
-               f"{runs('static_fifo', lambda r: r['max_us'])} µs"),
+        # Static FIFO's maximum can be the kernel's RT throttle, which the uncoordinated runs stay
+        # below too: only below the uncoordinated maximum as well does the predictive mode show something.
+        target("predictive: guest max below both the uncoordinated max and static FIFO's (static FIFO's alone "
+               "proves little: it can be the kernel's RT throttle, which no coordination stays below too)",
+               f"{pred['max_us']:.0f} against {unc['max_us']:.0f} µs uncoordinated and {fifo['max_us']:.0f} µs "
+               "static FIFO", pred["max_us"] < unc["max_us"] and pred["max_us"] < fifo["max_us"],
+               f"predictive {runs('cosched_predict', lambda r: r['max_us'])}; uncoordinated "
+               f"{runs('none', lambda r: r['max_us'])}; static FIFO {runs('static_fifo', lambda r: r['max_us'])} µs"),
         target("the paper's co-scheduling: host jobs ≥ 1.5× as fast as static FIFO (the paper: \"even more than two "
                "times\")", f"{t_seed:.2f}×", t_seed >= 1.5, seed_ratio),
         target("separation: the default + a dummy frame per period, against the default",

@@ -389,6 +389,28 @@ class Environments(Case):
         self.assertIn("not measured in this run", (out / "summary.md").read_text())
 
 
+class RtVsStatic(Case):
+    @staticmethod
+    def rows(none_max_us):
+        from experiments import rt_vs_static as m
+        maxima = {"none": none_max_us, "static_fifo": 60000.0, "cosched_predict": 15000.0}
+        return [dict({c: 1.0 for c in m.COLUMNS}, policy=p, rep=rep, gzip_s=10.0, bzip2_s=10.0,
+                     avg_us=200.0 + 10 * rep + (50.0 if p == "cosched_predict" else 0.0), max_us=maxima.get(p, 5000.0))
+                for rep in (1, 2) for p in m.POLICIES]
+
+    def test_the_predictive_max_must_beat_no_coordination_too(self):
+        from experiments import rt_vs_static as m
+        for none_max_us, met in ((11000.0, False), (26000.0, True)):
+            out = self.tmp()
+            m.main(False, out=out, rows=self.rows(none_max_us))
+            # Below static FIFO's 60 ms (its RT throttle) both times: only the uncoordinated max decides.
+            self.assertIs(verdict(out, "predictive: guest max below"), met)
+            self.assertIn("predictive: guest max below both the uncoordinated max and static FIFO's",
+                          " ".join(verdicts(out)))
+            self.assertIn(f"15000 against {none_max_us:.0f} µs uncoordinated and 60000 µs static FIFO",
+                          (out / "summary.md").read_text())
+
+
 class NotJudged(Case):
     """A target that its run could not judge (not measured in this run) is "not judged", apart from
     a figure that has no target of its own ("no target"), in a summary and in the evaluation table."""

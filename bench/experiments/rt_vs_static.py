@@ -457,11 +457,10 @@ jobs take {total["static_fifo_guard"]:.1f} s against {total["static_fifo"]:.1f} 
 {guard["kthread_max_us"]:.0f} µs (average {guard["kthread_avg_us"]:.0f}) against {fifo["kthread_max_us"]:.0f} µs
 (average {fifo["kthread_avg_us"]:.0f}) under the throttle.
 
-**Across machines.** From 2026-12-01 the runs are on another development machine of the same
-shape (2 cores in a shared VM, the same host kernel, the test guest built again by the same
-scripts): every policy's guest average there is several times what it was on the earlier one,
-and its repeats scatter more (see the spread above), so compare ratios within one run, not
-figures across runs: the figures below from before that date are the earlier machine's.
+**Across machines.** The runs from 2026-12-01 on ran on a freshly set-up development machine (the
+test guest built again by the same scripts). Their guest averages are higher than the earlier
+runs' figures quoted below, so compare ratios within one run, not figures across runs: the figures
+below from before that date are from the earlier set-up.
 
 **The predictive mode's frames.** Since 2026-11-28 a periodic task's prediction stands (a `WAKE`
 with its period, see docs/architecture.md): the host boosts every period by itself, and the guest

@@ -410,6 +410,14 @@ class RtVsStatic(Case):
             self.assertIn(f"15000 against {none_max_us:.0f} µs uncoordinated and 60000 µs static FIFO",
                           (out / "summary.md").read_text())
 
+    def test_across_machines_states_no_factor(self):
+        from experiments import rt_vs_static as m
+        out = self.tmp()
+        m.main(False, out=out, rows=self.rows(26000.0))
+        text = (out / "summary.md").read_text()
+        self.assertIn("**Across machines.** The runs from 2026-12-01 on ran on a freshly set-up", text)
+        self.assertNotIn("several times", text)
+
 
 class NotJudged(Case):
     """A target that its run could not judge (not measured in this run) is "not judged", apart from

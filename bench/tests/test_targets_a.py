@@ -95,6 +95,23 @@ class LatencyVsLoad(Render):
         self.assertTrue(any("paper" in t["target"] and t["met"] is None for t in good))
         self.round_trip(m, out, good)
 
+    def test_the_uncoordinated_maximum_beside_the_static_target(self):
+        from experiments import latency_vs_load as m
+        # The uncoordinated max (12 ms) is below static RR's (50 ms) too: the target is met by a
+        # cosched no better than no coordination, and a row without a target says so.
+        targets, _ = self.render(m, self.rows((105, 250, 20000)))
+        self.assertIs(self.verdicts(targets, "static SCHED_RR 1's")["cosched's maximum below static SCHED_RR 1's "
+                                                                   "(cyclictest -p 80 beside 1 guest hog; 2 host hogs)"],
+                      True)
+        ref = [t for t in targets if "the uncoordinated maximum" in t["target"]]
+        self.assertEqual(len(ref), 1, targets)
+        self.assertIsNone(ref[0]["met"])
+        self.assertEqual(ref[0]["measured"], "uncoordinated 12000 µs, static SCHED_RR 1 50000 µs; cosched's 20000 µs "
+                                             "is not below the uncoordinated maximum")
+        targets, _ = self.render(m, self.rows((105, 250, 8000)))
+        self.assertIn("cosched's 8000 µs is below the uncoordinated maximum",
+                      next(t["measured"] for t in targets if "the uncoordinated maximum" in t["target"]))
+
     def test_the_maxima_and_points_are_counted_from_the_data(self):
         from experiments import latency_vs_load as m
         _, out = self.render(m, self.rows((105, 250, 8000)))

@@ -66,8 +66,24 @@ def aggregate(rows):
     return out
 
 
+def unjudged(agg):
+    """[(class aggregate, why)] of the classes that cannot be judged against the default: their runs
+    had actuation errors, so they may measure a VM whose threads stayed at their normal class."""
+    out = []
+    for a in agg:
+        if a["class"] in ("none", DEFAULT) or not a["errors"]:
+            continue
+        why = (f"{a['errors']} actuation errors: " + (
+            "the kernel's admission control refused it" if a["refused"] else
+            "why is not in this run's data.csv" if a["refused"] is None else "the daemon's changes to its threads failed")
+               + ", so its runs may measure a VM whose threads stayed at their normal class")
+        out.append((a, why))
+    return out
+
+
 def verdict(agg):
-    """The class that beats RR on both latency (avg and max) and host fairness, if any."""
+    """The class that beats RR on both latency (avg and max) and host fairness, if any (of the
+    classes without actuation errors: unjudged())."""
     by = {a["class"]: a for a in agg}
     rr = by[DEFAULT]
     winners = [a for a in agg if a["class"] not in ("none", DEFAULT) and not a["errors"]
@@ -128,9 +144,15 @@ def targets(rows, agg):
     spread = (f"{name} by repeat: average {per(DEFAULT, 'avg_us')} µs, maximum {per(DEFAULT, 'max_us')} µs"
               if reps > 1 else "one run")
     best = verdict(agg)
+    # A class with actuation errors is not judged: where one is left out, "no class beats it" is not
+    # shown, only "no class judged beats it".
+    left_out = unjudged(agg)
+    not_judged = "; not judged: " + "; ".join(f"{a['label']} ({why})" for a, why in left_out) if left_out else ""
     out = [target(f"{name} stays the default only while no class beats it on average latency, maximum latency "
                   "and the host hogs' CPU at once (cyclictest -p 80, 2 host hogs + 1 guest hog)",
-                  f"{best['label']} beats it" if best else "no class beats it", best is None, spread)]
+                  (f"{best['label']} beats it" if best else
+                   "no class judged beats it" if left_out else "no class beats it") + not_judged,
+                  False if best else NOT_JUDGED if left_out else True, spread)]
     for cls in CLASSES:
         a = by.get(cls)
         if not a or cls == DEFAULT:
@@ -161,10 +183,14 @@ def main(quick, out=None, verbose=False, fresh=False, rows=None):
     best = verdict(agg)
     refused = [a["label"] for a in agg if a["refused"]]
     unknown = [a for a in agg if a["errors"] and a["refused"] is None]
+    left_out = [a["label"] for a, _ in unjudged(agg)]
     decision = (f"**{best['label']}** beats SCHED_RR 1 on average and maximum latency and leaves the host more CPU."
                 if best else
                 "No class beats SCHED_RR 1 on latency (average and maximum) and host fairness at once, so the "
-                "default stays `policy = \"rr\"`.")
+                "default stays `policy = \"rr\"`." if not left_out else
+                f"No class judged beats SCHED_RR 1 on latency (average and maximum) and host fairness at once, so the "
+                f"default stays `policy = \"rr\"`; {' and '.join(left_out)} had actuation errors and "
+                f"{'is' if len(left_out) == 1 else 'are'} not judged (below).")
     reps = len({r["rep"] for r in rows})
     loops = plan(quick)[0]
     o.summary("Boost class comparison", f"""

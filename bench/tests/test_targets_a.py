@@ -228,15 +228,16 @@ class StartupMisses(Render):
 
 
 class BoostClasses(Render):
-    def rows(self, fifo_avg):
+    def rows(self, fifo_avg, deadline_errors=0):
         out = []
         for rep in (0, 1):
             for cls, avg, mx, share in (("none", 600, 16000, 0.65), ("rr", 130, 12000, 0.45), ("fifo", fifo_avg, 9000, 0.46),
                                         ("deadline", 550, 15000, 0.62), ("nice", 140, 9700, 0.44)):
                 out.append({"class": cls, "rep": rep, "avg_us": avg + rep, "p99_us": 3 * avg, "max_us": mx,
                             "hog_cpu_share": share, "boosts": 5 if cls != "none" else "",
-                            "actuation_errors": 100 if cls == "deadline" else 0,
-                            "warnings": "sched_setattr: admission control refused" if cls == "deadline" else ""})
+                            "actuation_errors": deadline_errors if cls == "deadline" else 0,
+                            "warnings": "sched_setattr: admission control refused"
+                            if cls == "deadline" and deadline_errors else ""})
         return out
 
     def test_verdicts_follow_the_data(self):
@@ -248,8 +249,24 @@ class BoostClasses(Render):
         bad, _ = self.render(m, self.rows(100))
         self.assertEqual(bad[0]["met"], False, bad)
         self.assertEqual(bad[0]["measured"], "SCHED_FIFO 1 beats it")
-        self.assertIn("The kernel refused SCHED_DEADLINE here", (out / "summary.md").read_text())
         self.round_trip(m, out, good)
+
+    def test_a_class_with_actuation_errors_is_named_not_judged(self):
+        from experiments import boost_classes as m
+        from evaluation import NOT_JUDGED
+        # SCHED_DEADLINE refused 100 times a run: no class judged beats RR, but that is not "met".
+        targets, out = self.render(m, self.rows(150, deadline_errors=100))
+        self.round_trip(m, out, targets)
+        self.assertEqual(targets[0]["met"], NOT_JUDGED, targets)
+        self.assertEqual(targets[0]["measured"], "no class judged beats it; not judged: SCHED_DEADLINE 900/1000 µs "
+                         "(200 actuation errors: the kernel's admission control refused it, so its runs may measure "
+                         "a VM whose threads stayed at their normal class)")
+        text = (out / "summary.md").read_text()
+        self.assertIn("The kernel refused SCHED_DEADLINE here", text)
+        self.assertIn("SCHED_DEADLINE 900/1000 µs had actuation errors and is not judged", text)
+        # A class that beats RR is a verdict whatever was left out.
+        targets, _ = self.render(m, self.rows(100, deadline_errors=100))
+        self.assertEqual(targets[0]["met"], False, targets)
 
 
 class Overhead(Render):

@@ -435,11 +435,14 @@ def targets(rows, hosts, idle, other=None):
     if all(levers.values()):
         best = min(levers, key=levers.get)
         n = sum(1 for r in rows if r["mode"] == DEFAULT_LEVER and r["host_readers"] in loaded)
+        # The other full run's figures where it has the lever's loaded cells (first-run.csv may lack some).
+        theirs = {m: lever_mean(other, m, loaded, other_idle) if other_idle else None for m in levers}
         out.append(target(f"the default lever ({DEFAULT_LEVER}) wins: the lowest mean start-up (× idle) over the "
                           f"cells with host readers", f"ioprio {levers['ioprio']:.2f}×, weight {levers['weight']:.2f}× "
                           f"(mean of {n} cells each)", best == DEFAULT_LEVER,
-                          (f"the other full run: ioprio {lever_mean(other, 'ioprio', loaded, other_idle):.2f}×, weight "
-                           f"{lever_mean(other, 'weight', loaded, other_idle):.2f}×") if other_idle else ""))
+                          ("the other full run: " + ", ".join(
+                              f"{m} {x:.2f}×" if x is not None else f"{m} not measured there"
+                              for m, x in theirs.items())) if other_idle else ""))
     out.append(target("Virtual-BFQ, Fig. 10/11, 5 host readers, guest 1r-seq (the paper's figures)",
                       f"BFQ {PAPER['bfq']} s = {PAPER['bfq'] / PAPER['idle']:.1f}× idle, V-BFQ {PAPER['vbfq']} s = "
                       f"{PAPER['vbfq'] / PAPER['idle']:.2f}×, idle {PAPER['idle']} s", None))

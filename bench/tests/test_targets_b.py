@@ -82,6 +82,20 @@ class IoStartup(Case):
         self.assertIs(verdict(self.render(self.rows(5.5)), "default lever"), True)
         self.assertIs(verdict(self.render(self.rows(6.5)), "default lever"), False)
 
+    def test_a_first_run_without_a_levers_cells(self):
+        import csv
+        from experiments import io_startup
+        out = self.tmp()
+        # first-run.csv: an earlier full run that measured no loaded cell with the weight lever.
+        with open(out / "first-run.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=io_startup.COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(r for r in self.rows(6.0) if r["mode"] != "weight")
+        io_startup.main(False, out=out, rows=self.rows(5.5))
+        t = next(t for t in evaluation.parse_targets((out / "summary.md").read_text()) if "default lever" in t["target"])
+        self.assertIs(t["met"], True)
+        self.assertEqual(t["spread"], "the other full run: ioprio 1.20×, weight not measured there")
+
 
 class SlowDisk(Case):
     @staticmethod

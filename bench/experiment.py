@@ -4,6 +4,7 @@
   sudo /usr/bin/python3 bench/experiment.py NAME [--quick] [--out DIR]
   sudo /usr/bin/python3 bench/experiment.py all [--quick]
   /usr/bin/python3 bench/experiment.py status [--check]     (no root needed)
+  /usr/bin/python3 bench/experiment.py render [NAME ...]    (no root needed)
 
 Each experiment boots the test guest under controlled host load and writes data.csv, plot.png
 and summary.md (our numbers beside the papers') to results/NAME/ (full run) or
@@ -21,7 +22,20 @@ status: one line per results/<name>/: its manifest's commit, date, accelerator, 
 bench/experiments/common.py) or its own script (each result counts the groups it runs: PRODUCERS in
 bench/manifest.py); "UNKNOWN" where the manifest gives no measured
 commit (a manifest recovered from git history: "~" marks the data's commit, the changes since it
-are a lower bound); "no manifest". --check: exit status 1 unless every result is current.
+are a lower bound); "no manifest". A result whose summary was rendered again from its data (render,
+below) is judged in two parts: the crates, the guest and bench/harness.py since the measured
+commit, its own script and bench/experiments/common.py since the rendering's commit (a rendering
+vouches that their changes in between are rendering only); a run or a rendering made with
+uncommitted changes to what it depends on is UNKNOWN. --check: exit status 1 unless every result
+is current.
+
+render: summary.md and plot.png of results/NAME again from the data the run stored (data.csv and
+the files beside it), with today's code, without measuring: for a summary's text, targets or plot
+changed after the run. The manifest keeps the measurement and records the rendering
+(rendered_commit). With no NAME, every result that has stored data; the results written by other
+scripts are rendered by them (bench/reliability.py summary, bench/environments.py --render,
+bench/boot_vs_snapshot.py --render, bench/thread_discovery_bench.py --render,
+bench/experiments/slowdisk.py render).
 
 Experiments (full-run time on the 2-core development machine, TCG guest; the papers are
 named as in docs/references.md):
@@ -94,9 +108,53 @@ def status(check=False):
     return 1 if check and bad else 0
 
 
+# The results that scripts other than this one write, and the command that renders each again.
+OTHER_RENDERERS = {
+    "reliability": ["bench/reliability.py", "summary"],
+    "environments": ["bench/environments.py", "--render"],
+    "boot-vs-snapshot": ["bench/boot_vs_snapshot.py", "--render"],
+    "thread-discovery": ["bench/thread_discovery_bench.py", "--render"],
+    "slowdisk": ["bench/experiments/slowdisk.py", "render"],
+}
+
+
+def render(names):
+    """`render`: the named results (default: every one with stored data) rendered again from what
+    their run stored, without measuring (no root)."""
+    import subprocess
+    from experiments.common import RESULTS
+    repo = RESULTS.parent
+    names = names or [n for n in [*EXPERIMENTS, *OTHER_RENDERERS] if (RESULTS / n / "data.csv").exists()
+                      or (n == "reliability" and (RESULTS / n).is_dir())]
+    failed = []
+    for name in names:
+        if name in OTHER_RENDERERS:
+            script, *args = OTHER_RENDERERS[name]
+            rc = subprocess.run([sys.executable, str(repo / script), *args], cwd=repo).returncode
+        elif name in EXPERIMENTS:
+            mod = load(name)
+            d = RESULTS / name
+            if not (d / "data.csv").exists():
+                print(f"render: {name}: no stored data in {d}", file=sys.stderr)
+                rc = 1
+            else:
+                mod.main(False, out=d, rows=mod.stored(d))
+                rc = 0
+        else:
+            print(f"render: {name}: no such result (one of: {', '.join([*EXPERIMENTS, *OTHER_RENDERERS])})",
+                  file=sys.stderr)
+            rc = 2
+        print(f"render: {name}: {'rendered' if rc == 0 else f'failed ({rc})'}", flush=True)
+        if rc:
+            failed.append(name)
+    return 1 if failed else 0
+
+
 def main():
+    if sys.argv[1:2] == ["render"]:
+        return render(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("name", choices=[*EXPERIMENTS, "all", "status"])
+    ap.add_argument("name", choices=[*EXPERIMENTS, "all", "status", "render"])
     ap.add_argument("--quick", action="store_true", help="a few short points (CI)")
     ap.add_argument("--out", help="output directory (default results/NAME or build/results-quick/NAME)")
     ap.add_argument("--fresh", action="store_true",

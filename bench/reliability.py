@@ -1535,6 +1535,7 @@ def targets(out, rows):
     """The campaign's targets, judged from each part's files: fuzz.md, crash.csv, isolation.json,
     the soak's files."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from evaluation import NOT_JUDGED
     from experiments.common import target
     t = []
     _, fz = fuzz_report(out)
@@ -1591,7 +1592,7 @@ def targets(out, rows):
                     ok, figures = md[name][0], (f"{md[name][1]} (as the run wrote it in soak.md: the daemon before "
                                                 "the first VM and after the last is in no data file of that run)")
                 else:
-                    figures = "not measured in this run"
+                    ok, figures = NOT_JUDGED, "not measured in this run"
             t.append(target(f"soak: {name}", figures, ok, "one run"))
     return t
 

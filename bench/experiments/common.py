@@ -214,10 +214,11 @@ class Output:
 
 
 def target(statement, measured, met, spread=""):
-    """One row of a summary's targets table: the target as stated (or, met None, a figure that has
-    no target of its own: a bound, a reference), what this run measured (text, from its data),
-    met True or False as the data judge it, and the spread between repeats where there are
-    repeats. bench/evaluation.py reads the table back (parse_targets) into docs/evaluation.md."""
+    """One row of a summary's targets table: the target as stated, what this run measured (text,
+    from its data), met True or False as the data judge it (None: a figure that has no target of
+    its own, a bound, a reference, the paper's; evaluation.NOT_JUDGED: a target this run's data
+    cannot judge), and the spread between repeats where there are repeats. bench/evaluation.py
+    reads the table back (parse_targets) into docs/evaluation.md."""
     return {"target": statement, "measured": measured, "met": met, "spread": spread}
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 import harness
-from experiments.common import POLICY_LABEL, STYLE, Output, log, md_table, target
+from experiments.common import POLICY_LABEL, STYLE, Output, log, md_table, read_csv, target
 
 NAME = "rt-vs-static"
 PAPER_RT_ARGS = "--hold-periodic-max-us 0 --idle-deboost-ms 1"
@@ -135,6 +135,11 @@ def check_static(r, static):
     want = [w for w in ("fifo", "shield") if w in static]
     if not all(w in tuning for w in want):
         raise RuntimeError(f"the daemon's static tuning is {tuning!r}, not {static!r}: {r.get('daemon_warnings')}")
+
+
+def stored(directory):
+    """The rows of a run's data.csv (results/rt-vs-static), as measure() returned them."""
+    return read_csv(Path(directory) / "data.csv", text=("policy",))
 
 
 def run_order(rep):

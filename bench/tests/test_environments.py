@@ -174,6 +174,9 @@ class HostUnitUnderSystemd(unittest.TestCase):
             lib = f"FAKE_QEMU={FAKE_QEMU}\n{GUEST_LIB}\n"
 
             def g(script, **kw):
+                # Each script waits for its states itself (until_: 300 tries, 30 s on a quick
+                # host); on a slow emulated guest those tries take longer than guest.run's 120 s.
+                kw.setdefault("timeout", 360)
                 return guest.run(lib + script, **kw)
 
             def send(vm, *frames):

@@ -183,7 +183,9 @@ HOG=$!
         agent = [l for l in r["agent_log"] if l.startswith(f"{mode}: ")]
         w = r["windows"].get(name)
         self.assertIsNotNone(w, f"no window {name}: {r['console'][-2000:]}")
-        self.assertTrue(w.get("registered"), agent)
+        # The status query at MEASURE-END races the agent's DEREGISTER right after it (a slow guest
+        # can be gone from the list by then): the agent's own log says whether it was registered.
+        self.assertTrue(w.get("registered") or any("registered with the host" in l for l in agent), agent)
         self.assertGreaterEqual(w["daemon"]["frames"], 2, agent)
         share = w["boosted_share"]
         stats = [l for l in agent if "detector stats" in l]

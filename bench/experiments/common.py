@@ -142,8 +142,10 @@ class Output:
     def minutes(self):
         return (time.time() - self.t0 + self.resumed_s) / 60
 
-    def csv(self, rows, columns):
-        with open(self.dir / "data.csv", "w", newline="") as f:
+    def csv(self, rows, columns, name="data.csv"):
+        """Writes rows to name (data.csv, or another file the run stores beside it) in the
+        output directory."""
+        with open(self.dir / name, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
             w.writeheader()
             for r in rows:

@@ -46,7 +46,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 import harness
-from experiments.common import Output, log, md_table, target
+from experiments.common import Output, log, md_table, read_csv, target
 
 N_VMS = 4
 TARGET = 4  # the VM the client talks to
@@ -422,26 +422,11 @@ class Testbed:
                                       self.ip(i)], cpus=CLIENT_CPUS, stdout=subprocess.PIPE, text=True)
 
 
-def typed(value):
-    """A data.csv value as the measurement wrote it: "" stays "" (a figure a mode has not), an
-    integer an int, any other number a float, a word a str."""
-    if value == "":
-        return ""
-    try:
-        return int(value)
-    except ValueError:
-        try:
-            return float(value)
-        except ValueError:
-            return value
-
-
 def stored_rows(directory, name, strings=("request", "mode", "setup", "part")):
     """The rows of results/<name>/data.csv (or of `directory`), typed as the measurement made
     them."""
     d = Path(directory) if directory else harness.REPO / "results" / name
-    with open(d / "data.csv", newline="") as f:
-        return [{k: (v if k in strings else typed(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+    return read_csv(d / "data.csv", text=strings)
 
 
 def joined(xs, fmt="{:.0f}"):

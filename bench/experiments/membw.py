@@ -192,10 +192,7 @@ def main(quick, out=None, verbose=False, fresh=False, real_mbps=None, rows=None,
                 stops += [dict(demand=demand, mode=mode, vm=st["name"], t_ms=st["t_ms"], latency_ms=st["latency_ms"])
                           for st in r["stops"]]
         o.csv(rows, COLUMNS)
-        with open(o.dir / "stops.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=STOP_COLUMNS)
-            w.writeheader()
-            w.writerows(stops)
+        o.csv(stops, STOP_COLUMNS, "stops.csv")
     else:
         stops = stops if stops is not None else stored_stops(o.dir)
         reports = reports_of(rows, stops)

@@ -553,10 +553,7 @@ def main(quick, out=None, verbose=False, fresh=False, rows=None):
     if rows is None:
         rows, frows = measure_run(quick, verbose)
         o.csv(rows, COLUMNS)
-        with open(o.dir / "floor.csv", "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=FLOOR_COLUMNS)
-            w.writeheader()
-            w.writerows(frows)
+        o.csv(frows, FLOOR_COLUMNS, "floor.csv")
     else:
         frows = read_csv(o.dir / "floor.csv", text=("when", "placement")) if (o.dir / "floor.csv").exists() else []
         if not (o.dir / "data.csv").exists():

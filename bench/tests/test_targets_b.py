@@ -458,10 +458,11 @@ class NotJudged(Case):
 class StoredValues(unittest.TestCase):
     def test_a_stored_value_comes_back_as_the_measurement_wrote_it(self):
         from experiments import feas
-        self.assertEqual(feas.typed(""), "")
-        self.assertEqual(feas.typed("3"), 3)
-        self.assertEqual(feas.typed("3.5"), 3.5)
-        self.assertEqual(feas.typed("1e3"), 1000.0)
+        from experiments.common import number  # what feas.stored_rows() reads cells with
+        self.assertEqual(number(""), "")
+        self.assertEqual(number("3"), 3)
+        self.assertEqual(number("3.5"), 3.5)
+        self.assertEqual(number("1e3"), 1000.0)
         self.assertEqual(feas.split("1/2.5"), [1.0, 2.5])
         self.assertEqual(feas.split(""), [])
 

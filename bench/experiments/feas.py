@@ -69,11 +69,11 @@ charge = true
 # or its 1 ms slice ends; run_us = 0) and ours (it ends once the vCPUs ran 1 ms; a running vCPU is
 # boosted too) at three pay-back levels. (mode, extra [event] keys, label).
 PAYBACK_MODES = [
-    ("feas-paper", "run_us = 0\n", "FEAS, the paper's rule (ends at a block), nice 19"),
-    ("feas", "", "FEAS, ours (ends after 1 ms run), nice 19 (default)"),
-    ("feas-nice10", "repay_nice = 10\n", "FEAS, ours, pay-back at nice 10"),
+    ("feas-paper", "run_us = 0\nrepay_nice = 19\n", "FEAS, the paper's rule (ends at a block), nice 19"),
+    ("feas-nice19", "repay_nice = 19\n", "FEAS, ours (ends after 1 ms run), pay-back at nice 19"),
+    ("feas", "", "FEAS, ours, pay-back at nice 10 (default)"),
     ("feas-nice5", "repay_nice = 5\n", "FEAS, ours, pay-back at nice 5"),
-    ("feas-running", "boost_running = true\n", "FEAS, ours, running vCPUs boosted too, nice 19"),
+    ("feas-running", "boost_running = true\n", "FEAS, ours, running vCPUs boosted too, nice 10"),
 ]
 # feas-latency's reaction floor, all busy: every event boosts (no n_limit to speak of), with no
 # pay-back, and running vCPUs too. It is unfair by design: it measures how low a boost that reacts
@@ -229,7 +229,7 @@ def counter_delta(before, after, name):
 
 def ev_fields(ev, mode):
     """The daemon's event counters a row shows ("" in mode none): events seen, boosts,
-    postponements, the CPU time the vCPUs ran boosted and the time they paid back at nice 19,
+    postponements, the CPU time the vCPUs ran boosted and the time they paid back at `repay_nice`,
     and what the fair class gave back to the VM (owed again) or took back from it (paid) in
     the cycles after its holds."""
     if mode == "none":
@@ -1239,7 +1239,7 @@ class Throughput:
                              f"{f['events_per_mib']:.1f} reached the daemon")
                 dl_ms = f["downloads"] * f["seconds_s"] * 1000
                 if f["repaid_ms"] != "":
-                    line += (f"; boosted {f['boosted_cpu_ms']:.0f} ms of vCPU time, then held at nice 19 "
+                    line += (f"; boosted {f['boosted_cpu_ms']:.0f} ms of vCPU time, then held at repay_nice "
                              f"{f['repaid_ms']:.0f} ms ({100 * f['repaid_ms'] / dl_ms:.0f}% of the {dl_ms:.0f} ms "
                              "of downloads)")
                     if f["repaid_ms"] > dl_ms / 2 and x < 2:
@@ -1277,7 +1277,7 @@ class Throughput:
                 f"- what the boosts gave (all busy, FEAS, all sizes): n_limit x slice / cycle allows "
                 f"{100 * most:.0f}% of a CPU boosted at most (and charge = true pays it back); the vCPU ran "
                 f"boosted {boosted:.0f} ms in {dl:.0f} ms of downloads ({100 * boosted / dl:.1f}%) and was held "
-                f"at nice 19 {repaid:.0f} ms ({100 * repaid / dl:.1f}%): "
+                f"at repay_nice {repaid:.0f} ms ({100 * repaid / dl:.1f}%): "
                 + ("the pay-back holds the VM back most of the time: it caps the throughput"
                    if repaid > dl / 2 else "the pay-back does not cap the throughput here; the boosts are few")
                 + f". Of {pkts} tap packets, about {max(waiting, 0)} found a vCPU waiting; with the deferred "
@@ -1310,7 +1310,7 @@ those that reached the daemon (a vCPU of the VM waiting, within n_limit = 1 per 
 An event that finds no vCPU waiting (the guest runs) is pending: if a vCPU of the VM is
 preempted within a cycle of it, it fires then ("deferred"; counted in "no vCPU waiting" too).
 "boosted ms" is the vCPU time run boosted, "repaid ms" the time the daemon then held the VM at
-nice 19 to pay it back (charge = true).
+`repay_nice` (10) to pay it back (charge = true).
 
 {chr(10).join(lines)}
 

@@ -1742,7 +1742,7 @@ fn a_device_event_boosts_the_waiting_vcpu_for_a_slice_at_most_n_limit_times_per_
     let crowded: Vec<_> =
         episodes.windows(3).filter(|p| p[2].0 - p[0].0 < Duration::from_millis(9)).map(|p| (p[0].0, p[2].0)).collect();
     assert!(crowded.is_empty(), "three boosts within 9 ms: {crowded:?}");
-    // The boosted time is paid back at nice 19, then the vCPU is put back.
+    // The boosted time is paid back (at `repay_nice`), then the vCPU is put back.
     assert!(counters["repaid_ns"].as_u64().unwrap() > 0, "{counters}");
     wait_for("the vCPU put back", Duration::from_secs(2), || {
         sched::get(ev.vcpu).unwrap().same_as(&SchedAttr::other(0, 0)).then_some(())

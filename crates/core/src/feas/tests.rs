@@ -102,7 +102,7 @@ fn no_charge() -> FeasConfig {
 fn defaults_are_the_seeds() {
     let c = FeasConfig::default();
     assert_eq!((c.n_limit, c.cycle_ms, c.slice_us, c.vms), (1, 10, 1000, EventVms::NoAgent));
-    assert_eq!((c.run_us, c.boost_running, c.repay_nice), (1000, false, 19), "ours: a boost ends once it ran 1 ms");
+    assert_eq!((c.run_us, c.boost_running, c.repay_nice), (1000, false, 10), "ours: a boost ends once it ran 1 ms");
     c.validate().unwrap();
     let bad = FeasConfig { slice_us: 20_000, ..FeasConfig::default() };
     assert!(bad.validate().unwrap_err().to_string().contains("at most one cycle"));
@@ -437,11 +437,14 @@ fn the_operator_turning_events_off_puts_the_vm_back_and_forgives_its_debt() {
 
 const NICE_0: u64 = 1024;
 
-/// The fair class's weight of a VM's vCPUs at `level` (nice 0; nice 19 while paying back; at
-/// `SCHED_RR` they are not in the fair class, and keep their weight).
-fn weight_of(level: Level) -> u64 {
+/// The fair class's weight of a VM's vCPUs at `level` (nice 0; `repay_nice` while paying back,
+/// from the kernel's `sched_prio_to_weight`; at `SCHED_RR` they are not in the fair class, and keep
+/// their weight).
+fn weight_of(level: Level, repay_nice: i32) -> u64 {
+    const NICE_1_TO_19: [u64; 19] =
+        [820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87, 70, 56, 45, 36, 29, 23, 18, 15];
     if level == Level::Guarded {
-        15
+        NICE_1_TO_19[(repay_nice - 1) as usize]
     } else {
         NICE_0
     }
@@ -462,6 +465,7 @@ fn simulate(cfg: FeasConfig, rate: u64, seconds: u64) -> (Vec<f64>, u64) {
     const STEP: u64 = 50 * US;
     const SLICE: i128 = 750 * US as i128;
     let ids: Vec<VmId> = (0..4).map(VmId).collect();
+    let repay_nice = cfg.repay_nice;
     let mut coord = coordinator(&ids, cfg);
     let mut host = FakeHost::default();
     let mut vruntime = [0i128; 4];
@@ -501,7 +505,7 @@ fn simulate(cfg: FeasConfig, rate: u64, seconds: u64) -> (Vec<f64>, u64) {
         let fair: [bool; 4] = std::array::from_fn(|i| level(i) != Level::Boosted);
         // Class and weight changes.
         for i in 0..4 {
-            let w_new = weight_of(level(i)) as i128;
+            let w_new = weight_of(level(i), repay_nice) as i128;
             let mut fair_old = fair;
             fair_old[i] = saved_lag[i].is_none();
             if !fair[i] && saved_lag[i].is_none() {
@@ -562,19 +566,26 @@ fn simulate(cfg: FeasConfig, rate: u64, seconds: u64) -> (Vec<f64>, u64) {
     (shares, boosts)
 }
 
-/// The model is cruder than the kernel (fixed slices, no eligibility, a step of 50 µs), so the
-/// bound here is ±10% of an equal share; on the real kernel `feas-fairness` measures the
-/// boosted VM within ±2.5% (`results/feas-fairness`). Without charging the same model gives the
-/// boosted VM far more (below).
+/// The model is cruder than the kernel (fixed slices, no eligibility, a step of 50 µs). At the
+/// default pay-back (nice 10) it keeps every VM within ±5% of an equal share, the experiments'
+/// target (`results/feas-fairness`). At nice 19 it overcharges the boosted VM (about -7% at 300
+/// events a second), as `feas-latency` measured on the real kernel (-9.8% on a noisy host, at
+/// 7548d5d): that is why the default is 10; the bound for nice 19 here is ±10%. Without charging
+/// the same model gives the boosted VM far more (below).
 #[test]
 fn with_charging_every_vm_keeps_about_its_equal_share_over_a_long_random_run() {
-    for rate in [50, 300, 2000] {
-        let (shares, boosts) = simulate(seed(), rate, 20);
+    for (rate, nice) in [(50, 10), (300, 10), (2000, 10), (300, 19)] {
+        let (shares, boosts) = simulate(FeasConfig { repay_nice: nice, ..seed() }, rate, 20);
         // At most one per 10 ms cycle, and fewer while paying back.
-        assert!(boosts > rate.min(100) * 20 / 4, "rate {rate}: VM 0 was boosted {boosts} times");
-        eprintln!("rate {rate}/s: {boosts} boosts, shares {shares:.3?}");
+        assert!(boosts > rate.min(100) * 20 / 4, "rate {rate}, nice {nice}: VM 0 was boosted {boosts} times");
+        eprintln!("rate {rate}/s, nice {nice}: {boosts} boosts, shares {shares:.3?}");
+        let bound = if nice == FeasConfig::default().repay_nice { 0.05 } else { 0.10 };
         for (i, s) in shares.iter().enumerate() {
-            assert!((s / 0.25 - 1.0).abs() <= 0.10, "rate {rate}: VM {i} got {:.1}% of the CPU", s * 100.0);
+            assert!(
+                (s / 0.25 - 1.0).abs() <= bound,
+                "rate {rate}, nice {nice}: VM {i} got {:.1}% of the CPU",
+                s * 100.0
+            );
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The scheduling-class actuator: a boosted VM's threads get a real-time class (or what
 //! `[boost]` says) with `sched_setattr`, and their own attributes back at normal. Two resources
 //! use it: the CPU (guest-driven boosts, every thread of the VM) and events (FEAS: the vCPU
-//! threads only, `SCHED_RR` at the VM's priority while boosted, nice 19 while the VM pays its
+//! threads only, `SCHED_RR` at the VM's priority while boosted, `repay_nice` while the VM pays its
 //! boost back at [`Level::Guarded`]).
 //!
 //! A thread that already runs at a real-time class is never touched (a boost never lowers).

@@ -52,9 +52,8 @@ def measure(rounds):
 
 
 def stored_rows(out=OUT):
-    with open(Path(out) / "data.csv", newline="") as f:
-        return [dict(r, round=int(r["round"]), avg_us=float(r["avg_us"]), p99_us=float(r["p99_us"]),
-                     max_us=float(r["max_us"]), seconds=float(r["seconds"])) for r in csv.DictReader(f)]
+    from experiments.common import read_csv
+    return read_csv(Path(out) / "data.csv", text=("start", "policy"))
 
 
 def avgs(rows, start, policy):

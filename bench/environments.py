@@ -95,8 +95,8 @@ TIMES = {"debian-guest": ("boot_s", "uptime_s", "install_s", "reboot_s"),
 
 
 def stored_rows(out=OUT):
-    with open(Path(out) / "data.csv", newline="") as f:
-        return list(csv.DictReader(f))
+    from experiments.common import read_csv
+    return read_csv(Path(out) / "data.csv", text=("environment", "measure"))
 
 
 def values_of(rows):

@@ -124,10 +124,8 @@ def measure(counts, say=print):
 
 
 def stored_rows(out=OUT):
-    with open(Path(out) / "data.csv", newline="") as f:
-        return [dict(r, n_vms=int(r["n_vms"]), thread_events=int(r["thread_events"]),
-                     daemon_cpu_pct=float(r["daemon_cpu_pct"]), probe=int(r["probe"]),
-                     new_thread_ms=float(r["new_thread_ms"]) if r["new_thread_ms"] != "" else "") for r in csv.DictReader(f)]
+    from experiments.common import read_csv
+    return read_csv(Path(out) / "data.csv", text=("mechanism",))
 
 
 def cells(rows):

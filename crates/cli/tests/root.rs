@@ -2311,6 +2311,15 @@ fn a_predicted_wake_up_boosts_the_vcpu_just_before_it_and_ends_after_the_hold() 
     let (mut sent, mut redone) = (0, Vec::new());
     while onsets.len() < 16 && sent < 60 {
         sent += 1;
+        // The previous round's boost is over first (its hold ends 22 ms after its WAKE, but a
+        // daemon held off by the machine's steal time can end it later: a CI run's round then
+        // saw the vCPU at FIFO 5 µs after its WAKE, which replaced the prediction and ended it).
+        wait_for_or(
+            "the previous round's boost to end",
+            Duration::from_secs(2),
+            || (!rt(&sched::get(vcpu).unwrap())).then_some(()),
+            || format!(": the vCPU is at {:?}", sched::get(vcpu)),
+        );
         // Due 20 ms after sending, for a guest task at priority 80: FIFO 30 (the ceiling). The
         // clock starts before the write, from a real-time sampler: started after it, a CI run's
         // sampler was held off 3.7 ms between the two, and the boost looked that much early.

@@ -1679,16 +1679,11 @@ fn drive_events(ev: &EventVm, every: Duration, for_: Duration) -> Vec<(Duration,
     samples
 }
 
-/// Runs of samples at `SCHED_RR`: the times of the first and the last sample of each (the
-/// sampler itself may be delayed: a run's last sample bounds it from below, not above).
-fn rr_episodes(samples: &[(Duration, SchedAttr)]) -> Vec<(Duration, Duration)> {
-    rr_episodes_since(samples).into_iter().map(|(_, s, e)| (s, e)).collect()
-}
-
-/// As [`rr_episodes`], with the time of the sample before each run (not at `SCHED_RR`): the
-/// boost began after it, so the run's true start is between the two, however late the sampler
-/// was.
-fn rr_episodes_since(samples: &[(Duration, SchedAttr)]) -> Vec<(Duration, Duration, Duration)> {
+/// Runs of samples at `SCHED_RR`: the time of the sample before each run (not at `SCHED_RR`),
+/// and of the first and the last sample of the run. The boost began after the sample before, so
+/// the run's true start is between the first two, however late the sampler was; the last sample
+/// bounds its end from below, not above.
+fn rr_episodes(samples: &[(Duration, SchedAttr)]) -> Vec<(Duration, Duration, Duration)> {
     let mut out = Vec::new();
     let mut open: Option<(Duration, Duration, Duration)> = None;
     let mut before = Duration::ZERO;
@@ -1722,7 +1717,8 @@ fn a_device_event_boosts_the_waiting_vcpu_for_a_slice_at_most_n_limit_times_per_
     let before = boosts(&d);
     let run = Duration::from_secs(2);
     let samples = drive_events(&ev, Duration::from_millis(3), run);
-    let episodes = rr_episodes(&samples);
+    let since = rr_episodes(&samples);
+    let episodes: Vec<(Duration, Duration)> = since.iter().map(|&(_, s, e)| (s, e)).collect();
     let vm = d.vm_status("ev").unwrap();
     let st = d.status();
     let counters = &vm["resources"]["event"]["counters"];
@@ -1756,7 +1752,6 @@ fn a_device_event_boosts_the_waiting_vcpu_for_a_slice_at_most_n_limit_times_per_
     // the daemons at SCHED_FIFO 99): the first boost began after the sample before its run, the
     // third by its run's first sample, so three boosts are proven within 9 ms only when those two
     // samples are.
-    let since = rr_episodes_since(&samples);
     let crowded: Vec<_> = since
         .windows(3)
         .filter(|p| p[2].1 - p[0].0 < Duration::from_millis(9))

@@ -27,8 +27,10 @@
 //! from the guest, which stays silent while its wake-ups keep to the pattern. Each period's boost
 //! is counted as *standing*, neither confirmed nor charged to the prediction budget: it goes
 //! through the CPU slot's own budgets like every boost, and a boost they refuse ends the pattern
-//! with `DENY(cpu: budget)`, seq 0, so that the guest speaks again. A `P` under twice the lead
-//! plus the hold (the VM boosted half the time or more) is refused with `DENY(cpu: budget)`. The
+//! with `DENY(cpu: budget)`, seq 0, so that the guest speaks again. A standing boost lasts at
+//! most half its period: the hold is cut to `P / 2 - lead` where the adapted hold is longer, and
+//! a `P` under twice the lead plus the least hold (`predict_hold_us`) is refused with
+//! `DENY(cpu: budget)`. The
 //! guest's own `CPU 1` / `CPU 0` meanwhile (another task's need, an activation outside the
 //! window) are boosts layered on the pattern: a period's boost does not end while the guest holds
 //! one, and the guest's `CPU 0` does not end a period's boost. Only `WAKE 0`, a new `WAKE` or the
@@ -41,7 +43,8 @@
 //! guest woke before the predicted time, so the boost must come earlier: `lead` is
 //! `predict_lead_min_us` plus the 99th percentile of `-e` over the last [`SAMPLES`] predictions,
 //! at most `predict_lead_max_us`. A `CPU 1` earlier than `t + d - predict_lead_max_us` is taken
-//! for an unrelated need, not a confirmation.
+//! for an unrelated need, not a confirmation. The lead and the hold take only the errors of the
+//! last [`ADAPT_WINDOW_NS`] (10 s): once the guest is on time again they come back to their least.
 
 use std::collections::BTreeMap;
 
@@ -56,6 +59,10 @@ use crate::{check_priority, Action, ConfigError, Error, VmId};
 const US: u64 = 1_000;
 /// Recent samples kept per VM for the error and lateness percentiles (fixed memory per VM).
 pub const SAMPLES: usize = 128;
+/// The lead and the hold adapt to the errors of this last stretch of time only: a burst of late
+/// or early wake-ups (a host that stalled the guest) stops counting once it is this old, and with
+/// no error this recent both are back at their least.
+pub const ADAPT_WINDOW_NS: u64 = 10_000_000_000;
 
 /// How a guest's RT priority becomes the host's (`[rt] priority_map`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,7 +92,8 @@ pub struct RtConfig {
     /// The most, however early guests have woken.
     pub predict_lead_max_us: u64,
     /// A predicted boost not confirmed this long after the predicted wake-up ends by itself, at
-    /// least: the hold grows to `p99` of how late the guest's confirmations came, ...
+    /// least: the hold grows to `p99` of how late the guest's confirmations came in the last 10 s
+    /// (a standing pattern's to half its period less the lead at most), ...
     pub predict_hold_us: u64,
     /// ... and at most this long.
     pub predict_hold_max_us: u64,
@@ -172,10 +180,10 @@ pub fn granted_priority(value: u64) -> Option<u8> {
     Some((value >> 8 & 0xff) as u8).filter(|p| value & 1 == 1 && *p != 0)
 }
 
-/// Fixed-size ring of recent samples with percentiles.
+/// Fixed-size ring of recent samples (each with when it was taken) with percentiles.
 #[derive(Debug, Clone, Default)]
 pub struct Samples {
-    ring: Vec<i64>,
+    ring: Vec<(u64, i64)>,
     next: usize,
     pub count: u64,
     pub max: i64,
@@ -183,19 +191,29 @@ pub struct Samples {
 
 impl Samples {
     pub fn push(&mut self, v: i64) {
+        self.push_at(0, v);
+    }
+
+    /// A sample taken at time `at`.
+    pub fn push_at(&mut self, at: u64, v: i64) {
         self.max = if self.count == 0 { v } else { self.max.max(v) };
         self.count += 1;
         if self.ring.len() < SAMPLES {
-            self.ring.push(v);
+            self.ring.push((at, v));
         } else {
-            self.ring[self.next] = v;
+            self.ring[self.next] = (at, v);
         }
         self.next = (self.next + 1) % SAMPLES;
     }
 
     /// The `p`-quantile (0..=1) of the recent samples, if any.
     pub fn quantile(&self, p: f64) -> Option<i64> {
-        let mut v = self.ring.clone();
+        self.quantile_since(p, 0)
+    }
+
+    /// The `p`-quantile (0..=1) of the recent samples taken at `since` or later, if any.
+    pub fn quantile_since(&self, p: f64, since: u64) -> Option<i64> {
+        let mut v: Vec<i64> = self.ring.iter().filter(|s| s.0 >= since).map(|s| s.1).collect();
         v.sort_unstable();
         (!v.is_empty()).then(|| v[((v.len() - 1) as f64 * p).round() as usize])
     }
@@ -280,7 +298,7 @@ struct RtVm {
     /// How long an applied prediction waits for its confirmation after the predicted wake-up.
     hold_ns: u64,
     /// The predicted wake-up of the last prediction that ended unconfirmed after its hold: a
-    /// `CPU 1` soon after is its late confirmation, and its error is kept (else the errors
+    /// `CPU 1` soon after, before the guest's next `WAKE`, is its late confirmation, and its error is kept (else the errors
     /// would only ever show confirmations that came within the hold).
     missed_due: Option<u64>,
     /// `e = arrival of the confirming CPU 1 - due`, ns.
@@ -351,14 +369,26 @@ impl Rt {
         Some(p)
     }
 
-    fn adapt(&mut self, id: VmId) {
+    /// The lead and the hold from the errors of the last [`ADAPT_WINDOW_NS`] before `now`.
+    fn adapt(&mut self, id: VmId, now: u64) {
         let (min, max) = (self.cfg.predict_lead_min_us * US, self.cfg.predict_lead_max_us * US);
         let (hold_min, hold_max) = (self.cfg.predict_hold_us * US, self.cfg.predict_hold_max_us * US);
+        let since = now.saturating_sub(ADAPT_WINDOW_NS);
         let v = self.vm(id);
-        let early = v.errors.quantile(0.01).map_or(0, |e| (-e).max(0) as u64);
+        let early = v.errors.quantile_since(0.01, since).map_or(0, |e| (-e).max(0) as u64);
         v.lead_ns = (min + early).min(max);
-        let late = v.errors.quantile(0.99).map_or(0, |e| e.max(0) as u64);
+        let late = v.errors.quantile_since(0.99, since).map_or(0, |e| e.max(0) as u64);
         v.hold_ns = late.clamp(hold_min, hold_max);
+    }
+
+    /// How long VM `id`'s prediction with `period` (0: one wake-up) holds after its wake-up: the
+    /// adapted hold, and for a standing one at most what keeps the VM boosted half the period.
+    fn hold_for(&self, id: VmId, period: u64) -> u64 {
+        let Some(v) = self.vms.get(&id) else { return self.cfg.predict_hold_us * US };
+        match period {
+            0 => v.hold_ns,
+            p => v.hold_ns.min((p / 2).saturating_sub(v.lead_ns)),
+        }
     }
 }
 
@@ -490,18 +520,18 @@ impl CpuPolicy {
                 let early = matches!(state, Some((State::Planned, _)));
                 v.counters.confirmed += 1;
                 v.counters.early += early as u64;
-                v.errors.push(now as i64 - due as i64);
+                v.errors.push_at(now, now as i64 - due as i64);
                 v.missed_due = None;
                 self.rt.drop_prediction(sh, id);
-                self.rt.adapt(id);
+                self.rt.adapt(id, now);
             }
             None if f.value != 0 => {
                 // The late confirmation of a prediction whose hold ran out (within the most the
                 // hold may grow to): its error is kept, so the hold learns to wait that long.
                 if let Some(due) = v.missed_due.take().filter(|&d| now >= d && now - d <= hold_max) {
                     v.counters.late += 1;
-                    v.errors.push((now - due) as i64);
-                    self.rt.adapt(id);
+                    v.errors.push_at(now, (now - due) as i64);
+                    self.rt.adapt(id, now);
                 }
             }
             _ => {}
@@ -538,13 +568,16 @@ impl CpuPolicy {
 
     /// `WAKE`: plans, replaces or withdraws VM `id`'s prediction; exactly one reply.
     pub(crate) fn wake(&mut self, sh: &mut Shared, id: VmId, f: &Frame, now: u64, out: &mut Vec<Action>) {
+        // The guest tells its next wake-up after the last one: a CPU 1 from now on is not that
+        // one's late confirmation (even if this WAKE is refused and plans nothing).
+        self.rt.vm(id).missed_due = None;
         let (delay_us, priority) = wake::decode(f.value);
         let period = wake::period_of(f.value) as u64 * US;
         let result = self.plan(sh, id, delay_us as u64 * US, priority, period, now, out);
         let r = Resource::Cpu;
         let frame = match result {
             Ok(after) if period != 0 => {
-                let hold = self.rt.vms.get(&id).map_or(0, |v| v.hold_ns);
+                let hold = self.rt.hold_for(id, period);
                 Frame::ack(f.seq, wake::standing_ack(after / US, hold / US))
             }
             Ok(after) => Frame::ack(f.seq, after / US),
@@ -600,12 +633,16 @@ impl CpuPolicy {
         }
         let cfg = self.rt.cfg.clone();
         let limit = limits.window_ns * cfg.predict_max_share_permille / 1000;
+        self.rt.adapt(id, now);
+        let hold = self.rt.hold_for(id, period);
         let v = self.rt.vm(id);
         v.counters.received += 1;
-        let reserve = v.lead_ns + v.hold_ns;
+        let reserve = v.lead_ns + hold;
+        // A standing pattern keeps the VM boosted half the period at most: its hold is cut to fit
+        // (`hold_for`), and a period too short for the lead and the least hold is refused.
         if delay > cfg.predict_max_delay_ms * crate::NS_PER_MS
             || (cfg.predict_max_share_permille < 1000 && v.unconfirmed.used(now) + reserve > limit)
-            || (period != 0 && period < 2 * reserve)
+            || (period != 0 && period < 2 * (v.lead_ns + cfg.predict_hold_us * US))
         {
             return Err(DenyReason::Budget);
         }
@@ -630,6 +667,7 @@ impl CpuPolicy {
         out: &mut Vec<Action>,
     ) -> u64 {
         let lead_max = self.rt.cfg.predict_lead_max_us * US;
+        let hold = self.rt.hold_for(id, period);
         let v = self.rt.vm(id);
         let target = due.saturating_sub(v.lead_ns).max(now);
         // Once a few are known (the first boost of a VM also writes its state record).
@@ -638,7 +676,7 @@ impl CpuPolicy {
             _ => v.act.quantile(0.5).unwrap_or(0).clamp(0, lead_max as i64) as u64,
         };
         let start = target.saturating_sub(act).max(now);
-        v.pred = Some(Prediction { due, target, start, end: due + v.hold_ns, priority, state: State::Planned, period });
+        v.pred = Some(Prediction { due, target, start, end: due + hold, priority, state: State::Planned, period });
         self.rt.set_deadline(sh, id, Some(start));
         if start <= now {
             self.start_prediction(sh, id, now, out);

@@ -197,7 +197,9 @@ pub(super) fn rt() -> Table {
                 Rule("at most `predict_hold_max_us`"),
                 "A predicted boost that the guest does not confirm (with its `CPU 1`) this long after the \
                  predicted wake-up ends by itself and counts as unconfirmed. The hold grows from it to how late \
-                 confirmations were seen to come.",
+                 confirmations came in the last 10 s (their 99th percentile), and comes back down when \
+                 they are on time again. A standing prediction's hold is at most half its period less the \
+                 lead; a period shorter than twice the lead plus this least hold is refused.",
                 "Rarely.",
             ),
             key(

@@ -295,6 +295,15 @@ fn a_confirmation_after_the_hold_lengthens_the_hold_up_to_its_maximum() {
         .filter_map(|(t, a)| matches!(a, Action::Apply { level: Level::Normal, .. }).then_some(*t))
         .collect();
     assert_eq!(ends, [28 * MS]);
+    // A CPU 1 after the guest told its next wake-up is not the last one's late confirmation,
+    // even when that WAKE was refused (here: further ahead than predict_max_delay_ms).
+    let mut t = Sim::new(predict());
+    t.wake(5_000, 0);
+    t.advance(7 * MS);
+    assert_eq!(t.wake(200_000, 0).deny_reason(), Some(DenyReason::Budget));
+    t.now = 8 * MS;
+    t.cpu_rt(10);
+    assert_eq!((t.st().predictions.late, t.st().hold_us), (0, 1_000.0));
     // A CPU 1 further after the wake-up than the hold may grow (10 ms) is no confirmation.
     s.now = 39 * MS;
     s.cpu_rt(10);
@@ -312,6 +321,61 @@ fn a_confirmation_after_the_hold_lengthens_the_hold_up_to_its_maximum() {
         s.send(Kind::Cpu, 0);
     }
     assert_eq!(s.st().hold_us, 9_500.0);
+}
+
+/// A guest 9.5 ms late 20 times in a row (a host that stalled it): the hold it grew to.
+fn late_guest(s: &mut Sim) {
+    for k in 0..20u64 {
+        let t = s.now + 20 * MS;
+        s.now = t;
+        s.wake(1_000, 0);
+        s.advance(t + MS + 9_400_000);
+        s.now = t + MS + 9_500_000;
+        s.cpu_rt(10);
+        s.send(Kind::Cpu, 0);
+        assert!(k > 0 || s.st().predictions.late == 1, "the first came after its hold");
+    }
+    assert_eq!(s.st().hold_us, 9_500.0);
+}
+
+#[test]
+fn the_hold_and_the_lead_come_back_down_once_their_errors_are_old() {
+    let mut s = Sim::new(predict());
+    late_guest(&mut s);
+    // The lead too, from a guest that woke 1.5 ms early.
+    let t = s.now + 20 * MS;
+    s.now = t;
+    s.wake(5_000, 0);
+    s.now = t + 3_500_000;
+    s.cpu_rt(10);
+    s.send(Kind::Cpu, 0);
+    assert_eq!((s.st().lead_us, s.st().hold_us), (1_700.0, 9_500.0));
+    // 10 s on with no error since (ADAPT_WINDOW_NS), the next WAKE finds both at their least.
+    s.now += ADAPT_WINDOW_NS + MS;
+    assert_eq!(s.wake(5_000, 0), Frame::ack(s.seq, 4_800));
+    assert_eq!((s.st().lead_us, s.st().hold_us), (200.0, 1_000.0));
+    let ends: Vec<u64> = level_changes(&s.advance(s.now + 20 * MS)).iter().map(|c| c.0).collect();
+    assert_eq!(ends, [s.now - 20 * MS + 4_800_000, s.now - 20 * MS + 6 * MS], "boosted 4.8-6 ms");
+}
+
+#[test]
+fn a_standing_prediction_holds_half_its_period_at_most() {
+    let mut s = Sim::new(predict());
+    late_guest(&mut s);
+    // Lead 200 µs + hold 9.5 ms would keep the VM boosted nearly all of a 10 ms period: the
+    // pattern is taken with its hold cut to 5 ms - 200 µs.
+    let t0 = s.now;
+    let ack = s.wake_standing(10_000, 80, 10_000);
+    assert_eq!(ack, Frame::ack(s.seq, cosched_proto::wake::standing_ack(9_800, 4_800)));
+    let log = s.advance(t0 + 35 * MS);
+    let mut want = Vec::new();
+    for k in 1..=3 {
+        want.push((t0 + k * 10 * MS - 200_000, Level::Boosted));
+        want.push((t0 + k * 10 * MS + 4_800_000, Level::Normal));
+    }
+    assert_eq!(level_changes(&log), want, "boosted from 200 µs before each period to 4.8 ms after");
+    // A period too short for the lead and the least hold (2 × 1.2 ms) is still refused.
+    assert_eq!(s.wake_standing(10_000, 80, 2_000).deny_reason(), Some(DenyReason::Budget));
 }
 
 #[test]

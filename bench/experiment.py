@@ -17,7 +17,8 @@ host kernel, the accelerator, the CPUs, the start and end, the command, quick or
 
 status: one line per results/<name>/: its manifest's commit, date, accelerator, quick or full, and
 "current", or "STALE: <groups> changed, N files" if code that it runs changed after that commit
-(committed since, or uncommitted now): the crates (crates/, Cargo.lock, Cargo.toml), the guest
+(committed since, or uncommitted now): the crates (crates/, Cargo.lock, Cargo.toml; not the Rust
+that only `cargo test` compiles: crates/*/tests/ and `#[cfg(test)] mod` files), the guest
 (guest/, bench/guest-tools/, bench/debian_guest.py), the harness (bench/harness.py,
 bench/experiments/common.py) or its own script (each result counts the groups it runs: PRODUCERS in
 bench/manifest.py); "UNKNOWN" where the manifest gives no measured

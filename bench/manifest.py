@@ -297,7 +297,39 @@ def _paths(name):
     return out
 
 
-def _group_of(path, groups):
+_CFG_TEST_MOD = r"#\[cfg\(test\)\]\s*(?:pub(?:\([a-z]+\))?\s+)?mod\s+{}\s*;"
+
+
+def test_only(repo, path):
+    """Whether `path` is Rust that only `cargo test` compiles, so no measured binary holds it: an
+    integration test (crates/<crate>/tests/...), or a file under a crate's src/ whose parent module
+    declares it `#[cfg(test)] mod <name>;` (as the parent reads now in `repo`)."""
+    parts = path.split("/")
+    if len(parts) < 4 or parts[0] != "crates" or not path.endswith(".rs"):
+        return False
+    if parts[2] == "tests":
+        return True
+    if parts[2] != "src":
+        return False
+    d, stem = "/".join(parts[:-1]), parts[-1][:-3]
+    if stem in ("mod", "lib", "main"):
+        return False
+    parents = [d + "/lib.rs", d + "/main.rs"] if len(parts) == 4 else [d + ".rs", d + "/mod.rs"]
+    pattern = re.compile(_CFG_TEST_MOD.format(re.escape(stem)))
+    for parent in parents:
+        try:
+            text = (Path(repo) / parent).read_text()
+        except OSError:
+            continue
+        return bool(pattern.search(text))
+    return False
+
+
+def _group_of(path, groups, repo=None):
+    """The group of `groups` that `path` is in, or None (also for the crates' test-only files,
+    test_only(), when `repo` is given)."""
+    if repo is not None and "crates" in groups and test_only(repo, path):
+        return None
     for g, paths in groups.items():
         if any(path == p or path.startswith(p.rstrip("/") + "/") for p in paths):
             return g
@@ -313,7 +345,7 @@ def uncommitted(repo, paths):
     return set(a.split()) | set(b.split())
 
 
-def _dirty(flag, paths, groups, what="measured"):
+def _dirty(flag, paths, groups, what="measured", repo=None):
     """Why a run with uncommitted changes (flag, paths: its dirty and dirty_paths) cannot vouch for
     the code in `groups`, or None: it was clean, or its changes were outside them (docs, results,
     tests)."""
@@ -321,7 +353,7 @@ def _dirty(flag, paths, groups, what="measured"):
         return None
     if not isinstance(paths, list):
         return f"{what} with uncommitted changes (which files is not recorded)"
-    mine = [p for p in paths if _group_of(p, groups)]
+    mine = [p for p in paths if _group_of(p, groups, repo)]
     if not mine:
         return None
     return (f"{what} with uncommitted changes to {', '.join(mine[:3])}"
@@ -401,7 +433,7 @@ def judge(repo, name, m, pending=None):
                 files |= _since(repo, base, paths)
         changed = {}
         for f in sorted(files):
-            g = _group_of(f, groups)
+            g = _group_of(f, groups, repo)
             if g:
                 changed.setdefault(g, []).append(f)
         changed = {g: changed[g] for g in groups if g in changed}  # crates, guest, harness, own
@@ -410,7 +442,7 @@ def judge(repo, name, m, pending=None):
         if None in (e.get("commits") or []):
             whys.append("points resumed from an earlier session at an unknown commit"
                         + (f": judged from the oldest known, {base[:7]}" if base else ""))
-        whys.append(_dirty(e.get("dirty"), e.get("dirty_paths"), groups))
+        whys.append(_dirty(e.get("dirty"), e.get("dirty_paths"), groups, repo=repo))
         if rule == "rendered":
             whys.append(_dirty(rendering.get("rendered_dirty"), rendering.get("rendered_dirty_paths", None),
                                {"scripts": mine}, "rendered"))

@@ -324,6 +324,25 @@ class Status(unittest.TestCase):
             self.assertEqual(st[name]["groups"], {"crates": ["crates/host/src/lib.rs"]})
         self.assertIn("STALE: crates changed, 1 file", manifest.line(st["histogram"]))
 
+    def test_rust_that_only_cargo_test_compiles_does_not_count(self):
+        put(self.repo, "crates/host/src/lib.rs", "mod policy;\n#[cfg(test)]\nmod tests;\n")
+        put(self.repo, "crates/host/src/policy.rs", "#[cfg(test)]\n#[path = \"x.rs\"]\nmod t;\n#[cfg(test)]\nmod tests;\n")
+        commit(self.repo)
+        manifest.write(self.repo / "results" / "scale", manifest.Run(self.repo, argv=["x"]), name="scale",
+                       producer="bench/experiments/scale.py", quick=False, accel=("TCG", "test"))
+        commit(self.repo, "measured")
+        put(self.repo, "crates/cli/tests/root.rs", "2\n")  # an integration test
+        put(self.repo, "crates/host/src/tests.rs", "2\n")  # #[cfg(test)] mod tests; in lib.rs
+        put(self.repo, "crates/host/src/policy/tests.rs", "2\n")  # ... in policy.rs
+        commit(self.repo)
+        self.assertEqual(self.status()["scale"]["verdict"], "current", self.status()["scale"])
+        put(self.repo, "crates/host/src/policy/t.rs", "3\n")  # `#[path] mod t;` is not recognised: it counts
+        put(self.repo, "crates/host/src/policy.rs",
+            "#[cfg(test)]\n#[path = \"x.rs\"]\nmod t;\n#[cfg(test)]\nmod tests;\nfn f() {}\n")
+        commit(self.repo)
+        self.assertEqual(self.status()["scale"]["groups"],
+                         {"crates": ["crates/host/src/policy.rs", "crates/host/src/policy/t.rs"]})
+
     def test_groups_and_own_code(self):
         put(self.repo, "guest/run.sh", "2\n")  # scale boots no guest
         put(self.repo, "bench/experiments/histogram.py", "2\n")

@@ -112,7 +112,7 @@ impl Default for RtConfig {
             predict: true,
             predict_lead_min_us: 500,
             predict_lead_max_us: 2_000,
-            predict_hold_us: 2_000,
+            predict_hold_us: 500,
             predict_hold_max_us: 10_000,
             predict_max_delay_ms: 1_000,
             predict_max_share_permille: 100,

@@ -21,7 +21,8 @@
 //! (ACK or DENY with its seq) read. Commands on stdin, one a line: `mark` starts a
 //! measurement window (counters and samples from zero), `stop` stops sending (the connection
 //! stays), `report` prints one JSON line on stdout: `{"sent": N, "acked": N, "denied": N,
-//! "unanswered": N, "rtt_us": [...]}` over the frames sent since `mark`. In this mode its idle
+//! "unanswered": N, "window_s": S, "rtt_us": [...]}` over the frames sent since `mark`, S being
+//! the time from `mark` to `stop` by its own clock. In this mode its idle
 //! threads block (as a real QEMU's idle threads do) instead of waking every 5 ms, and there is no
 //! SIGUSR1 thread (256 synthetic VMs would otherwise wake 230 000 times a second between them).
 
@@ -245,6 +246,9 @@ struct DriveStats {
     acked: u64,
     denied: u64,
     rtt_ns: Vec<u64>,
+    /// When `mark` and `stop` came, by this process's clock: the window the counts are over.
+    marked: Option<std::time::Instant>,
+    stopped_at: Option<std::time::Instant>,
 }
 
 impl DriveStats {
@@ -259,13 +263,24 @@ impl DriveStats {
                 for v in self.pending.values_mut() {
                     v.1 = false;
                 }
+                self.marked = Some(std::time::Instant::now());
+                self.stopped_at = None;
             }
-            "stop" => *stopped = true,
+            "stop" => {
+                *stopped = true;
+                self.stopped_at.get_or_insert_with(std::time::Instant::now);
+            }
             "report" => {
                 let unanswered = self.pending.values().filter(|v| v.1).count();
                 let rtt: Vec<String> = self.rtt_ns.iter().map(|n| format!("{:.1}", *n as f64 / 1e3)).collect();
+                // The window the counts are over: from `mark` to `stop` (or to now), by this
+                // process's own clock, so that sent / window_s is the rate this VM really asked.
+                let window_s = match self.marked {
+                    Some(m) => self.stopped_at.unwrap_or_else(std::time::Instant::now).duration_since(m).as_secs_f64(),
+                    None => 0.0,
+                };
                 return Some(format!(
-                    "{{\"sent\": {}, \"acked\": {}, \"denied\": {}, \"unanswered\": {unanswered}, \"rtt_us\": [{}]}}\n",
+                    "{{\"sent\": {}, \"acked\": {}, \"denied\": {}, \"unanswered\": {unanswered}, \"window_s\": {window_s:.6}, \"rtt_us\": [{}]}}\n",
                     self.sent,
                     self.acked,
                     self.denied,

@@ -215,6 +215,21 @@ class Output:
                               rendered=self.rendered, sessions=sessions or None)
 
 
+def packaged_default(config, section, key):
+    """A key's default as the package ships it: its commented-out line in packaging/host.toml or
+    packaging/guest.toml (config: "host" or "guest"), which are generated from the daemon's and
+    the agent's own definitions (unit tests keep them in step), so an experiment that runs "the
+    default" names the code's value, not a copy of it. section: the [table] (None: top level)."""
+    here = None
+    for line in (REPO / f"packaging/{config}.toml").read_text().splitlines():
+        bare = line.lstrip("#").strip()
+        if bare.startswith("[") and bare.endswith("]"):
+            here = bare[1:-1]
+        elif here == section and line.startswith("#") and bare.replace(" ", "").startswith(key + "="):
+            return int(bare.split("=", 1)[1].strip().replace("_", ""))
+    raise RuntimeError(f"packaging/{config}.toml has no default for {f'[{section}] ' if section else ''}{key}")
+
+
 def target(statement, measured, met, spread=""):
     """One row of a summary's targets table: the target as stated, what this run measured (text,
     from its data), met True or False as the data judge it (None: a figure that has no target of

@@ -38,7 +38,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 import harness
-from experiments.common import POLICY_LABEL, STYLE, Output, log, md_table, read_csv, target
+from experiments.common import POLICY_LABEL, STYLE, Output, log, md_table, packaged_default, read_csv, target
 
 NAME = "rt-vs-static"
 PAPER_RT_ARGS = "--hold-periodic-max-us 0 --idle-deboost-ms 1"
@@ -78,8 +78,9 @@ POLICIES = [v[0] for v in VARIANTS]
 DAEMON_EXTRA = {"cosched_predict_hold1000": "[rt]\npredict_hold_us = 1000\n",
                 "cosched_predict_hold2000": "[rt]\npredict_hold_us = 2000\n"}
 HOLD_ROWS = ("cosched_predict_hold1000", "cosched_predict_hold2000")
+
 # The daemon's default least hold (`[rt] predict_hold_us`), which the predictive row runs with.
-DEFAULT_HOLD_MS = 0.5
+DEFAULT_HOLD_MS = packaged_default("host", "rt", "predict_hold_us") / 1000
 LABEL = {v[0]: v[3] for v in VARIANTS}
 # The daemon's IRQ moves stay inside the run: it puts them back when it stops (SIGTERM).
 STATIC_CONFIG = harness.NO_BUDGETS + "[shield]\nirqs = true\n[vm.bench.static]\n"

@@ -72,7 +72,7 @@ pub struct Options {
     /// other tasks, plus what its sleeps earn back (--watch-refill-us each), and at most
     /// --watch-max tasks are watched at once; a CPU-bound newcomer is released once it has run
     /// this long. 0: the count mode (--watch-count) instead
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 1_000)]
     pub watch_budget_ms: u64,
     /// Budget mode: run time, and waiting, a watched task earns back with each wake-up from a
     /// sleep (up to its whole budget)

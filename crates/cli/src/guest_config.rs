@@ -193,7 +193,7 @@ mod tests {
         let o = options(Some(&p), &[]).unwrap();
         assert_eq!((o.min_boost_us, o.predict, o.no_membw), (800, false, true));
         assert_eq!(o.port.as_deref(), Some(Path::new("/dev/vport9p1")));
-        assert_eq!(o.watch_budget_ms, 300, "a key not in the file keeps its default");
+        assert_eq!(o.watch_budget_ms, 1_000, "a key not in the file keeps its default");
         let o = options(Some(&p), &["--min-boost-us".into(), "900".into(), "--predict".into(), "true".into()]).unwrap();
         assert_eq!((o.min_boost_us, o.predict), (900, true));
     }
@@ -251,6 +251,6 @@ mod tests {
             .collect();
         let (_d, p) = write(&active);
         let o = options(Some(&p), &[]).unwrap();
-        assert_eq!((o.min_boost_us, o.watch_budget_ms, o.predict), (500, 300, true));
+        assert_eq!((o.min_boost_us, o.watch_budget_ms, o.predict), (500, 1_000, true));
     }
 }

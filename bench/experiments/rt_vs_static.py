@@ -81,6 +81,8 @@ HOLD_ROWS = ("cosched_predict_hold1000", "cosched_predict_hold2000")
 
 # The daemon's default least hold (`[rt] predict_hold_us`), which the predictive row runs with.
 DEFAULT_HOLD_MS = packaged_default("host", "rt", "predict_hold_us") / 1000
+# The agent's default new-task budget, which the predictive mode with the heuristic runs with.
+WATCH_BUDGET_MS = packaged_default("guest", None, "watch_budget_ms")
 LABEL = {v[0]: v[3] for v in VARIANTS}
 # The daemon's IRQ moves stay inside the run: it puts them back when it stops (SIGTERM).
 STATIC_CONFIG = harness.NO_BUDGETS + "[shield]\nirqs = true\n[vm.bench.static]\n"
@@ -452,7 +454,7 @@ in that row. {held_default_note}
 
 {per_run}
 
-**The new-task heuristic in the predictive mode** (the agent's defaults, `--watch-budget-ms 300`):
+**The new-task heuristic in the predictive mode** (the agent's defaults, `--watch-budget-ms {WATCH_BUDGET_MS}`):
 guest average {watch["avg_us"]:.0f} µs ({watch["avg_us"] / dflt["avg_us"]:.2f}× the default's), host jobs
 {total["cosched_predict_watch"]:.1f} s. It keeps cyclictest's main thread (SCHED_OTHER, a 100 Hz
 sleeper: each wake-up earns back more run time than it uses) watched, so every period has its

@@ -56,6 +56,21 @@ POLICIES = ("none", "cosched", "static_rr", "static_fifo", "shield", "shield_fif
 NO_BUDGETS = "[policy]\nmax_continuous_boost_ms = 0\nmax_boost_share_permille = 1000\n"
 
 
+def packaged_default(config, section, key):
+    """A key's default as the package ships it: its commented-out line in packaging/host.toml or
+    packaging/guest.toml (config: "host" or "guest"), which are generated from the daemon's and
+    the agent's own definitions (unit tests keep them in step), so an experiment that runs "the
+    default" names the code's value, not a copy of it. section: the [table] (None: top level)."""
+    here = None
+    for line in (REPO / f"packaging/{config}.toml").read_text().splitlines():
+        bare = line.lstrip("#").strip()
+        if bare.startswith("[") and bare.endswith("]"):
+            here = bare[1:-1]
+        elif here == section and line.startswith("#") and bare.replace(" ", "").startswith(key + "="):
+            return int(bare.split("=", 1)[1].strip().replace("_", ""))
+    raise RuntimeError(f"packaging/{config}.toml has no default for {f'[{section}] ' if section else ''}{key}")
+
+
 @functools.lru_cache(maxsize=None)
 def accel():
     """(accelerator, reason): "kvm" or "tcg", the one guest/run.sh boots the guest with here, and

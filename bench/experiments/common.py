@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import evaluation  # noqa: E402
 import harness  # noqa: E402
 import manifest  # noqa: E402
-from harness import REPO, accel, stats, parse_histogram  # noqa: E402,F401
+from harness import REPO, accel, packaged_default, stats, parse_histogram  # noqa: E402,F401
 
 RESULTS = REPO / "results"
 QUICK_RESULTS = REPO / "build/results-quick"
@@ -213,21 +213,6 @@ class Output:
         return manifest.write(self.dir, self.run, name=self.dir_name, producer=self.producer, quick=self.quick,
                               accel=None if self.rendered else accel_text(), seeds=self.seeds,
                               rendered=self.rendered, sessions=sessions or None)
-
-
-def packaged_default(config, section, key):
-    """A key's default as the package ships it: its commented-out line in packaging/host.toml or
-    packaging/guest.toml (config: "host" or "guest"), which are generated from the daemon's and
-    the agent's own definitions (unit tests keep them in step), so an experiment that runs "the
-    default" names the code's value, not a copy of it. section: the [table] (None: top level)."""
-    here = None
-    for line in (REPO / f"packaging/{config}.toml").read_text().splitlines():
-        bare = line.lstrip("#").strip()
-        if bare.startswith("[") and bare.endswith("]"):
-            here = bare[1:-1]
-        elif here == section and line.startswith("#") and bare.replace(" ", "").startswith(key + "="):
-            return int(bare.split("=", 1)[1].strip().replace("_", ""))
-    raise RuntimeError(f"packaging/{config}.toml has no default for {f'[{section}] ' if section else ''}{key}")
 
 
 def target(statement, measured, met, spread=""):

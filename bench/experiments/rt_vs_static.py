@@ -120,7 +120,13 @@ def jobs_command(inp, times, gz, bz, probe):
             f"cyclictest -q -m -a {last} -i 10000 --policy=other > {probe} 2>&1 & c=$!; "
             f"({one.format(n=gz, cmd='gzip -6', inp=inp, name='gzip', times=times)}) & g=$!; "
             f"({one.format(n=bz, cmd='bzip2 -9', inp=inp, name='bzip2', times=times)}) & b=$!; "
-            f"wait $g $b; kill -INT $c; wait $c; true"]
+            # cyclictest prints its summary on SIGINT once its handler is in place; until then
+            # SIGINT is ignored (sh starts background commands so), and it can start late (pinned
+            # to the CPU a FIFO vCPU holds) or the jobs end early (a quick run's): one SIGINT sent
+            # then was lost and `wait` hung for ever. So SIGINT again until it has exited (a
+            # zombie: kill(2) still succeeds on one).
+            f"wait $g $b; while [ -e /proc/$c ] && ! grep -q '^State:.Z' /proc/$c/status; do kill -INT $c; sleep 0.2; done; "
+            f"wait $c; true"]
 
 
 def parse_probe(text):

@@ -1146,8 +1146,11 @@ sleep 0.5
         self.assertEqual((done.get("pending") or [None, None])[1], "standing", why)
         self.assertLessEqual(len(rt80), self.LOOPS // 5, why)
         self.assertTrue(silent and silent[-1] >= self.LOOPS * 6 // 10, why)
-        # The task ended: withdrawn within the idle bound (300 ms, 3 periods), nothing pending.
-        self.assertIn("standing prediction withdrawn", agent, why)
+        # The task ended: withdrawn (WAKE 0), nothing pending. Either by the idle bound (300 ms,
+        # 3 periods, "standing prediction withdrawn"), or sooner: cyclictest's exit can wake the
+        # agent once more, and its CPU 0 then finds no prediction and withdraws the one standing
+        # ("none predicted"; a CI run here took that path).
+        self.assertTrue("standing prediction withdrawn" in agent or "next RT wake-up: none predicted" in agent, why)
         self.assertTrue(withdrawals, why)
         self.assertIsNone(after.get("pending"), why)
         self.assertLessEqual(n_after - n_done, 60, why)

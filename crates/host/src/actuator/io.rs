@@ -211,6 +211,7 @@ impl LeverActuator {
                     file: V1_WEIGHT,
                     value: weight_text(BLKIO, boost.weight),
                     members: |t, vcpus_known| issues_io(t.role, vcpus_known),
+                    named_vcpus_only: None,
                     flat: false,
                     settles: false,
                 },

@@ -30,6 +30,10 @@ pub struct Slot<V> {
     pub task: TaskId,
     /// From the thread list, as of the last generation followed.
     pub role: ThreadRole,
+    /// Whether the actuator's lever picks this thread, as of the last generation followed. A
+    /// thread that stops being picked while it has a value of ours (a vCPU that lost its name)
+    /// is put back, and only then let go of.
+    pub member: bool,
     pub original: V,
     /// What we set and the thread still has, as far as we know.
     pub applied: Option<V>,
@@ -120,10 +124,12 @@ impl<K: Kind> Ledger<K> {
         }
     }
 
-    /// Follows the thread list when it moved: drops the threads it lost (or that are no longer
-    /// `member`s), tracks the members it gained, takes in roles. A transition between two moves
-    /// reads nothing. Returns whether the entries changed. A value that cannot be read (other
-    /// than for a thread's exit) is reported, and read again at the next change.
+    /// Follows the thread list when it moved: drops the threads it lost, and those no longer
+    /// `member`s that have nothing of ours (one that still has a value of ours is kept, no
+    /// longer a member, until [`Ledger::apply`] has put it back), tracks the members it gained,
+    /// takes in roles. A transition between two moves reads nothing. Returns whether the
+    /// entries changed. A value that cannot be read (other than for a thread's exit) is
+    /// reported, and read again at the next change.
     pub fn follow(
         &mut self,
         ops: &mut dyn ThreadOps,
@@ -139,7 +145,7 @@ impl<K: Kind> Ledger<K> {
         let before = self.slots.len();
         let (kind, layer, retired) = (&self.kind, self.layer, &mut self.retired);
         self.slots.retain(|tid, s| {
-            let keep = threads.get(*tid).is_some_and(|i| i.task == s.task && member(i));
+            let keep = threads.get(*tid).is_some_and(|i| i.task == s.task && (member(i) || s.applied.is_some()));
             if !keep {
                 Self::retire(kind, layer, retired, s);
             }
@@ -149,6 +155,8 @@ impl<K: Kind> Ledger<K> {
         for info in threads.iter() {
             if let Some(s) = self.slots.get_mut(&info.task.id) {
                 s.role = info.role; // QEMU names its threads a moment after creating them
+                changed |= s.member != member(info);
+                s.member = member(info);
                 continue;
             }
             if !member(info) {
@@ -176,6 +184,7 @@ impl<K: Kind> Ledger<K> {
             let slot = Slot {
                 task: info.task,
                 role: info.role,
+                member: true,
                 original,
                 may_apply: ours.iter().cloned().collect(),
                 applied: ours,
@@ -224,12 +233,13 @@ impl<K: Kind> Ledger<K> {
         changed
     }
 
-    /// Takes what `want` says each thread should have (`None`: its original), and notes every
-    /// value about to be set as one we may apply.
+    /// Takes what `want` says each member thread should have (`None`: its original; a thread
+    /// no longer a member wants its original), and notes every value about to be set as one
+    /// we may apply.
     pub fn prepare(&mut self, mut want: impl FnMut(&Slot<K::V>) -> Option<K::V>) -> Prepared {
         let mut p = Prepared::default();
         for s in self.slots.values_mut() {
-            s.want = want(s);
+            s.want = if s.member { want(s) } else { None };
             if let Some(v) = &s.want {
                 p.sets = true;
                 if !s.may_apply.contains(v) {
@@ -260,7 +270,7 @@ impl<K: Kind> Ledger<K> {
 
     /// Sets what [`Ledger::prepare`] decided, one call per thread that changes and nothing
     /// else: what a thread has was checked by the last verification. Pushes the threads it
-    /// found gone, and forgets them.
+    /// found gone, and forgets them; lets go of the threads no longer members once put back.
     pub fn apply(&mut self, env: &mut Host, out: &mut Outcome, gone: &mut Vec<i32>) {
         let tids: Vec<i32> = self.slots.iter().filter(|(_, s)| s.want != s.applied).map(|(t, _)| *t).collect();
         let mut lost = Vec::new();
@@ -277,6 +287,9 @@ impl<K: Kind> Ledger<K> {
         }
         self.forget(&lost);
         gone.extend(lost);
+        let left: Vec<i32> =
+            self.slots.iter().filter(|(_, s)| !s.member && s.applied.is_none()).map(|(t, _)| *t).collect();
+        self.forget(&left);
     }
 
     /// These threads are gone: what they had of the daemon's making stays in the record.

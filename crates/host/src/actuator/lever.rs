@@ -40,6 +40,11 @@ pub(super) trait Lever: Debug {
     fn in_force(&self, _ops: &mut dyn ThreadOps, _applied: &ValueOf<Self>) -> io::Result<bool> {
         Ok(true)
     }
+    /// Why raising it does nothing to this VM (`vcpus_known` false: QEMU names no thread a
+    /// vCPU), said at each raise; `None`: it acts.
+    fn unsupported(&self, _vcpus_known: bool) -> Option<&'static str> {
+        None
+    }
 }
 
 /// A lever and its ledger, behind one interface whatever the value's type.
@@ -76,6 +81,9 @@ impl<L: Lever> Levered for WithLedger<L> {
 
     fn prepare(&mut self, env: &mut Host, threads: &Threads, raise: bool, out: &mut Outcome) -> Prepared {
         let mut changed = self.follow(env, threads, raise, out);
+        if let Some(why) = self.lever.unsupported(threads.vcpus_known()).filter(|_| raise) {
+            out.errors.push(why.to_string());
+        }
         if self.ledger.verify_due(env.verify) {
             changed |= self.ledger.verify(env.sched.as_mut(), |_, _| true, out);
         }
@@ -202,6 +210,9 @@ pub(super) struct GroupLever {
     pub value: String,
     /// Which threads move.
     pub members: fn(&ThreadInfo, bool) -> bool,
+    /// `members` takes named vCPU threads only (a lever that stops the threads it takes must
+    /// never guess): what to say when QEMU names none.
+    pub named_vcpus_only: Option<&'static str>,
     /// Groups do not nest (resctrl's control groups): the group is `/<prefix><pid>`, and only
     /// threads in the default group `/` move (one in another's group is left to its owner).
     pub flat: bool,
@@ -231,6 +242,9 @@ impl Lever for GroupLever {
     }
     fn member(&self, _: TaskId, t: &ThreadInfo, vcpus_known: bool) -> bool {
         (self.members)(t, vcpus_known)
+    }
+    fn unsupported(&self, vcpus_known: bool) -> Option<&'static str> {
+        self.named_vcpus_only.filter(|_| !vcpus_known)
     }
     fn target(&self, process: TaskId, original: &String) -> Option<String> {
         let movable = if self.flat { original == "/" } else { !self.is_own(original) };

@@ -9,6 +9,9 @@
 //!   `FROZEN`; the kernel freezes a thread as it enters a frozen group and thaws it as it
 //!   leaves for a thawed one, so letting it run is moving it back. One write per vCPU thread
 //!   each way; the group is created at the first stop and removed when the VM is restored.
+//!   Only threads QEMU names vCPUs move: a QEMU without `debug-threads=on` is not throttled
+//!   (said at each throttle), rather than every thread but its main one stopped. A thread that
+//!   loses its vCPU name while stopped is moved back at once.
 //! - cgroup v2: a process's threads share one group outside a threaded subtree, so the throttle
 //!   freezes the VM's own group (`cgroup.freeze`), all of its threads; only a VM alone in its
 //!   group (libvirt's `machine-*.scope`) can be throttled.
@@ -26,7 +29,7 @@
 
 use std::path::PathBuf;
 
-use cosched_procfs::ThreadInfo;
+use cosched_procfs::{ThreadInfo, ThreadRole};
 use cosched_proto::Resource;
 
 use super::class::is_vcpu;
@@ -122,6 +125,18 @@ fn vcpus(t: &ThreadInfo, vcpus_known: bool) -> bool {
     is_vcpu(t.role, vcpus_known)
 }
 
+/// The threads QEMU names vCPUs, and none when it names none: the freezer stops what it takes,
+/// and a guess (every thread but the main one) would stop QEMU's I/O threads, its workers and
+/// whatever relays its chardevs, with no end while they stay in the frozen group.
+fn named_vcpus(t: &ThreadInfo, _: bool) -> bool {
+    t.role == ThreadRole::Vcpu
+}
+
+/// What the v1 throttle says of a VM whose QEMU names no vCPU thread.
+pub const UNNAMED_VCPUS: &str = "memory-bandwidth throttle not applied: the cgroup v1 freezer stops the VM's vCPU \
+                                 threads only, and its QEMU names none (start it with -name NAME,debug-threads=on, \
+                                 as libvirt does)";
+
 impl LeverActuator {
     /// The memory-bandwidth throttle on the lever found (see [`freezer`] and
     /// [`crate::membw::Mba`]): the vCPUs stopped or slowed at `Level::Throttled`.
@@ -136,7 +151,8 @@ impl LeverActuator {
                     prefix: THROTTLE_GROUP_PREFIX,
                     file: "freezer.state",
                     value: "FROZEN".into(),
-                    members: vcpus,
+                    members: named_vcpus,
+                    named_vcpus_only: Some(UNNAMED_VCPUS),
                     flat: false,
                     settles: true,
                 },
@@ -163,6 +179,7 @@ impl LeverActuator {
                     file: "schemata",
                     value: schemata.clone(),
                     members: vcpus,
+                    named_vcpus_only: None,
                     flat: true,
                     settles: false,
                 },

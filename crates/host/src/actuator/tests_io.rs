@@ -347,6 +347,40 @@ fn freezer_vm(w: &mut World) -> VmThreads {
     VmThreads::new("vm1", process, &mut w.host, vec![Box::new(KnobActuator::throttle(&lever))]).unwrap()
 }
 
+/// The v1 freezer stops named vCPU threads only. A QEMU that names none (no `debug-threads=on`)
+/// is not throttled, and each throttle says why; before, every thread but the main one was
+/// taken for a vCPU and frozen (its I/O threads, its workers, whatever relays its chardev). A
+/// vCPU that loses its name while frozen is moved back (thawed) at once, the others untouched.
+#[test]
+fn membw_throttle_v1_freezes_named_vcpus_only_and_thaws_one_that_loses_its_name() {
+    let mut w = World::new();
+    let mut vm = freezer_vm(&mut w);
+    for tid in [500, 501, 503, 504] {
+        w.sched.0.borrow_mut().cgroups.insert((tid, "freezer".into()), "/".into());
+    }
+    let freezer_group = |w: &World, tid: i32| w.sched.0.borrow().cgroups[&(tid, "freezer".to_string())].clone();
+    let out = vm.set_level(&mut w.host, Resource::Membw, Level::Throttled, 0);
+    assert!(out.errors.is_empty() && out.changed == 1, "{out:?}");
+    assert_eq!(freezer_group(&w, 502), "/cosched-membw-500");
+    // The vCPU loses its name while frozen: no thread of the VM is a named vCPU now.
+    fake::add_thread(&w.dir.path().join("proc"), PID, 502, "renamed");
+    vm.refresh(&mut w.host);
+    let out = vm.set_level(&mut w.host, Resource::Membw, Level::Throttled, 0);
+    assert_eq!(out.errors, [crate::actuator::membw::UNNAMED_VCPUS.to_string()], "{out:?}");
+    for tid in [500, 501, 502, 503, 504] {
+        assert_eq!(freezer_group(&w, tid), "/", "thread {tid}: the renamed vCPU back, and nobody else taken");
+    }
+    assert_eq!(vm.in_force(&mut w.host, Resource::Membw), None, "nothing held");
+    // Let run and throttled again: still nothing moves, and it says so each time.
+    vm.set_level(&mut w.host, Resource::Membw, Level::Normal, 0);
+    let out = vm.set_level(&mut w.host, Resource::Membw, Level::Throttled, 0);
+    assert_eq!((out.errors.len(), out.changed), (1, 0), "{out:?}");
+    // The restore removes the group it made.
+    w.end(vm, false);
+    assert!(!w.cg().join("freezer/cosched-membw-500").exists());
+    assert!(w.records().is_empty());
+}
+
 /// A v1 freezer group whose thread does not freeze (a vCPU in uninterruptible sleep keeps it
 /// `FREEZING`): the throttle returns at once, the regulator counts the VM throttled but not
 /// stopped until the group reads `FROZEN`, the period's end lets it run all the same, and a

@@ -343,3 +343,45 @@ fn apply_one_says_what_it_did() {
     w.num.values.borrow_mut().remove(&701);
     assert!(matches!(l.apply_one(w.host.sched.as_mut(), 701), Applied::Gone));
 }
+
+/// A thread that stops being a member while it has a value of ours (a vCPU that loses its name
+/// while frozen: the throttle's lever takes named vCPUs only) is put back, then let go of; one
+/// that stops being a member with nothing of ours is let go of at once. Before, both were
+/// dropped as they were: a frozen thread stayed frozen, with nothing left to thaw it.
+#[test]
+fn a_thread_that_stops_being_a_member_while_changed_is_put_back_then_let_go() {
+    let mut w = World::new();
+    let mut threads = w.threads();
+    let mut l = Ledger::new(w.num.clone(), "test");
+    let vcpu = |i: &cosched_procfs::ThreadInfo| i.role == ThreadRole::Vcpu;
+    l.follow(w.host.sched.as_mut(), &threads, vcpu, Newcomer::Present, &mut Outcome::default());
+    assert!(l.slot(701).is_some() && l.slot(702).is_none(), "the vCPU alone is followed");
+    l.prepare(|_| Some(100));
+    l.apply(&mut w.host, &mut Outcome::default(), &mut Vec::new());
+    assert_eq!((w.num(701), w.num(702), w.num(PID)), (100, 1, 1));
+    // The vCPU's name goes: no thread is a member any more, while the level still wants 100.
+    fake::add_thread(&w.dir.path().join("proc"), PID, 701, "renamed");
+    threads.rescan(&w.host.procfs).unwrap();
+    assert!(!threads.vcpus_known());
+    assert!(l.follow(w.host.sched.as_mut(), &threads, vcpu, Newcomer::Present, &mut Outcome::default()));
+    assert!(l.slot(701).is_some_and(|s| !s.member), "kept until put back");
+    let p = l.prepare(|_| Some(100));
+    assert!(!p.sets, "a thread no longer a member wants its original");
+    let (mut out, mut gone) = (Outcome::default(), Vec::new());
+    l.apply(&mut w.host, &mut out, &mut gone);
+    assert_eq!((out.changed, w.num(701), w.num(702), w.num(PID)), (1, 1, 1, 1), "put back, nobody else taken");
+    assert!(l.slot(701).is_none() && gone.is_empty(), "let go of once put back, and not counted gone");
+    // What it had of the daemon's making stays recorded: the restore still removes group 100.
+    assert_eq!(entries(&l).len(), 1);
+    assert_eq!(entries(&l)[0].setting, Setting::Ioprio { original: 1, applied: vec![100] });
+    // Named again: followed again, from the value it has now.
+    fake::add_thread(&w.dir.path().join("proc"), PID, 701, "CPU 0/TCG");
+    threads.rescan(&w.host.procfs).unwrap();
+    assert!(l.follow(w.host.sched.as_mut(), &threads, vcpu, Newcomer::Present, &mut Outcome::default()));
+    assert!(l.slot(701).is_some_and(|s| s.member && s.original == 1 && s.applied.is_none()));
+    // A member with nothing of ours that stops being one is let go of at the follow.
+    fake::add_thread(&w.dir.path().join("proc"), PID, 701, "renamed");
+    threads.rescan(&w.host.procfs).unwrap();
+    l.follow(w.host.sched.as_mut(), &threads, vcpu, Newcomer::Present, &mut Outcome::default());
+    assert!(l.slot(701).is_none());
+}

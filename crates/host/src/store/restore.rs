@@ -132,7 +132,8 @@ pub fn restore_record(rec: &VmRecord, procfs: &ProcFs, ops: &mut dyn ThreadOps) 
 
 /// Removes the groups the daemon created for `rec`'s threads (named [`OWN_GROUP_PREFIXES`]...).
 /// A thread still in one was born there from a thread we had moved in (and not yet seen by a
-/// daemon): it goes to the group's parent, where its creator came from.
+/// daemon): it goes to the group's parent, where its creator came from. A v1 freezer group is
+/// thawed before.
 fn remove_own_groups(rec: &VmRecord, cg: &CgroupFs, report: &mut RestoreReport) {
     let mut groups = BTreeSet::new();
     for e in &rec.entries {
@@ -144,6 +145,13 @@ fn remove_own_groups(rec: &VmRecord, cg: &CgroupFs, report: &mut RestoreReport) 
     }
     for (hierarchy, group) in groups {
         let parent = cgroup::parent(&group);
+        // A frozen group is thawed first: a thread of a process that is exiting is not moved
+        // by a migration (the kernel skips it), and left frozen it could never exit.
+        if hierarchy == crate::actuator::membw::FREEZER && cg.dir(&hierarchy, &group).is_dir() {
+            if let Err(e) = cg.write(&hierarchy, &group, "freezer.state", "THAWED") {
+                report.errors.push(format!("{}: thawing cgroup {group} it created: {e}", rec.vm));
+            }
+        }
         let file = if hierarchy.is_empty() { "cgroup.threads" } else { "tasks" };
         for tid in cg.read(&hierarchy, &group, file).unwrap_or_default().split_whitespace() {
             if let Ok(tid) = tid.parse::<i32>() {

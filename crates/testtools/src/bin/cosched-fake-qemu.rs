@@ -4,7 +4,9 @@
 //! starts real threads named like QEMU's (`CPU 0/TCG`, `IO iothread0`, `worker`), listens on
 //! a unix socket like QEMU's chardev (`server=on,wait=off`), and relays bytes between the
 //! daemon's connection and its stdin/stdout, so a test plays the guest through the pipes.
-//! SIGUSR1 starts one more `worker` thread; the process exits when stdin closes. With
+//! SIGUSR1 starts one more `worker` thread, SIGUSR2 renames each `CPU ...` thread `renamed`
+//! (from another thread, through `/proc/self/task/TID/comm`: one frozen cannot rename itself);
+//! the process exits when stdin closes. With
 //! `--listen-fd N` it uses an inherited listening socket, as QEMU does under libvirt.
 //! For event boosting: `--busy NAME` is a thread that spins without pause (a vCPU running a
 //! CPU hog in its guest), and `--event-socket PATH` an `IO event0` thread that blocks reading a
@@ -32,9 +34,24 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 static SPAWN: AtomicBool = AtomicBool::new(false);
+static RENAME: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_usr1(_: libc::c_int) {
     SPAWN.store(true, Ordering::Relaxed);
+}
+
+extern "C" fn on_usr2(_: libc::c_int) {
+    RENAME.store(true, Ordering::Relaxed);
+}
+
+/// Renames each thread of this process whose name starts `CPU ` to `renamed`.
+fn rename_vcpus() {
+    for e in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let comm = e.path().join("comm");
+        if std::fs::read_to_string(&comm).is_ok_and(|c| c.starts_with("CPU ")) {
+            let _ = std::fs::write(&comm, "renamed");
+        }
+    }
 }
 
 fn named_thread(name: String, spin: bool) {
@@ -170,9 +187,14 @@ fn main() {
     }
     // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
     unsafe { libc::signal(libc::SIGUSR1, on_usr1 as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+    // SAFETY: the same, for SIGUSR2.
+    unsafe { libc::signal(libc::SIGUSR2, on_usr2 as extern "C" fn(libc::c_int) as libc::sighandler_t) };
     std::thread::spawn(|| loop {
         if SPAWN.swap(false, Ordering::Relaxed) {
             named_thread("worker".into(), false);
+        }
+        if RENAME.swap(false, Ordering::Relaxed) {
+            rename_vcpus();
         }
         std::thread::sleep(Duration::from_millis(2));
     });

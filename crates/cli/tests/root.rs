@@ -1449,6 +1449,11 @@ fn io_weight_lever_moves_io_threads_into_a_real_blkio_group_and_kill_9_is_restor
         io_weight_lever_on_cgroup_v2();
         return;
     }
+    if let Err(why) = cosched_host::actuator::weight_hierarchy(&cosched_host::cgroup::CgroupFs::default()) {
+        eprintln!("the weight lever cannot act on this host ({why}): checking that the daemon says so");
+        io_weight_lever_without_bfq(&why.to_string());
+        return;
+    }
     for how in ["daemon restart", "restore command"] {
         let config = format!("{QUIET_POLICY}[io]\nlever = \"weight\"\nweight = 700\n");
         let w = World::new();
@@ -1558,6 +1563,28 @@ impl Drop for SubtreeIo {
             }
         }
     }
+}
+
+/// The weight lever on a host whose kernel has no BFQ (a v1 blkio hierarchy without BFQ's
+/// files; the project's test host since its kernel dropped `CONFIG_IOSCHED_BFQ`): the daemon
+/// runs, says why I/O coordination is unsupported, a guest's registration is acknowledged
+/// without the I/O capability, its `IO 1` is denied as unsupported, and no thread of the VM is
+/// touched. The lever's moves and restore are covered by the fake-tree tests (`tests_io.rs`).
+fn io_weight_lever_without_bfq(why: &str) {
+    let config = format!("{QUIET_POLICY}[io]\nlever = \"weight\"\nweight = 700\n");
+    let w = World::new();
+    let mut vm = w.vm("vm1", "qemu-system-x86_64", &THREADS);
+    let cg = cosched_host::cgroup::CgroupFs::default();
+    let home = cg.get(vm.pid, "blkio").unwrap();
+    let d = w.daemon(&config);
+    d.wait_vm("vm1");
+    let st = d.status();
+    assert_eq!(st["io"]["unsupported"].as_str(), Some(why), "{}", st["io"]);
+    assert_eq!(vm.request(Kind::Register, caps::CPU | caps::IO), Frame::ack(1, caps::CPU), "I/O not acknowledged");
+    assert_eq!(vm.request(Kind::Io, 1).deny_reason(), Some(DenyReason::Unsupported));
+    let groups: Vec<(i32, String, String)> =
+        vm.threads().into_iter().map(|(t, c)| (t, c, cg.get(t, "blkio").unwrap_or_default())).collect();
+    assert!(groups.iter().all(|(_, _, g)| *g == home), "no thread moved from {home}: {groups:?}");
 }
 
 /// The weight lever on a host whose `io` controller is in cgroup v2 (no v1 blkio): the VM alone

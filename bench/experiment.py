@@ -183,13 +183,23 @@ def main():
     # out, and the finished points stay in points.jsonl for the next run.
     signal.signal(signal.SIGTERM, interrupted)
     names = list(EXPERIMENTS) if a.name == "all" else [a.name]
+    from experiments.slowdisk import Unsupported
+    unsupported = []
     for name in names:
         mod = load(name)
         t0 = time.time()
         out = Path(a.out) / name if (a.out and len(names) > 1) else a.out
         extra = {"real_mbps": a.real} if a.real is not None else {}
-        d = mod.main(a.quick, out=out, verbose=a.verbose, fresh=a.fresh, **extra)
+        try:
+            d = mod.main(a.quick, out=out, verbose=a.verbose, fresh=a.fresh, **extra)
+        except Unsupported as e:
+            # Said before anything was set up; `all` goes on with the next experiment.
+            print(f"{name}: not run: {e}", flush=True)
+            unsupported.append(name)
+            continue
         print(f"{name}: {d} ({(time.time() - t0) / 60:.1f} min)", flush=True)
+    if unsupported:
+        return f"experiment.py: unsupported on this host: {', '.join(unsupported)}"
 
 
 if __name__ == "__main__":

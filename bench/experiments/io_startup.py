@@ -364,6 +364,7 @@ def main(quick, out=None, verbose=False, fresh=False, rows=None):
 
 
 def measure(o, hosts, workloads, modes, launches, verbose):
+    slowdisk.require_bfq(NAME)
     guest_readers = max((int(w.split("r-")[0]) for w in workloads if w != "none"), default=0)
     rows = []
     with tempfile.TemporaryDirectory(prefix="cosched-io-disk-", dir="/var/tmp") as work:

@@ -59,6 +59,29 @@ SCHEDULERS = ("bfq", "none", "mq-deadline")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+class Unsupported(RuntimeError):
+    """An experiment that cannot run on this host, and why."""
+
+
+def host_bfq():
+    """None when the host's kernel offers the bfq I/O scheduler (loaded as a module first where
+    modprobe can); otherwise why not, with what its block devices offer."""
+    if not Path("/sys/module/bfq").exists() and shutil.which("modprobe"):
+        subprocess.run(["modprobe", "-q", "bfq"], check=False)
+    offered = {f.parent.parent.name: f.read_text().strip() for f in sorted(Path("/sys/block").glob("*/queue/scheduler"))}
+    if any("bfq" in s.replace("[", " ").replace("]", " ").split() for s in offered.values()):
+        return None
+    seen = "; ".join(f"{dev}: {s}" for dev, s in list(offered.items())[:2]) or "no block device"
+    return f"the host kernel offers no bfq I/O scheduler ({seen}): it was built without CONFIG_IOSCHED_BFQ"
+
+
+def require_bfq(what):
+    """Raises Unsupported, before anything is set up, where the host has no BFQ."""
+    why = host_bfq()
+    if why:
+        raise Unsupported(f"{what} needs BFQ on the host's disk, and is unsupported here: {why}")
+
+
 def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -576,6 +599,7 @@ def _manifest():
 
 
 def validate(quick=False, out=None, n_readers=5, warmup_s=None):
+    require_bfq("slowdisk (BFQ against none and mq-deadline)")
     run = _manifest().Run()
     out = Path(out) if out else (REPO / "build/results-quick/slowdisk" if quick else REPO / "results/slowdisk")
     out.mkdir(parents=True, exist_ok=True)
@@ -887,5 +911,7 @@ if __name__ == "__main__":
     else:
         try:
             validate(a.quick, a.out, warmup_s=a.warmup)
+        except Unsupported as e:
+            sys.exit(f"slowdisk: {e}")
         except KeyboardInterrupt:
             sys.exit("slowdisk: interrupted (torn down)")

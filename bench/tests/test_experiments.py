@@ -35,11 +35,27 @@ def png_size(path):
     return struct.unpack(">II", data[16:24])
 
 
+# The experiments that run BFQ on the host's (emulated) disk: on a host whose kernel has no
+# BFQ they must refuse with the reason (slowdisk.Unsupported) instead of measuring.
+NEEDS_HOST_BFQ = ("io-startup",)
+
+
 class QuickExperiments(unittest.TestCase):
     def check(self, name):
         need_root(self)
         mod = load(name)
+        from experiments import slowdisk
         with tempfile.TemporaryDirectory(prefix=f"cosched-{name}-") as out:
+            if name in NEEDS_HOST_BFQ and slowdisk.host_bfq():
+                # Not a skip: the experiment must refuse at once, saying why, and leave nothing.
+                t0 = time.time()
+                with self.assertRaises(slowdisk.Unsupported) as cm:
+                    mod.main(True, out=out)
+                self.assertIn("unsupported here: the host kernel offers no bfq I/O scheduler", str(cm.exception))
+                self.assertLess(time.time() - t0, 10, "refused before anything was set up")
+                self.assertFalse((Path(out) / "data.csv").exists())
+                print(f"\n  {name}: refused on this host: {cm.exception}", file=sys.stderr)
+                return
             t0 = time.time()
             mod.main(True, out=out)
             took = time.time() - t0

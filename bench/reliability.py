@@ -20,10 +20,12 @@ decoder, the control socket's request parser, the config loader), with AddressSa
 crash, no hang (10 s per input), no memory past 1 GiB.
 
 crash: `kill -9` of the daemon at a random moment, cycle after cycle, while its VMs are boosted
-(CPU), raised (I/O, through a cgroup), shielded (a dedicated CPU, IRQs moved off it), run at
+(CPU), raised (I/O, through a BFQ-weighted cgroup, or the real-time I/O class on a host without
+BFQ), shielded (a dedicated CPU, IRQs moved off it), run at
 static FIFO and throttled (memory bandwidth, through the freezer). After each kill the host is
 put back, and compared with a snapshot taken before the daemon first touched it: every thread's
-scheduling policy, priority, nice, I/O priority, CPU affinity and cgroups, the IRQ affinities, and
+scheduling policy, priority, nice, I/O priority, CPU affinity and cgroups (cpu, cpuset, blkio,
+freezer and v2: those the daemon moves threads in), the IRQ affinities, and
 the daemon's own cgroups (there must be none). Other QEMU processes on the host are left out of
 the comparison (another daemon, a libvirt test's, may coordinate them meanwhile). Target: 0
 differences. What puts the host back (--restore-by; `alternate`, the default, takes turns):
@@ -90,7 +92,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 SYS_ioprio_get = 252  # x86_64
 IOPRIO_WHO_PROCESS = 1
 
-# The daemon: boosts held without budgets, I/O raised through a weighted blkio group, memory
+# The daemon: boosts held without budgets, I/O raised through a weighted blkio group (the
+# real-time I/O class on a host without BFQ: io_lever()), memory
 # bandwidth regulated on simulated counters (the busy vCPU is throttled every period), vm "shield"
 # on a dedicated CPU, vm "fifo" at static FIFO.
 CONFIG = """daemon_priority = 0
@@ -101,7 +104,7 @@ max_boost_share_permille = 1000
 rt_guard_max_share_permille = 0
 host_reserve_cpus = 0
 [io]
-lever = "weight"
+lever = "{io_lever}"
 [membw]
 backend = "simulated"
 trace = "{trace}"
@@ -230,13 +233,30 @@ def ioprio(tid):
     return r if r >= 0 else None
 
 
+# The v1 controllers the daemon moves threads in (the CPU shield's cpuset, the I/O weight's blkio,
+# the throttle's freezer, and cpu beside cpuset where they are bound together); the v2 hierarchy
+# (empty controllers) is compared whole.
+TOUCHED_CONTROLLERS = {"cpu", "cpuset", "blkio", "freezer"}
+
+
+def touched_cgroups(text):
+    """The lines of a /proc/TID/cgroup that the daemon may change: another program moving a
+    thread between, say, memory groups meanwhile is not a difference the daemon made."""
+    keep = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and (not parts[1] or TOUCHED_CONTROLLERS & set(parts[1].split(","))):
+            keep.append(line)
+    return "\n".join(keep)
+
+
 def thread_attrs(tid):
     try:
         policy = os.sched_getscheduler(tid)
         prio = os.sched_getparam(tid).sched_priority
         nice = os.getpriority(os.PRIO_PROCESS, tid)
         aff = sorted(os.sched_getaffinity(tid))
-        cg = Path(f"/proc/{tid}/cgroup").read_text()
+        cg = touched_cgroups(Path(f"/proc/{tid}/cgroup").read_text())
         comm = Path(f"/proc/{tid}/comm").read_text().strip()
     except OSError:
         return None
@@ -385,12 +405,24 @@ def restart_restore(d, vms, ours):
                 pass
 
 
+def io_lever():
+    """The I/O lever the crash cycles raise: BFQ's weight (threads moved into a blkio group of the
+    daemon's) where the host has BFQ's cgroup files, else the real-time I/O class (ioprio_set),
+    on a kernel built without BFQ."""
+    blkio = Path("/sys/fs/cgroup/blkio")
+    if blkio.is_dir():
+        return "weight" if any(f.name.startswith("blkio.bfq.") for f in blkio.iterdir()) else "ioprio"
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+    return "weight" if v2.is_file() and "io" in v2.read_text().split() else "ioprio"
+
+
 def crash(cycles, seed=None, log=print, restore_by="alternate"):
     """`cycles` kill -9 cycles; returns one row per cycle.
     restore_by: "command" (`cosched restore` after the kill), "restart" (a daemon started again
     restores at start: see restart_restore), or "alternate" (command, restart, command...)."""
     rng = random.Random(seed)
     cpu = max(os.sched_getaffinity(0))
+    lever = io_lever()
     rows = []
     groups0 = own_groups()
     with tempfile.TemporaryDirectory(prefix="cosched-crash-") as tmp:
@@ -404,7 +436,7 @@ def crash(cycles, seed=None, log=print, restore_by="alternate"):
             base = snapshot(ours=ours)
             for i in range(cycles):
                 mode = RESTORE_BY[i % 2] if restore_by == "alternate" else restore_by
-                d = harness.Daemon(Path(tmp) / "d", CONFIG.format(trace=trace, cpu=cpu))
+                d = harness.Daemon(Path(tmp) / "d", CONFIG.format(trace=trace, cpu=cpu, io_lever=lever))
                 try:
                     deadline = time.time() + 10
                     while len([v for v in (d.status() or {}).get("vms", []) if v.get("pid") in ours]) < len(vms):
@@ -435,7 +467,7 @@ def crash(cycles, seed=None, log=print, restore_by="alternate"):
                 else:
                     restored, after, _ = restart_restore(d, vms, ours)
                 diffs = differences(base, after) + diffs
-                row = dict(cycle=i, restore_by=mode, differences=len(diffs), restore=restored, **at_kill,
+                row = dict(cycle=i, restore_by=mode, io_lever=lever, differences=len(diffs), restore=restored, **at_kill,
                            foreign_qemus=len(after["foreign"]), detail="; ".join(diffs[:5]))
                 rows.append(row)
                 log(f"cycle {i}: {json.dumps({k: row[k] for k in row if k != 'detail'})}"
@@ -1711,6 +1743,7 @@ def load_crash_rows(path):
             for k in ("shielded", "fifo"):
                 r[k] = r[k] == "True"
             r.setdefault("restore_by", "command")  # before the restart variant
+            r.setdefault("io_lever", "weight")  # before the lever followed the host's BFQ
             rows.append(r)
     return rows
 
@@ -1730,6 +1763,9 @@ def write_summary(rows, out, fuzz_table=None, fuzz_runs=None, command=None):
     n = len(rows)
     bad = [r for r in rows if r["differences"]]
     count = lambda k: sum(1 for r in rows if r[k])  # noqa: E731
+    levers = sorted({r.get("io_lever", "weight") for r in rows})
+    io_levers = " and ".join({"weight": "weighted blkio group", "ioprio": "real-time I/O class"}.get(x, x)
+                             for x in levers)
     if not command:
         modes = {r["restore_by"] for r in rows}
         command = f"crash --cycles {n}" + (f" --restore-by {modes.pop()}" if len(modes) == 1 else "")
@@ -1775,7 +1811,8 @@ section says its command. Measured: {measured_text(out)}.
 Command: `sudo /usr/bin/python3 bench/reliability.py {command}`.
 {n} cycles of `kill -9` on the daemon at a random moment (0-1.5 s after three synthetic VMs
 asked for everything), then the host compared with a snapshot taken before the daemon first
-touched it: every thread's policy, priority, nice, I/O priority, affinity and cgroups, the IRQ
+touched it: every thread's policy, priority, nice, I/O priority, affinity and cgroups (cpu, cpuset,
+blkio, freezer and v2), the IRQ
 affinities, and the daemon's own groups (other QEMU processes, which another daemon may
 coordinate, are left out). What puts the host back after the kill (`--restore-by`; by default
 they alternate):
@@ -1786,7 +1823,7 @@ they alternate):
   runs; then it stops and the VMs resume.
 
 What was applied at the kill, from the daemon's last status: a VM CPU-boosted in {count('boosted')}
-cycles, I/O raised (weighted blkio group) in {count('raised')}, shielded in {count('shielded')}, at static
+cycles, I/O raised ({io_levers}) in {count('raised')}, shielded in {count('shielded')}, at static
 FIFO in {count('fifo')}, memory-bandwidth throttled (frozen) at least once in {count('throttles')}.
 
 | restored by | cycles | differences | cycles with a difference |

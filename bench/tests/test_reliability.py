@@ -80,6 +80,19 @@ class CrashCycles(unittest.TestCase):
         self.assertIn("'nice': (0, -20)", d[0])
         self.assertEqual(reliability.differences(before, dict(before, threads={(1, "5"): dict(t, comm="z")})), [])
 
+    def test_only_the_controllers_the_daemon_touches_are_compared(self):
+        """A thread moved between memory or pids groups by someone else (the sandbox moved a
+        shell so once) is no difference; a move in cpuset, blkio, freezer or v2 is."""
+        text = ("13:memory:/a\n12:pids:/b\n11:cpu,cpuacct:/c\n10:cpuset:/d\n9:blkio:/e\n8:freezer:/f\n"
+                "1:name=systemd:/g\n0::/h\n")
+        self.assertEqual(reliability.touched_cgroups(text).splitlines(),
+                         ["11:cpu,cpuacct:/c", "10:cpuset:/d", "9:blkio:/e", "8:freezer:/f", "0::/h"])
+        moved = text.replace("memory:/a", "memory:/x").replace("pids:/b", "pids:/y")
+        self.assertEqual(reliability.touched_cgroups(moved), reliability.touched_cgroups(text))
+        for ctrl in ("cpuset:/d", "blkio:/e", "freezer:/f", "0::/h"):
+            self.assertNotEqual(reliability.touched_cgroups(text.replace(ctrl, ctrl + "/cosched-x")),
+                                reliability.touched_cgroups(text), ctrl)
+
 
 if __name__ == "__main__":
     unittest.main()

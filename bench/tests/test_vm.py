@@ -403,17 +403,27 @@ python3 /tmp/rt.py
 
 class EndToEnd(unittest.TestCase):
     def test_coordination_under_host_load(self):
-        """Registered, boosted, and helps a lot."""
+        """Registered, boosted, and helps a lot: the coordinated guest's average wake-up latency
+        is under half the uncoordinated one's, in the median of up to 3 interleaved pairs of runs
+        (it stops once 2 pairs agree). The effect is ~4-6x here; one 2 s pair is at the mercy of
+        the host's own stalls (an idle cyclictest at FIFO 95 has seen 1.85 ms on this machine),
+        and a fresh-clone CI once saw a single pair miss. A broken boost misses in every pair."""
         need_root(self)
-        unc = cb.run_scenario("uncoordinated", loops=2000)
-        co = cb.run_scenario("coordinated", loops=2000)
-        print(f"\n  uncoordinated avg {unc['avg']} max {unc['max']} µs; "
-              f"coordinated avg {co['avg']} max {co['max']} µs, {co['daemon']}", file=sys.stderr)
-        self.assertTrue(co["registered"], co.get("agent_log"))
-        self.assertGreaterEqual(co["daemon"]["boosts"], 1, co.get("agent_log"))
-        self.assertEqual(co["daemon"]["malformed"], 0)
-        # The effect is ~6x here; a loose 2x keeps the test meaningful on a noisy machine.
-        self.assertLess(2 * co["avg"], unc["avg"], (co, unc))
+        passed, missed, pairs = 0, 0, []
+        while passed < 2 and missed < 2:
+            unc = cb.run_scenario("uncoordinated", loops=2000)
+            co = cb.run_scenario("coordinated", loops=2000)
+            print(f"\n  pair {len(pairs) + 1}: uncoordinated avg {unc['avg']} p50 {unc['p50']} max {unc['max']} µs; "
+                  f"coordinated avg {co['avg']} p50 {co['p50']} max {co['max']} µs, {co['daemon']}", file=sys.stderr)
+            self.assertTrue(co["registered"], co.get("agent_log"))
+            self.assertGreaterEqual(co["daemon"]["boosts"], 1, co.get("agent_log"))
+            self.assertEqual(co["daemon"]["malformed"], 0)
+            pairs.append({k: (unc[k], co[k]) for k in ("avg", "p50", "p99", "max")})
+            if 2 * co["avg"] < unc["avg"]:
+                passed += 1
+            else:
+                missed += 1
+        self.assertEqual(passed, 2, f"(uncoordinated, coordinated) per pair: {pairs}")
 
     def test_operator_disable_and_enable_reach_the_real_agent(self):
         """DISABLE detaches the guest's detectors and deboosts; ENABLE brings them back."""

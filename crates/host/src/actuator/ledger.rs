@@ -153,13 +153,14 @@ impl<K: Kind> Ledger<K> {
         });
         let mut changed = self.slots.len() != before;
         for info in threads.iter() {
+            let is_member = member(info);
             if let Some(s) = self.slots.get_mut(&info.task.id) {
                 s.role = info.role; // QEMU names its threads a moment after creating them
-                changed |= s.member != member(info);
-                s.member = member(info);
+                changed |= s.member != is_member;
+                s.member = is_member;
                 continue;
             }
-            if !member(info) {
+            if !is_member {
                 continue;
             }
             let current = match self.kind.get(ops, info.task.id) {

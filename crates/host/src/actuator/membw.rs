@@ -43,6 +43,10 @@ pub const THROTTLE_LAYER: &str = "membw";
 pub const THROTTLE_GROUP_PREFIX: &str = MEMBW_GROUP_PREFIX;
 /// The v1 controller.
 pub const FREEZER: &str = "freezer";
+/// A v1 freezer group's state file, and the states the throttle writes to it (a restore thaws).
+pub const V1_STATE: &str = "freezer.state";
+pub const V1_FROZEN: &str = "FROZEN";
+pub const V1_THAWED: &str = "THAWED";
 const V2_FREEZE: &str = "cgroup.freeze";
 
 /// Which freezer the throttle uses here.
@@ -149,8 +153,8 @@ impl LeverActuator {
                 GroupLever {
                     hierarchy: FREEZER,
                     prefix: THROTTLE_GROUP_PREFIX,
-                    file: "freezer.state",
-                    value: "FROZEN".into(),
+                    file: V1_STATE,
+                    value: V1_FROZEN.into(),
                     members: named_vcpus,
                     named_vcpus_only: Some(UNNAMED_VCPUS),
                     flat: false,

@@ -16,6 +16,7 @@ use cosched_procfs::{ProcFs, TaskId};
 use serde::Serialize;
 
 use super::{layer_rank, Entry, Setting, StateDir, VmRecord};
+use crate::actuator::membw;
 use crate::cgroup::{self, CgroupFs, OWN_GROUP_PREFIXES};
 use crate::sched::ThreadOps;
 use crate::settings::{is_gone, AffinityKind, CgroupKind, GroupValueKind, IoprioKind, Kind, SchedKind};
@@ -147,8 +148,8 @@ fn remove_own_groups(rec: &VmRecord, cg: &CgroupFs, report: &mut RestoreReport) 
         let parent = cgroup::parent(&group);
         // A frozen group is thawed first: a thread of a process that is exiting is not moved
         // by a migration (the kernel skips it), and left frozen it could never exit.
-        if hierarchy == crate::actuator::membw::FREEZER && cg.dir(&hierarchy, &group).is_dir() {
-            if let Err(e) = cg.write(&hierarchy, &group, "freezer.state", "THAWED") {
+        if hierarchy == membw::FREEZER && cg.dir(&hierarchy, &group).is_dir() {
+            if let Err(e) = cg.write(&hierarchy, &group, membw::V1_STATE, membw::V1_THAWED) {
                 report.errors.push(format!("{}: thawing cgroup {group} it created: {e}", rec.vm));
             }
         }

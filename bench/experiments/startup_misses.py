@@ -5,8 +5,9 @@ is known before it is judged. Same program, guest, launches per run and agent ar
 startup.py; the runs are interleaved (repeat by repeat, point by point, variant by variant).
 
 Optional variant "before": the budget mode of another cosched binary (COSCHED_BIN_BEFORE, e.g. one
-built from the commit before the agent kept a waiting new task's need), measured the same way,
-after the other variants' repeats; without COSCHED_BIN_BEFORE its runs already measured are kept.
+built from the commit before the agent charged a new task's budgets only while the host holds the
+boost), measured the same way, interleaved with the other variants; without COSCHED_BIN_BEFORE its
+runs already measured are kept.
 STARTUP_MISSES_ONLY=VARIANT,... measures only those variants now and writes no summary: the
 points stay in points.jsonl, and a later run without it measures the rest and writes the output.
 STARTUP_MISSES_MAX=N stops after N runs measured now (the same way), so that a long measurement can
@@ -36,7 +37,7 @@ VARIANTS = [
     ("static_rr", "static_rr", "", "static SCHED_RR 1"),
     ("budget", "cosched", startup.BUDGET[0], f"cosched, budget {startup.BUDGET_MS} ms"),
     ("before", "cosched", startup.BUDGET[0],
-     f"cosched, budget {startup.BUDGET_MS} ms, before (need only while the task runs)"),
+     f"cosched, budget {startup.BUDGET_MS} ms, before (charged also while the host refuses)"),
 ]
 LABEL = {v[0]: v[3] for v in VARIANTS}
 # The targets of the budget mode (startup.py), judged on the means of the repeats.
@@ -60,10 +61,13 @@ def measure(o, quick, verbose=False):
     before = os.environ.get("COSCHED_BIN_BEFORE")
     rows = []
     new = 0
-    # The three variants of the targets first, all repeats; "before" after them (without
-    # COSCHED_BIN_BEFORE, only the runs of it already measured are kept).
-    order = [(rep, point, v) for rep in range(1, repeats + 1) for point in points for v in VARIANTS[:3]]
-    order += [(rep, point, VARIANTS[3]) for rep in range(1, repeats + 1) for point in points]
+    # With COSCHED_BIN_BEFORE, "before" is interleaved with the three variants of the targets
+    # (the budget mode's runs and its runs minutes apart, under the same drift of the shared host);
+    # without it, only the runs of it already measured are kept.
+    variants = VARIANTS if before else VARIANTS[:3]
+    order = [(rep, point, v) for rep in range(1, repeats + 1) for point in points for v in variants]
+    if not before:
+        order += [(rep, point, VARIANTS[3]) for rep in range(1, repeats + 1) for point in points]
     for rep, (host, g), (name, policy, args, _) in order:
         key = f"{host}+{g} {name} r{rep}"
         if name == "before" and not before and key not in o.done:
@@ -285,9 +289,10 @@ mean ± sd across the runs. The machine is shared: other work outside the measur
 (builds) loads it at times, and the runs of one repeat are minutes apart, which is why the
 ratios are taken repeat by repeat and their spread is shown.
 {'''
-"Before" is the agent of `COSCHED_BIN_BEFORE` (''' + binary + '''), whose new tasks keep their VM boosted
-only while they run; the current agent also keeps a new task's need while it waits runnable in
-the guest (docs/architecture.md).
+"Before" is the agent of `COSCHED_BIN_BEFORE` (''' + binary + '''), which charges a new task's run
+and waiting budgets also while the host refuses the boost (its share budget's 1 s cooldown, behind
+host hogs): such a start-up went on unboosted after the cooldown. The current agent charges them
+only while the host holds the boost (docs/architecture.md).
 ''' if before else ''}
 {md_table(per, cols, heads)}
 

@@ -138,24 +138,6 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// watch.h's `CHARGE_STOPPED`: the charge clock's word has it set while the clock is stopped.
-pub(crate) const CHARGE_STOPPED: u64 = 1 << 63;
-
-/// The charge clock's word (watch.h's `charge_now`) once the host holds the boost (`held`) or
-/// not, at `CLOCK_MONOTONIC` `now`: the clock stops, at its time then, when the host's boost
-/// goes, and runs on from that time when it comes back. Unchanged if it already runs (`held`) or
-/// is stopped (not).
-pub(crate) fn next_charge_clock(clock: u64, now: u64, held: bool) -> u64 {
-    let stopped = clock & CHARGE_STOPPED != 0;
-    match (held, stopped) {
-        // Runs on from where it stopped: now less the time it shows.
-        (true, true) => now.saturating_sub(clock & !CHARGE_STOPPED),
-        // Stops at its time now (never 0, as charge_now).
-        (false, false) => now.saturating_sub(clock).max(1) | CHARGE_STOPPED,
-        _ => clock,
-    }
-}
-
 /// The need a CPU's boosted state names.
 fn need_of(prio: u32, irq: u32) -> Need {
     Need { priority: prio.min(MAX_GUEST_PRIORITY as u32) as u8, irq: irq != 0 }
@@ -226,21 +208,11 @@ impl Loaded for LoadedCpu {
     fn attach(self: Box<Self>) -> anyhow::Result<Box<dyn Detector>> {
         // On an error below `me` drops whole: the skeleton, then the storage.
         let mut me = *self;
-        ensure!(me.skel.maps.bss_data.is_some(), "the CPU detector's BPF .bss (its charge clock) is not mapped");
         me.skel.attach().context("attaching to sched_switch/sched_wakeup/sched_wakeup_new (tp_btf)")?;
         let (ring, events) = event_ring::<types::cosched_event>(&me.skel.maps.events, "cpu", "struct cosched_event")?;
         let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1);
         let LoadedCpu { skel, storage } = me;
-        Ok(Box::new(CpuDetector {
-            ring,
-            skel,
-            events,
-            ncpus,
-            withdrawn: false,
-            episodes: 0,
-            charge_clock: 0,
-            _storage: storage,
-        }))
+        Ok(Box::new(CpuDetector { ring, skel, events, ncpus, withdrawn: false, episodes: 0, _storage: storage }))
     }
 }
 
@@ -256,8 +228,6 @@ struct CpuDetector {
     withdrawn: bool,
     /// RT episodes on boosted CPUs reported since the agent last asked (`--probe-frames` only).
     episodes: u64,
-    /// The word last written to the BPF program's `charge_clock` (0, running, at load).
-    charge_clock: u64,
     _storage: ObjectStorage,
 }
 
@@ -347,20 +317,6 @@ impl Detector for CpuDetector {
         if let Err(e) = self.skel.maps.standing.update(&0u32.to_ne_bytes(), bytes_of(&value), MapFlags::ANY) {
             log(&format!("cpu: cannot write the standing window: {e}"));
         }
-    }
-
-    fn set_host_boost(&mut self, held: bool) {
-        let next = next_charge_clock(self.charge_clock, monotonic_ns(), held);
-        if next == self.charge_clock {
-            return;
-        }
-        // Present: checked at attach.
-        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
-            // SAFETY: an aligned u64 in the map's mmap'ed .bss, alive as long as the skeleton.
-            // One volatile store: the BPF program reads either the old word or the new one.
-            unsafe { std::ptr::write_volatile(&mut bss.charge_clock, next) };
-        }
-        self.charge_clock = next;
     }
 
     fn silent_activations(&self) -> u64 {

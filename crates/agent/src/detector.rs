@@ -91,9 +91,6 @@ pub(crate) trait Detector {
     /// The window of the standing prediction the host took (`None`: none): RT activations inside
     /// it send nothing.
     fn set_standing(&mut self, _window: Option<crate::core::StandingWindow>) {}
-    /// Whether the host holds the boost the agent asked for (the CPU detector's new-task budgets
-    /// are charged only while it does).
-    fn set_host_boost(&mut self, _held: bool) {}
     /// RT activations kept silent in a standing window so far (a running count).
     fn silent_activations(&self) -> u64 {
         0

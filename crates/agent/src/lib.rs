@@ -71,8 +71,7 @@ pub struct Options {
     /// this much of its own run time, and as much again of waiting runnable while the guest runs
     /// other tasks, plus what its sleeps earn back (--watch-refill-us each), and at most
     /// --watch-max tasks are watched at once; a CPU-bound newcomer is released once it has run
-    /// this long. Both are charged only while the host holds the VM's boost (not while it refuses
-    /// it or has ended it for its budget). 0: the count mode (--watch-count) instead
+    /// this long. 0: the count mode (--watch-count) instead
     #[arg(long, default_value_t = 1_000)]
     pub watch_budget_ms: u64,
     /// Budget mode: run time, and waiting, a watched task earns back with each wake-up from a
@@ -410,11 +409,6 @@ impl Agent {
     fn run(&mut self) -> anyhow::Result<()> {
         while !STOP.load(Ordering::Relaxed) {
             self.carry_out()?;
-            // The CPU detector charges new tasks only while the host holds the boost.
-            let held = self.core.holds_boost(Resource::Cpu);
-            if let Some(d) = self.detectors.get_mut(&Resource::Cpu) {
-                d.set_host_boost(held);
-            }
             let Some(ready) = self.wait()? else { continue };
             let t = self.now();
             if let Some(api) = self.api.as_mut() {

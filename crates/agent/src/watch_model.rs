@@ -27,8 +27,6 @@ extern "C" {
     static cosched_watch_spent: u32;
     static cosched_watch_wait: u32;
     static cosched_watch_waited: u32;
-    static cosched_charge_stopped: u64;
-    fn cosched_charge_now(clock: u64, now: u64) -> u64;
     fn cosched_watch_new(budget_ns: u64, count: u32) -> Watched;
     fn cosched_watch_is_on(budget_ns: u64, count: u32) -> i32;
     fn cosched_watch_in(w: *mut Watched, budget_ns: u64, back_from_agent: i32, now: u64) -> u32;
@@ -78,8 +76,6 @@ struct List {
     agent_returns: u32,
     waiting: u32,
     wait_until_ns: u64,
-    /// The charge clock's word (`charge_clock` of cpu.bpf.c), as the agent writes it.
-    clock: u64,
 }
 
 impl List {
@@ -103,19 +99,7 @@ impl List {
             agent_returns: 0,
             waiting: 0,
             wait_until_ns: 0,
-            clock: 0,
         }
-    }
-
-    /// The agent learns that the host holds its boost, or no longer does (set_host_boost).
-    fn host_boost(&mut self, held: bool, now: u64) {
-        self.clock = crate::cpu::next_charge_clock(self.clock, now, held);
-    }
-
-    /// The charge clock at `now` (charge_now).
-    fn charge_now(&self, now: u64) -> u64 {
-        // SAFETY: a plain C function of integers.
-        unsafe { cosched_charge_now(self.clock, now) }
     }
 
     /// sched_wakeup_new (on_wakeup_new).
@@ -136,8 +120,7 @@ impl List {
     fn switch_in(&mut self, pid: u32, back_from_agent: bool, now: u64) -> bool {
         let Some(w) = self.map.get_mut(&pid) else { return false };
         // SAFETY: `w` is a valid, exclusive `struct watched`.
-        let r =
-            unsafe { cosched_watch_in(w, self.budget_ns, back_from_agent as i32, cosched_charge_now(self.clock, now)) };
+        let r = unsafe { cosched_watch_in(w, self.budget_ns, back_from_agent as i32, now) };
         let f = flags();
         if r & f.free != 0 {
             self.agent_returns += 1;
@@ -159,7 +142,7 @@ impl List {
         }
         let Some(w) = self.map.get_mut(&pid) else { return };
         // SAFETY: as above.
-        let r = unsafe { cosched_watch_out(w, cosched_charge_now(self.clock, now), runnable as i32, 0) };
+        let r = unsafe { cosched_watch_out(w, now, runnable as i32, 0) };
         let until = now + w.wait_ns;
         let f = flags();
         if r & f.spent != 0 {
@@ -423,63 +406,6 @@ fn a_guest_that_starts_a_cpu_bound_program_every_second_is_boosted_for_its_budge
     assert_eq!(now - MS, 20_000 * MS);
     assert_eq!(boosted, 20 * 300 * MS, "300 ms of every second: a 30% boosted share");
     assert_eq!(list.spent, 20);
-}
-
-#[test]
-fn the_charge_clock_stops_while_the_host_holds_no_boost_and_runs_on_from_there() {
-    use crate::cpu::{next_charge_clock, CHARGE_STOPPED};
-    // SAFETY: a `const unsigned long long` of watch_host.c, never written.
-    assert_eq!(CHARGE_STOPPED, unsafe { cosched_charge_stopped });
-    let mut list = List::budget(300);
-    assert_eq!(list.charge_now(5 * MS), 5 * MS, "all zero: CLOCK_MONOTONIC itself");
-    list.host_boost(false, 10 * MS);
-    assert_eq!(list.charge_now(500 * MS), 10 * MS, "stopped at its time then");
-    list.host_boost(false, 600 * MS);
-    assert_eq!(list.charge_now(700 * MS), 10 * MS, "a second stop changes nothing");
-    list.host_boost(true, 1_010 * MS);
-    assert_eq!(list.charge_now(1_020 * MS), 20 * MS, "runs on from 10 ms");
-    list.host_boost(true, 1_500 * MS);
-    assert_eq!(list.charge_now(1_520 * MS), 520 * MS);
-    // Never 0 (0 means "none" in struct watched), also stopped at the very start.
-    assert_eq!(next_charge_clock(0, 0, false), 1 | CHARGE_STOPPED);
-    // SAFETY: as above (a plain C function of integers).
-    assert_eq!(unsafe { cosched_charge_now(1 | CHARGE_STOPPED, 9 * MS) }, 1);
-    // SAFETY: as above.
-    assert_eq!(unsafe { cosched_charge_now(9 * MS, 5 * MS) }, 1, "a clock word past now (never written so) gives 1");
-}
-
-#[test]
-fn a_newcomer_is_charged_only_while_the_host_holds_the_boost() {
-    // A start-up of 1 s of run time behind one guest hog (4 ms turns each), on a host that
-    // refuses the boost for 1 s from 100 ms on (its budget's cooldown). The guest's clock runs on
-    // meanwhile, so charged then the start-up spent its 300 ms there and went on unboosted after
-    // the cooldown. Charged only while the host holds the boost, it has its whole budget.
-    let cooldown = 100 * MS..1_100 * MS;
-    let mut list = List::budget(300);
-    list.new_task(9);
-    let (mut now, mut boosted_held, mut boosted_after) = (MS, 0, 0);
-    for _ in 0..250 {
-        let held = !cooldown.contains(&now);
-        list.host_boost(held, now);
-        let boost = list.switch_in(9, false, now);
-        now += 4 * MS;
-        list.switch_out(9, true, now);
-        if boost && held {
-            boosted_held += 4 * MS;
-            if now > cooldown.end {
-                boosted_after += 4 * MS;
-            }
-        }
-        now += 4 * MS;
-    }
-    assert_eq!(boosted_held, 300 * MS, "its whole run budget, while the host held the boost");
-    assert!(boosted_after >= 200 * MS, "most of it after the cooldown: {boosted_after}");
-    assert_eq!(list.spent, 1);
-    // The same life with the host always holding the boost: the same 300 ms, all before 1.1 s.
-    let mut list = List::budget(300);
-    list.new_task(9);
-    let always = live(&mut list, 9, MS, cpu_bound(1_000 * MS, 4 * MS));
-    assert_eq!(always.boosted_ns, 300 * MS);
 }
 
 #[test]

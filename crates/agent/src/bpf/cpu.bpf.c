@@ -68,10 +68,6 @@ const volatile u32 report_episodes = 0;
 /* Address of hrtimer_wakeup (the agent reads /proc/kallsyms); 0: no timer predictions. */
 const volatile u64 hrtimer_wakeup_addr = 0;
 
-/* Budget mode: the watch list's charge clock (watch.h's charge_now), written by the agent as the
- * host's boost comes and goes. */
-volatile u64 charge_clock = 0;
-
 /* The interrupt context of this CPU, and its runqueue (weak: a kernel without them just gives
  * no answer). x86: __preempt_count (Linux < 6.2; later kernels keep it in pcpu_hot). */
 extern const int __preempt_count __ksym __weak;
@@ -310,7 +306,7 @@ static __always_inline u32 watch_charge(struct cosched_stats *s, u32 pid, bool b
 	w = bpf_map_lookup_elem(&watch, &pid);
 	if (!w)
 		return COSCHED_REASON_NONE;
-	r = watch_in(w, watch_budget_ns, back_from_agent, charge_now(charge_clock, now));
+	r = watch_in(w, watch_budget_ns, back_from_agent, now);
 	if (r & WATCH_WAITED) {
 		/* Its wait is over: uncounted on the CPU it waited on (it may have migrated). A
 		 * task switched in as RT is not uncounted: its CPU's need then ends with the
@@ -331,10 +327,8 @@ static __always_inline u32 watch_charge(struct cosched_stats *s, u32 pid, bool b
 }
 
 /* Budget mode, at a watched task's switch-out from this CPU (`st`): its run since the switch-in
- * is charged (on the charge clock); still runnable, it waits here with a need (counted on this
- * CPU, until its switch-in: watch_charge) for at most its waiting allowance. That need's end is
- * CLOCK_MONOTONIC's `now` plus the allowance: while the charge clock is stopped the wait is not
- * charged, but the CPU's need still ends then (the task needs again at its next switch-in). */
+ * is charged; still runnable, it waits here with a need (counted on this CPU, until its
+ * switch-in: watch_charge) for at most its waiting allowance. */
 static __always_inline void watch_run_out(struct cosched_stats *s, struct cpu_state *st, u32 cpu,
 					  struct task_struct *prev, u64 now)
 {
@@ -347,7 +341,7 @@ static __always_inline void watch_run_out(struct cosched_stats *s, struct cpu_st
 	w = bpf_map_lookup_elem(&watch, &pid);
 	if (!w)
 		return;
-	r = watch_out(w, charge_now(charge_clock, now), prev->__state == 0 /* TASK_RUNNING */, cpu);
+	r = watch_out(w, now, prev->__state == 0 /* TASK_RUNNING */, cpu);
 	if (r & WATCH_SPENT) {
 		s->watch_spent++;
 		bpf_map_delete_elem(&watch, &pid);

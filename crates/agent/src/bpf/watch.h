@@ -20,13 +20,8 @@
  * the run budget that wait would end its boost before its run did. A task whose waiting
  * allowance is spent still needs while it runs, but no longer while it waits; it leaves when its
  * run budget is spent, as before. So a new task keeps its VM boosted for at most 2 x budget_ns
- * plus 2 x refill_ns per wake-up, however long it stays runnable.
- *
- * Times are those of the charge clock (charge_now), never 0: CLOCK_MONOTONIC ns, stopped while
- * the host holds no boost the agent asked for (refused, ended by the host's budget, not asked
- * yet). A task is charged only for the boost it got: the guest's clock runs on while the host
- * stalls an unboosted vCPU, and a start-up that met the host's budget cooldown (1 s unboosted
- * behind host hogs) otherwise spent its allowances in it and went on unboosted after it.
+ * plus 2 x refill_ns per wake-up, however long it stays runnable. Times are CLOCK_MONOTONIC ns,
+ * never 0.
  */
 #ifndef COSCHED_WATCH_H
 #define COSCHED_WATCH_H
@@ -57,24 +52,6 @@ struct watched {
 			 * wait_ns (the caller counts it on that CPU) */
 #define WATCH_WAITED 32u	/* budget mode: a wait with a need ended (the caller uncounts it on
 				 * wait_cpu) */
-
-/* The charge clock: one 64-bit word the agent writes with a single store (so the BPF program
- * never reads half of a change). Bit 63 set: stopped, at the value of the other bits; clear:
- * running, CLOCK_MONOTONIC less the word (the time it was stopped so far). All zero: running,
- * equal to CLOCK_MONOTONIC. */
-#define CHARGE_STOPPED (1ull << 63)
-
-/* The charge clock's time at CLOCK_MONOTONIC `now`, from its word `clock`; never 0. */
-static __always_inline unsigned long long charge_now(unsigned long long clock, unsigned long long now)
-{
-	unsigned long long t;
-
-	if (clock & CHARGE_STOPPED)
-		t = clock & ~CHARGE_STOPPED;
-	else
-		t = now > clock ? now - clock : 0;
-	return t ? t : 1;
-}
 
 /* A new task's state (sched_wakeup_new). */
 static __always_inline struct watched watch_new(unsigned long long budget_ns, unsigned int count)

@@ -32,13 +32,6 @@ void cosched_watch_wake(struct watched *w, unsigned long long budget_ns, unsigne
 	watch_wake(w, budget_ns, refill_ns, count);
 }
 
-unsigned long long cosched_charge_now(unsigned long long clock, unsigned long long now)
-{
-	return charge_now(clock, now);
-}
-
-const unsigned long long cosched_charge_stopped = CHARGE_STOPPED;
-
 /* The step flags, for the tests to read rather than copy. */
 const unsigned int cosched_watch_boost = WATCH_BOOST;
 const unsigned int cosched_watch_drop = WATCH_DROP;

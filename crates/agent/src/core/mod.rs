@@ -369,14 +369,6 @@ impl AgentCore {
         matches!(self.registration, Registration::Registered { .. })
     }
 
-    /// Whether the host holds the boost of `resource` as far as the agent knows: registered, the
-    /// detector attached, a boost asked for and neither refused nor ended by the host since
-    /// (from the request on: a refusal comes back within a round trip). Not while a standing
-    /// prediction's boost, which the host gives by itself, is the only one.
-    pub fn holds_boost(&self, resource: Resource) -> bool {
-        self.is_registered() && self.state(resource).is_some_and(|s| s.phase == Phase::Active && s.sent == Some(true))
-    }
-
     fn next_seq(&mut self) -> u32 {
         self.seq = self.seq.wrapping_add(1).max(1);
         self.seq

@@ -147,40 +147,6 @@ fn budget_denial_backs_off_then_asks_again() {
 }
 
 #[test]
-fn the_host_holds_the_boost_from_the_request_until_a_refusal_or_the_deboost() {
-    let mut a = AgentCore::new(Config::default(), &[Cpu]);
-    assert!(!a.holds_boost(Cpu), "not registered");
-    let (mut a2, _) = registered();
-    std::mem::swap(&mut a, &mut a2);
-    let mut out = Vec::new();
-    assert!(!a.holds_boost(Cpu), "nothing asked yet");
-    a.on_transition(Cpu, 0, true, 0, &mut out);
-    assert!(a.holds_boost(Cpu));
-    assert!(!a.holds_boost(Io), "no I/O detector");
-    // The host's budget ends it: not held, also while the agent backs off.
-    a.on_frame(Frame::deny_for(0, Cpu, DenyReason::Budget), 1_000, &mut out);
-    assert!(!a.holds_boost(Cpu));
-    a.tick(50_000_000, &mut out);
-    assert!(!a.holds_boost(Cpu));
-    // Asked again after the backoff, and refused (the host's cooldown), then granted.
-    a.tick(100_001_000, &mut out);
-    let seq = sent(&out).last().unwrap().seq;
-    assert!(a.holds_boost(Cpu));
-    a.on_frame(Frame::deny_for(seq, Cpu, DenyReason::Budget), 100_002_000, &mut out);
-    assert!(!a.holds_boost(Cpu));
-    a.tick(200_003_000, &mut out);
-    assert!(a.holds_boost(Cpu));
-    // The guest's need ends: deboosted.
-    a.on_transition(Cpu, 0, false, 200_004_000, &mut out);
-    assert!(!a.holds_boost(Cpu));
-    // Boosted again, then the channel goes: nothing is held.
-    a.on_transition(Cpu, 0, true, 200_005_000, &mut out);
-    assert!(a.holds_boost(Cpu));
-    a.on_disconnected(&mut out);
-    assert!(!a.holds_boost(Cpu));
-}
-
-#[test]
 fn a_denial_of_an_older_frame_does_not_change_what_the_host_has() {
     let (mut a, _) = registered();
     let mut out = Vec::new();

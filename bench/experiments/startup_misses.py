@@ -5,9 +5,8 @@ is known before it is judged. Same program, guest, launches per run and agent ar
 startup.py; the runs are interleaved (repeat by repeat, point by point, variant by variant).
 
 Optional variant "before": the budget mode of another cosched binary (COSCHED_BIN_BEFORE, e.g. one
-built from the commit before the agent charged a new task's budgets only while the host holds the
-boost), measured the same way, interleaved with the other variants; without COSCHED_BIN_BEFORE its
-runs already measured are kept.
+built from the commit before a change to the heuristic), measured the same way, interleaved with
+the other variants; without COSCHED_BIN_BEFORE its runs already measured are kept.
 STARTUP_MISSES_ONLY=VARIANT,... measures only those variants now and writes no summary: the
 points stay in points.jsonl, and a later run without it measures the rest and writes the output.
 STARTUP_MISSES_MAX=N stops after N runs measured now (the same way), so that a long measurement can
@@ -37,7 +36,7 @@ VARIANTS = [
     ("static_rr", "static_rr", "", "static SCHED_RR 1"),
     ("budget", "cosched", startup.BUDGET[0], f"cosched, budget {startup.BUDGET_MS} ms"),
     ("before", "cosched", startup.BUDGET[0],
-     f"cosched, budget {startup.BUDGET_MS} ms, before (charged also while the host refuses)"),
+     f"cosched, budget {startup.BUDGET_MS} ms, another commit's binary (before)"),
 ]
 LABEL = {v[0]: v[3] for v in VARIANTS}
 # The targets of the budget mode (startup.py), judged on the means of the repeats.
@@ -289,10 +288,9 @@ mean ± sd across the runs. The machine is shared: other work outside the measur
 (builds) loads it at times, and the runs of one repeat are minutes apart, which is why the
 ratios are taken repeat by repeat and their spread is shown.
 {'''
-"Before" is the agent of `COSCHED_BIN_BEFORE` (''' + binary + '''), which charges a new task's run
-and waiting budgets also while the host refuses the boost (its share budget's 1 s cooldown, behind
-host hogs): such a start-up went on unboosted after the cooldown. The current agent charges them
-only while the host holds the boost (docs/architecture.md).
+"Before" is the budget mode of `COSCHED_BIN_BEFORE` (''' + binary + '''): the agent and daemon of
+another commit, measured the same way and interleaved with this run's commit's (the manifest's);
+`git log` between the two says what differs.
 ''' if before else ''}
 {md_table(per, cols, heads)}
 

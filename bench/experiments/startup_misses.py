@@ -60,13 +60,10 @@ def measure(o, quick, verbose=False):
     before = os.environ.get("COSCHED_BIN_BEFORE")
     rows = []
     new = 0
-    # With COSCHED_BIN_BEFORE, "before" is interleaved with the three variants of the targets
-    # (the budget mode's runs and its runs minutes apart, under the same drift of the shared host);
-    # without it, only the runs of it already measured are kept.
-    variants = VARIANTS if before else VARIANTS[:3]
-    order = [(rep, point, v) for rep in range(1, repeats + 1) for point in points for v in variants]
-    if not before:
-        order += [(rep, point, VARIANTS[3]) for rep in range(1, repeats + 1) for point in points]
+    # Every variant interleaved: "before" with the three variants of the targets (the budget
+    # mode's runs and its runs minutes apart, under the same drift of the shared host); without
+    # COSCHED_BIN_BEFORE, only the runs of it already measured are kept (skipped below).
+    order = [(rep, point, v) for rep in range(1, repeats + 1) for point in points for v in VARIANTS]
     for rep, (host, g), (name, policy, args, _) in order:
         key = f"{host}+{g} {name} r{rep}"
         if name == "before" and not before and key not in o.done:

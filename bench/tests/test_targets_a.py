@@ -173,10 +173,17 @@ class Startup(Render):
                         boosted_pct=boosted, hog_cpu_s="", measure_s="")
         for total, g, none, static, budget in ((0, 0, 100.0, 100.0, budget_idle), (3, 1, 1000.0, 400.0, budget_loaded)):
             out.append(row("no guest", "", total, 0, 20.0))
-            out.append(row(f"{g} guest wl", "none", total, g, none))
-            out.append(row(f"{g} guest wl", "cosched", total, g, none, 5.0))
-            out.append(row(f"{g} guest wl{m.BUDGET[1]}", "cosched", total, g, budget, 90.0))
-            out.append(row(f"{g} guest wl", "static_rr", total, g, static))
+            # The point with no hogs repeated: its ratios are the means of the runs' means.
+            for rep, wobble in ((1, 0.9), (2, 1.1)) if total == 0 else ((1, 1.0),):
+                out.append(dict(row(f"{g} guest wl", "none", total, g, none * wobble), repeat=rep))
+                out.append(dict(row(f"{g} guest wl{m.BUDGET[1]}", "cosched", total, g, budget * wobble, 90.0),
+                                repeat=rep))
+                out.append(dict(row(f"{g} guest wl", "static_rr", total, g, static * wobble), repeat=rep))
+                if total == 0:
+                    out.append(dict(row(f"{g} guest wl{m.REFUSED[2]}", "cosched", total, g, 1.2 * none * wobble, 0.1),
+                                    repeat=rep))
+            if total - g >= 2:
+                out.append(row(f"{g} guest wl{m.LIFTED[2]}", "cosched", total, g, 440.0, 99.0))
         for curve, policy, hogs in (("forking guest", "none", 20.0), ("forking guest", "cosched", 19.0),
                                     (f"forking guest{m.BUDGET[1]}", "cosched", hogs_with_budget)):
             out.append(dict(row(curve, policy, 2, 0, 0), launches="", mean_ms="", sd_ms="", p50_ms="", max_ms="",
@@ -186,12 +193,21 @@ class Startup(Render):
     def test_verdicts_follow_the_data(self):
         from experiments import startup as m
         good, out = self.render(m, self.rows(420.0, 101.0, 19.0))
-        self.assertEqual([t["met"] for t in good], [True, True, True, True, None], good)
+        self.assertEqual([t["met"] for t in good], [True, True, None, True, None, True, None], good)
         self.assertIn("1 of 1 points within (1.05-1.05×)", good[0]["measured"])
-        self.assertIn("5% lost against uncoordinated", good[3]["measured"])
+        # The bounds of the same run: the share cap lifted (440 against static's 400 ms), the
+        # default share's cap alone (90% at static's rate, 10% at none's: 1/(.9/400+.1/1000)/400),
+        # and the agent alone with no hogs (1.2× none's, in each of the two repeats).
+        self.assertIn("cap lifted: 1 of 1 points within 1.2× (1.10-1.10×)", good[2]["measured"])
+        self.assertIn(f"the default share's cap alone: {1 / (0.9 / 400 + 0.1 / 1000) / 400:.2f}", good[2]["measured"])
+        self.assertIn("1.01× (101 against 100 ms, the means of 2 runs)", good[3]["measured"])
+        self.assertIn("1.01/1.01 by repeat", good[3]["spread"])
+        self.assertIn("1.20× (120 against 100 ms, the means of 2 runs): above the 1.05× target", good[4]["measured"])
+        self.assertIn("5% lost against uncoordinated", good[5]["measured"])
         bad, _ = self.render(m, self.rows(800.0, 110.0, 10.0))
-        self.assertEqual([t["met"] for t in bad], [False, False, False, False, None], bad)
-        self.assertIn("over at 2 + 1 hogs (2.00×)", bad[0]["measured"])
+        self.assertEqual([t["met"] for t in bad], [False, False, None, False, None, False, None], bad)
+        self.assertIn(f"over at 2 + 1 hogs (2.00×; the default share's bound {1 / (0.9 / 400 + 0.1 / 1000) / 400:.2f}×, share cap lifted 1.10×)",
+                      bad[0]["measured"])
         self.round_trip(m, out, good)
 
 

@@ -172,7 +172,7 @@ echo "COSCHED-MEASURE-END"
 
 
 def plot(rows):
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(17, 6), gridspec_kw=dict(width_ratios=[1.15, 1]))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(17, 7.5), gridspec_kw=dict(width_ratios=[1.15, 1]))
     curves = {}
     for (curve, policy, total, g), rs in runs(rows).items():  # a repeated point: the mean of its runs
         curves.setdefault((curve, policy), []).append((total, mean_of(rs) / 1000, mean_of(rs, "sd_ms") / 1000))
@@ -236,7 +236,7 @@ def plot(rows):
     ax2.set_title("Budget mode against the targets (shaded: fewer than 2 host hogs)", fontsize=10)
     ax2.grid(True, alpha=0.3)
     ax2.set_ylim(0, max([STATIC_TARGET + 0.15] + [p[k] * 1.05 for p in ratio_points(rows) for k in ("vs_static", "vs_none")]))
-    ax2.legend(fontsize=7, loc="lower left")
+    ax2.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)  # below: no point hidden
     return fig
 
 

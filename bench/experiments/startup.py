@@ -345,9 +345,10 @@ def ratio_points(rows):
     total, the three means (ms; the mean of the runs' means where a point is repeated), the budget
     mode's ratios to the other two, and where measured: the budget mode with the share cap lifted
     (lifted, lifted_vs_static), the agent with every boost refused (refused, refused_vs_none), the
-    share cap's bound (bound_vs_static: a VM boosted the budget run's share of the time at static
-    RR 1's speed and the rest at no coordination's, the harmonic mixture of the two rates), and
-    the ratios by repeat (reps_vs_none, reps_refused_vs_none)."""
+    budget run's boosted share (boosted: %, or None), the share cap's bound (bound_vs_static: a VM
+    boosted the budget run's share of the time at static RR 1's speed and the rest at no
+    coordination's, the harmonic mixture of the two rates), and the ratios by repeat
+    (reps_vs_none, reps_refused_vs_none)."""
     by = runs(rows)
     out = []
     for (curve, policy, total, g), rs in sorted(by.items(), key=lambda kv: (kv[0][2], kv[0][3])):
@@ -361,7 +362,7 @@ def ratio_points(rows):
         b = mean_of(rs)
         p = dict(host=total - g, g=g, total=total, budget=b, static=static, none=none, vs_static=b / static,
                  vs_none=b / none, repeats=len(rs))
-        share = mean_of(rs, "boosted_pct")
+        p["boosted"] = share = mean_of(rs, "boosted_pct")
         if share is not None:
             f = min(share / 100, 1.0)
             p["bound_vs_static"] = 1 / (f / static + (1 - f) / none) / static
@@ -370,7 +371,8 @@ def ratio_points(rows):
             p.update(lifted=lifted, lifted_vs_static=lifted / static)
         refused_rs = by.get((f"{g} guest wl{REFUSED[2]}", "cosched", total, g), [])
         if refused_rs:
-            p.update(refused=mean_of(refused_rs), refused_vs_none=mean_of(refused_rs) / none)
+            refused = mean_of(refused_rs)
+            p.update(refused=refused, refused_vs_none=refused / none)
         if len(rs) > 1:
             def per_rep(xs):
                 ref = {r.get("repeat") or 1: r["mean_ms"] for r in none_rs}
@@ -415,7 +417,8 @@ def targets(rows):
     def at(p):
         return f"{p['host']} + {p['g']}"
 
-    def bounds(p):
+    def over(p, key):
+        """A point over its target: the ratio, and for static RR 1's target the bounds there."""
         b = [f"the default share's bound {p['bound_vs_static']:.2f}×"] if "bound_vs_static" in p else []
         b += [f"share cap lifted {p['lifted_vs_static']:.2f}×"] if "lifted_vs_static" in p else []
         return f" ({p[key]:.2f}×{'; ' + ', '.join(b) if b and key == 'vs_static' else ''})"
@@ -429,7 +432,7 @@ def targets(rows):
         xs = [p[key] for p in loaded]
         bad = [p for p in loaded if p[key] > limit]
         measured = (f"{len(loaded) - len(bad)} of {len(loaded)} points within ({min(xs):.2f}-{max(xs):.2f}×)"
-                    + ("; over at " + ", ".join(f"{at(p)} hogs{bounds(p)}" for p in bad) if bad else ""))
+                    + ("; over at " + ", ".join(f"{at(p)} hogs{over(p, key)}" for p in bad) if bad else ""))
         out.append(target(statement, measured, not bad, one(of)))
     # The bound of the first: the same heuristic with the share cap lifted, at the same points.
     lifted = [p for p in loaded if "lifted_vs_static" in p]
@@ -539,10 +542,7 @@ def targets_table(rows):
         vs_static = ("met" if b <= STATIC_TARGET * static else "missed") if host >= 2 else "-"
         vs_none = ("met" if b <= NONE_TARGET * none else "missed") if host >= 2 else \
             ("met" if b <= IDLE_TARGET * none else "missed") if p["total"] == 0 else "-"
-        share = mean_of([r for (c, pol, t, g), rs in runs(rows).items() for r in rs
-                         if (c, pol, t, g) == (f"{p['g']} guest wl{BUDGET[1]}", "cosched", p["total"], p["g"])],
-                        "boosted_pct")
-        cells = [f"{share:.0f}%" if share is not None else "-",
+        cells = [f"{p['boosted']:.0f}%" if p["boosted"] is not None else "-",
                  f"{p['bound_vs_static']:.2f}×" if "bound_vs_static" in p and host >= 2 else "-",
                  f"{p['lifted']:.0f}, {p['lifted_vs_static']:.2f}×" if "lifted" in p else "-",
                  f"{p['refused']:.0f}, {p['refused_vs_none']:.2f}×" if "refused" in p else "-"]

@@ -261,7 +261,7 @@ def main(quick, out=None, verbose=False, fresh=False, rows=None):
     hard = labelled(r for r in grid if r["total_hogs"] == most and (r["guest_hogs"] == 1 or r["curve"] == "no guest"))
     cols = ["curve", "policy", "host_hogs", "guest_hogs", "mean_ms", "sd_ms", "max_ms", "boosted_pct"]
     heads = ["curve", "QEMU threads", "host hogs", "guest hogs", "mean ms", "sd ms", "max ms",
-             "VM boosted, % of the launches"]
+             "VM boosted, % of the measured time"]
     table = md_table(hard, cols, heads)
     st, sg, _ = sensitivity(quick)
     sens = labelled(r for r in grid if r["total_hogs"] == st and r["guest_hogs"] == sg)

@@ -43,7 +43,7 @@ named as in docs/references.md):
   latency-vs-load  Coordinated Task Scheduling Fig. 1/7: cyclictest vs 0-6 CPU hogs    30 min
   histogram        Coordinated Task Scheduling Fig. 8: latency distribution            2.5 min
   startup          Coordinated Task Scheduling Fig. 4/9: start-up vs load, the bounds  ~2.4 h
-  startup-misses   startup's two missed points, 3 runs each of none, static RR, budget  ~45 min
+  startup-misses   startup's two missed points, 3 runs each of none, static RR, budget  ~70 min
   rt-vs-static     Performance Tuning (KVM RT) Fig. 11/12: host jobs, guest RT latency  ~27 min
   overhead         FEAS Table 2: the agent's cost to CPU- and switch-bound jobs         2.5 min
   scale            daemon CPU and hint-to-applied latency, 1-256 synthetic VMs          3.5 min

@@ -268,7 +268,7 @@ def main(quick, out=None, verbose=False, fresh=False, rows=None):
     per, ratios = tables(rows, points)
     cols = ["point", "variant", "n", "mean", "sd", "runs", "within", "boosted", "full"]
     heads = ["host + guest hogs", "variant", "runs", "mean of the runs' means, ms", "sd across the runs, ms",
-             "each run's mean, ms", "mean sd within a run, ms", "VM boosted, % of the measured time",
+             "each run's mean, ms", "mean sd within a run, ms", startup.BOOSTED_HEAD,
              f"`startup`'s committed run (one run, {committed_run()}), ms"]
     before = any(r["variant"] == "before" for r in rows)
     binaries = sorted({r.get("binary") for r in rows if r["variant"] == "before" and r.get("binary")})

@@ -1729,6 +1729,8 @@ def fuzz(runs, out):
     """bench/fuzz.sh with `runs` executions per target; returns (its table, whether all passed)."""
     out.mkdir(parents=True, exist_ok=True)
     table = out / "fuzz.md"
+    if table.exists():  # kept, so that the summary shows the figures beside the run before
+        shutil.copyfile(table, out / "fuzz-previous.md")
     r = subprocess.run(["bash", str(harness.REPO / "bench/fuzz.sh"), "--runs", str(runs), "--report", str(table)])
     return table.read_text(), r.returncode == 0
 
@@ -1788,6 +1790,9 @@ the committed corpus (`fuzz/corpus`). A crash, a hang (over 10 s on one input) o
             + (out / "fuzz.md").read_text()
     else:
         fuzz_text = "Not run (`reliability.py all` runs it)."
+    if (out / "fuzz-previous.md").exists() and (out / "fuzz.md").exists():
+        fuzz_text = fuzz_text.rstrip("\n") + "\n\nThe run before it, for comparison (fuzz-previous.md, which the fuzzing keeps):\n\n" \
+            + (out / "fuzz-previous.md").read_text()
     by_mode = []
     for mode in RESTORE_BY:
         m = [r for r in rows if r["restore_by"] == mode]

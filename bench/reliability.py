@@ -1731,7 +1731,10 @@ def fuzz(runs, out):
     table = out / "fuzz.md"
     if table.exists():  # kept, so that the summary shows the figures beside the run before
         shutil.copyfile(table, out / "fuzz-previous.md")
-    r = subprocess.run(["bash", str(harness.REPO / "bench/fuzz.sh"), "--runs", str(runs), "--report", str(table)])
+    # The report names its command: a path inside the repository as the repository's.
+    report = table.resolve()
+    report = report.relative_to(harness.REPO) if report.is_relative_to(harness.REPO) else report
+    r = subprocess.run(["bash", "bench/fuzz.sh", "--runs", str(runs), "--report", str(report)], cwd=harness.REPO)
     return table.read_text(), r.returncode == 0
 
 
@@ -1791,8 +1794,10 @@ the committed corpus (`fuzz/corpus`). A crash, a hang (over 10 s on one input) o
     else:
         fuzz_text = "Not run (`reliability.py all` runs it)."
     if (out / "fuzz-previous.md").exists() and (out / "fuzz.md").exists():
-        fuzz_text = fuzz_text.rstrip("\n") + "\n\nThe run before it, for comparison (fuzz-previous.md, which the fuzzing keeps):\n\n" \
-            + (out / "fuzz-previous.md").read_text()
+        before = (out / "fuzz-previous.md").read_text()
+        fuzz_text = fuzz_text.rstrip("\n") + "\n\nThe run before it, for comparison (fuzz-previous.md, which the fuzzing keeps" \
+            + ("" if before.startswith("Fuzzed ") else "; undated: it predates bench/fuzz.sh --report recording the date, "
+               "commit and toolchain") + "):\n\n" + before
     by_mode = []
     for mode in RESTORE_BY:
         m = [r for r in rows if r["restore_by"] == mode]

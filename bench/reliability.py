@@ -5,7 +5,7 @@
   sudo /usr/bin/python3 bench/reliability.py crash [--cycles 100] [--restore-by alternate|command|restart] [--seed N]
   sudo /usr/bin/python3 bench/reliability.py isolation [--seconds 20] [--seed N]
   sudo /usr/bin/python3 bench/reliability.py soak [--minutes 60] [--vms 16] [--seed N]
-  sudo /usr/bin/python3 bench/reliability.py fuzz [--runs 10000000]   (~40 min with AddressSanitizer)
+  /usr/bin/python3 bench/reliability.py fuzz [--runs 10000000]   (~40 min with AddressSanitizer; needs no root)
   /usr/bin/python3 bench/reliability.py summary   (summary.md and plot.png again from the files of the last runs)
   (each takes --out DIR, default results/reliability; `all` is ~20 min without the soak; crash,
   isolation, soak and fuzz write summary.md again too)
